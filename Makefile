@@ -1,0 +1,53 @@
+# The README's commands. Every target bootstraps .venv on its own, so a fresh clone needs
+# nothing but `make demo` or `make test`. The venv is reinstalled only when pyproject.toml
+# changes (its hash is kept in the stamp), so a second run starts at once: pyspark arrives
+# as a source archive and takes about a minute to build.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.tierlog-installed
+export SPARK_LOCAL_IP ?= 127.0.0.1
+
+.PHONY: demo test lint bench venv check-java check-python clean
+
+venv: check-python
+	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); \
+	if [ ! -x $(BIN)/python ] || [ "$$(cat $(STAMP) 2>/dev/null)" != "$$want" ]; then \
+		echo "bootstrapping $(VENV) (pyproject.toml changed or no venv yet)"; \
+		[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV) || exit 1; \
+		$(BIN)/python -m pip install --quiet --upgrade pip || exit 1; \
+		$(BIN)/python -m pip install --quiet -e '.[dev]' || exit 1; \
+		echo "$$want" > $(STAMP); \
+	fi
+
+check-python:
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { \
+		echo "tierlog needs Python >= 3.11 (found: $$($(PYTHON) --version 2>&1))." >&2; \
+		echo "Set PYTHON=/path/to/python3.11 or newer." >&2; exit 1; }
+
+# Spark (pyspark) needs a Java 17+ runtime.
+check-java:
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+		echo "Spark needs Java 17 or newer (found: $${v:-none})." >&2; \
+		echo "Install it, e.g. on Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2; \
+		exit 1; fi
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+test: lint check-java
+	$(BIN)/pytest
+
+demo: venv
+	$(BIN)/python -m tierlog.demo
+
+bench: venv
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) demo-data bench-data .pytest_cache .ruff_cache .hypothesis

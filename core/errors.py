@@ -1,0 +1,139 @@
+"""The error hierarchy of core: each error carries the Kafka error code it maps to.
+
+The protocol layer answers a failed partition with ``error.error_code``; tools print the
+message. Codes are Kafka's (``org.apache.kafka.common.protocol.Errors``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class CoreError(Exception):
+    """Base of every error raised by core. ``error_code`` is Kafka's code for it."""
+
+    error_code: ClassVar[int] = -1  # UNKNOWN_SERVER_ERROR
+    retriable: ClassVar[bool] = False
+
+
+class CorruptRecordError(CoreError):
+    """A batch fails its CRC, is torn, or its framing is not a RecordBatch (CORRUPT_MESSAGE)."""
+
+    error_code = 2
+    retriable = True  # Kafka marks CORRUPT_MESSAGE retriable: a resend may not be corrupt
+
+
+class InvalidRecordError(CoreError):
+    """A well-framed batch that breaks a rule of the format or of the broker (INVALID_RECORD)."""
+
+    error_code = 87
+
+
+class UnsupportedVersionError(CoreError):
+    """A batch magic other than 2 (UNSUPPORTED_VERSION in the produce path)."""
+
+    error_code = 35
+
+
+class RecordTooLargeError(CoreError):
+    """A batch larger than ``max.message.bytes`` (MESSAGE_TOO_LARGE)."""
+
+    error_code = 10
+
+
+class UnsupportedCompressionTypeError(CoreError):
+    """A compression codec id that Kafka does not define (UNSUPPORTED_COMPRESSION_TYPE)."""
+
+    error_code = 76
+
+
+class OffsetOutOfRangeError(CoreError):
+    """A read below the log start offset or above the log end offset (OFFSET_OUT_OF_RANGE)."""
+
+    error_code = 1
+
+
+class KafkaStorageError(CoreError):
+    """A log dir or file could not be read or written (KAFKA_STORAGE_ERROR)."""
+
+    error_code = 56
+    retriable = True
+
+
+class CorruptIndexError(CoreError):
+    """An index file is inconsistent with its segment; it is rebuilt, never served."""
+
+    error_code = 2
+
+
+class OutOfOrderSequenceError(CoreError):
+    """An idempotent batch whose sequence does not follow the last one.
+
+    Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER.
+    """
+
+    error_code = 45
+
+
+class DuplicateSequenceError(CoreError):
+    """A retried idempotent batch already in the log (DUPLICATE_SEQUENCE_NUMBER).
+
+    The append path normally answers duplicates with the original offsets instead.
+    """
+
+    error_code = 46
+
+
+class InvalidProducerEpochError(CoreError):
+    """A batch from a fenced producer epoch (INVALID_PRODUCER_EPOCH)."""
+
+    error_code = 47
+
+
+class UnknownProducerIdError(CoreError):
+    """The broker has no state for this producer id (UNKNOWN_PRODUCER_ID)."""
+
+    error_code = 59
+
+
+class InvalidConfigError(CoreError):
+    """A log or broker config value is invalid; the message names the key (INVALID_CONFIG)."""
+
+    error_code = 40
+
+
+class LogDirNotUsableError(CoreError):
+    """A log dir cannot be created, locked or written at start-up."""
+
+    error_code = 56
+
+
+class InvalidTxnStateError(CoreError):
+    """A non-transactional batch from a producer whose transaction is open (INVALID_TXN_STATE)."""
+
+    error_code = 48
+
+
+class CorruptCheckpointError(KafkaStorageError):
+    """A checkpoint file (offsets, leader epochs) cannot be parsed; the message names file and line.
+
+    Kafka fails the log dir on such a file (KAFKA_STORAGE_ERROR), so this is a storage error.
+    """
+
+
+class CorruptSnapshotError(KafkaStorageError):
+    """A producer-state ``.snapshot`` file fails its version, length or CRC check.
+
+    The loader deletes such a file and falls back to an older snapshot, as Kafka does.
+    """
+
+
+class InvalidMetaPropertiesError(LogDirNotUsableError):
+    """A log dir's ``meta.properties`` is malformed or belongs to another node or cluster."""
+
+
+class InvalidOffsetError(CoreError):
+    """An index entry that would break the index's ordering or capacity (a broker bug).
+
+    Kafka raises ``InvalidOffsetException`` for the same appends; it never reaches a client.
+    """

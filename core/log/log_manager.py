@@ -1,0 +1,369 @@
+"""LogManager: the partition logs of every log dir, loaded in parallel, kept by background tasks.
+
+Start-up locks each log dir, checks its ``meta.properties``, reads the per-dir checkpoints
+and opens every ``<topic>-<partition>`` directory; a dir without the clean-shutdown marker
+is recovered from its recovery points. Background tasks flush (``flush.ms``), write the
+checkpoints and apply retention. A clean shutdown flushes everything, writes the
+checkpoints and leaves the marker so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.errors import CoreError, KafkaStorageError, LogDirNotUsableError
+from core.fs import atomic_write, fsync_dir
+from core.log import meta_properties
+from core.log.checkpoints import OffsetCheckpointFile
+from core.log.config import LogConfig
+from core.log.files import (
+    CLEAN_SHUTDOWN_MARKER,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    parse_partition_dir,
+    partition_dir_name,
+)
+from core.log.partition_log import PartitionLog, now_ms
+from core.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+LOCK_FILE = ".lock"
+
+
+@dataclass(frozen=True, slots=True)
+class LogManagerConfig:
+    """Broker-level settings of the log layer, with Kafka's defaults."""
+
+    log_dirs: tuple[Path, ...]
+    node_id: int = 1
+    cluster_id: str = ""
+    num_recovery_threads_per_data_dir: int = 2
+    retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
+    flush_scheduler_interval_ms: int = (1 << 63) - 1  # log.flush.scheduler.interval.ms
+    flush_offset_checkpoint_interval_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
+    flush_start_offset_checkpoint_interval_ms: int = 60_000
+    high_watermark_checkpoint_interval_ms: int = 5_000  # replica.high.watermark.checkpoint...
+    producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    default_log_config: LogConfig = field(default_factory=LogConfig)
+
+
+class LogManager:
+    """Owns every PartitionLog of this broker.
+
+    Args:
+        config: the log-layer settings.
+        topic_config: the effective LogConfig of a topic (topic overrides over broker
+            defaults); defaults to the broker default for every topic.
+    """
+
+    def __init__(
+        self,
+        config: LogManagerConfig,
+        *,
+        topic_config: Callable[[str], LogConfig] | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        if not config.log_dirs:
+            raise LogDirNotUsableError("log.dirs is empty: at least one log dir is needed")
+        self.config = config
+        self.clock = clock
+        self._topic_config = topic_config or (lambda _topic: config.default_log_config)
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._lock = threading.RLock()
+        self._lock_files: list[int] = []
+        self.scheduler = Scheduler(threads=2, name="log-manager")
+        self.cluster_id = config.cluster_id or self._existing_cluster_id() or _new_cluster_id()
+        self._started = False
+        self._shut_down = False
+        self.log_dirs = [self._prepare_dir(Path(d)) for d in config.log_dirs]
+        self._load_all()
+
+    # -- start-up --------------------------------------------------------------------------
+    def _existing_cluster_id(self) -> str | None:
+        for d in self.config.log_dirs:
+            try:
+                mp = meta_properties.read(Path(d) / META_PROPERTIES)
+            except CoreError:
+                continue
+            if mp is not None and mp.cluster_id:
+                return mp.cluster_id
+        return None
+
+    def _prepare_dir(self, directory: Path) -> Path:
+        """Create, lock and identify one log dir, or fail naming it."""
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            probe = directory / f".probe-{uuid.uuid4().hex}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise LogDirNotUsableError(f"log dir {directory} is not usable: {e}") from e
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise LogDirNotUsableError(
+                f"log dir {directory} is locked by another process (another broker?)"
+            ) from e
+        self._lock_files.append(fd)
+        path = directory / META_PROPERTIES
+        existing = meta_properties.read(path)
+        if existing is None:
+            meta_properties.write(
+                path,
+                meta_properties.MetaProperties(
+                    node_id=self.config.node_id,
+                    cluster_id=self.cluster_id,
+                    directory_id=meta_properties.random_directory_id(),
+                ),
+            )
+        else:
+            meta_properties.check_matches(
+                directory, existing, node_id=self.config.node_id, cluster_id=self.cluster_id
+            )
+        return directory
+
+    def _load_all(self) -> None:
+        threads = max(1, self.config.num_recovery_threads_per_data_dir) * len(self.log_dirs)
+        jobs = []
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="log-recovery") as pool:
+            for directory in self.log_dirs:
+                marker = directory / CLEAN_SHUTDOWN_MARKER
+                clean = marker.exists()
+                recovery = OffsetCheckpointFile(directory / RECOVERY_POINT_CHECKPOINT).read()
+                starts = OffsetCheckpointFile(directory / LOG_START_OFFSET_CHECKPOINT).read()
+                hws = OffsetCheckpointFile(directory / REPLICATION_OFFSET_CHECKPOINT).read()
+                if not clean:
+                    log.warning(
+                        "%s: no clean-shutdown marker; recovering unflushed segments", directory
+                    )
+                for child in sorted(directory.iterdir()):
+                    tp = parse_partition_dir(child.name) if child.is_dir() else None
+                    if tp is None:
+                        continue
+                    if child.name.endswith("-delete"):
+                        continue
+                    jobs.append(
+                        pool.submit(
+                            self._open_log,
+                            child,
+                            tp,
+                            clean,
+                            recovery.get(tp, 0),
+                            starts.get(tp, 0),
+                            hws.get(tp),
+                        )
+                    )
+            for job in jobs:
+                plog = job.result()
+                self._logs[(plog.topic, plog.partition)] = plog
+        for directory in self.log_dirs:
+            # Removed only now: a crash during loading must recover again next time.
+            (directory / CLEAN_SHUTDOWN_MARKER).unlink(missing_ok=True)
+            for child in directory.iterdir():
+                if child.is_dir() and child.name.endswith("-delete"):
+                    self.scheduler.schedule_once("delete-dir", lambda c=child: _rmtree(c))
+        log.info("loaded %d partition logs from %d log dirs", len(self._logs), len(self.log_dirs))
+
+    def _open_log(
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        clean: bool,
+        recovery_point: int,
+        log_start_offset: int,
+        high_watermark: int | None,
+    ) -> PartitionLog:
+        return PartitionLog(
+            directory,
+            tp[0],
+            tp[1],
+            self._topic_config(tp[0]),
+            scheduler=self.scheduler,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            high_watermark=high_watermark,
+            had_clean_shutdown=clean,
+            producer_id_expiration_ms=self.config.producer_id_expiration_ms,
+            clock=self.clock,
+        )
+
+    def startup(self) -> None:
+        """Start the periodic flush, checkpoint and retention tasks."""
+        if self._started:
+            return
+        self._started = True
+        c = self.config
+        self.scheduler.schedule(
+            "log-retention",
+            self.cleanup_logs,
+            c.retention_check_interval_ms,
+            c.retention_check_interval_ms,
+        )
+        if c.flush_scheduler_interval_ms < (1 << 62):
+            self.scheduler.schedule(
+                "log-flusher",
+                self.flush_dirty_logs,
+                c.flush_scheduler_interval_ms,
+                c.flush_scheduler_interval_ms,
+            )
+        self.scheduler.schedule(
+            "recovery-point-checkpoint",
+            self.checkpoint_recovery_points,
+            c.flush_offset_checkpoint_interval_ms,
+            c.flush_offset_checkpoint_interval_ms,
+        )
+        self.scheduler.schedule(
+            "log-start-offset-checkpoint",
+            self.checkpoint_log_start_offsets,
+            c.flush_start_offset_checkpoint_interval_ms,
+            c.flush_start_offset_checkpoint_interval_ms,
+        )
+        self.scheduler.schedule(
+            "high-watermark-checkpoint",
+            self.checkpoint_high_watermarks,
+            c.high_watermark_checkpoint_interval_ms,
+            c.high_watermark_checkpoint_interval_ms,
+        )
+
+    # -- logs ------------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[PartitionLog]:
+        with self._lock:
+            return list(self._logs.values())
+
+    def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None
+    ) -> PartitionLog:
+        """The log of a partition, created in the least-loaded log dir if it does not exist."""
+        with self._lock:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                return existing
+            directory = self._next_log_dir() / partition_dir_name(topic, partition)
+            try:
+                directory.mkdir(parents=True, exist_ok=False)
+                fsync_dir(directory.parent)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create {directory}: {e}") from e
+            plog = PartitionLog(
+                directory,
+                topic,
+                partition,
+                config or self._topic_config(topic),
+                scheduler=self.scheduler,
+                had_clean_shutdown=True,
+                producer_id_expiration_ms=self.config.producer_id_expiration_ms,
+                clock=self.clock,
+            )
+            self._logs[(topic, partition)] = plog
+            return plog
+
+    def _next_log_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for plog in self._logs.values():
+            parent = plog.dir.parent
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: (counts[d], str(d)))
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        with self._lock:
+            plog = self._logs.pop((topic, partition), None)
+        if plog is None:
+            return False
+        plog.delete()
+        return True
+
+    def update_topic_config(self, topic: str, config: LogConfig) -> None:
+        for plog in self.all_logs():
+            if plog.topic == topic:
+                plog.update_config(config)
+
+    # -- background tasks ------------------------------------------------------------------
+    def cleanup_logs(self) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        deleted = 0
+        for plog in self.all_logs():
+            if not plog.config.delete:
+                continue
+            try:
+                deleted += plog.delete_old_segments()
+            except CoreError:
+                log.exception("retention failed for %s", plog)
+        return deleted
+
+    def flush_dirty_logs(self) -> None:
+        for plog in self.all_logs():
+            try:
+                plog.flush_if_due()
+            except CoreError:
+                log.exception("flush failed for %s", plog)
+
+    def _checkpoint(self, name: str, value: Callable[[PartitionLog], int]) -> None:
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for plog in self.all_logs():
+            by_dir.setdefault(plog.dir.parent, {})[(plog.topic, plog.partition)] = value(plog)
+        for directory, offsets in by_dir.items():
+            OffsetCheckpointFile(directory / name).write(offsets)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._checkpoint(RECOVERY_POINT_CHECKPOINT, lambda p: p.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda p: p.log_start_offset)
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._checkpoint(REPLICATION_OFFSET_CHECKPOINT, lambda p: p.high_watermark)
+
+    # -- shutdown --------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown markers."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self.scheduler.shutdown()
+        logs = self.all_logs()
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-close") as pool:
+            list(pool.map(lambda p: p.close(), logs))
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+        for directory in self.log_dirs:
+            atomic_write(directory / CLEAN_SHUTDOWN_MARKER, b"")
+        for fd in self._lock_files:
+            os.close(fd)
+        self._lock_files.clear()
+        log.info("log manager shut down cleanly")
+
+    def close_without_marker(self) -> None:
+        """Release files without a clean shutdown (tests simulating a crash in-process)."""
+        self.scheduler.shutdown()
+        for fd in self._lock_files:
+            os.close(fd)
+        self._lock_files.clear()
+        self._shut_down = True
+
+
+def _new_cluster_id() -> str:
+    return meta_properties.uuid_to_base64(uuid.uuid4())
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

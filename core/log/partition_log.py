@@ -1,0 +1,737 @@
+"""PartitionLog: the local log of one partition (Kafka's UnifiedLog, local part).
+
+Appends validate batch headers and CRCs, assign offsets and the leader epoch by patching
+the header in place, and write the bytes as they came: records are never decoded here.
+Reads return file slices for zero-copy sends. Loading recovers from an unclean shutdown.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import (
+    CoreError,
+    CorruptIndexError,
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+)
+from core.log.config import LogConfig
+from core.log.files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    parse_offset_file,
+    segment_file,
+)
+from core.log.leader_epoch import LeaderEpochCheckpointFile, LeaderEpochFileCache
+from core.log.producer_state import ProducerStateManager
+from core.log.segment import AppendedBatch, FetchDataInfo, LogOffsetMetadata, LogSegment
+from core.log.txn_index import AbortedTxn
+from core.records.batch import (
+    NO_PARTITION_LEADER_EPOCH,
+    RecordBatchHeader,
+    iter_batches,
+    set_log_append_time,
+)
+from core.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+# ListOffsets special timestamps (Kafka's ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did; the fields Kafka's LogAppendInfo carries back to the producer."""
+
+    first_offset: int
+    last_offset: int
+    last_leader_epoch: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    valid_bytes: int
+    batch_count: int
+    records_count: int
+    duplicate: bool = False  # an idempotent retry answered with its original offsets
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+
+
+class PartitionLog:
+    """The segments of one partition and everything kept alongside them.
+
+    Thread-safety: appends, rolls, truncations and retention take ``lock``; reads take it
+    only to pick the segment, then read the file without it.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        scheduler: Scheduler | None = None,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        high_watermark: int | None = None,
+        had_clean_shutdown: bool = False,
+        producer_id_expiration_ms: int = 86_400_000,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.scheduler = scheduler
+        self.clock = clock
+        self.lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        # The tiering seam (KIP-405): highest offset known to be in remote storage, -1 if none.
+        self.highest_offset_in_remote_storage = -1
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock()
+        self._closed = False
+        directory.mkdir(parents=True, exist_ok=True)
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
+        )
+        self.producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
+        self._load(had_clean_shutdown)
+        self.high_watermark = self._clamp(
+            high_watermark if high_watermark is not None else self.log_end_offset
+        )
+
+    # -- loading ---------------------------------------------------------------------------
+    def _load(self, had_clean_shutdown: bool) -> None:
+        self._remove_temporary_files()
+        for path in sorted(self.dir.glob(f"*{LOG_SUFFIX}")):
+            parsed = parse_offset_file(path.name)
+            if parsed is None or parsed[2]:
+                continue
+            indexes_exist = all(
+                segment_file(self.dir, parsed[0], suffix).exists()
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            )
+            segment = LogSegment(
+                self.dir, parsed[0], self.config, created_ms=self.clock(), create=False
+            )
+            try:
+                if not indexes_exist:
+                    raise CorruptIndexError(f"index files of {path} are missing")
+                segment.sanity_check()
+            except CoreError as e:
+                log.warning("%s: rebuilding indexes of segment %d: %s", self.dir, parsed[0], e)
+                segment.recover(self.config.max_message_bytes)
+            self._segments.append(segment)
+        self._segments.sort(key=lambda s: s.base_offset)
+        self._bases = [s.base_offset for s in self._segments]
+        self._delete_orphan_indexes()
+
+        if self._segments and not had_clean_shutdown:
+            self._recover_from(self.recovery_point)
+        if not self._segments:
+            start = max(self.log_start_offset, self.recovery_point)
+            self._add_segment(LogSegment(self.dir, start, self.config, created_ms=self.clock()))
+        self._log_end_offset = self.active_segment.read_next_offset()
+        if not self.config.remote_storage_enable:
+            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self.log_start_offset = min(self.log_start_offset, self._log_end_offset)
+        self.recovery_point = min(max(self.recovery_point, 0), self._log_end_offset)
+        if had_clean_shutdown:
+            self.recovery_point = self._log_end_offset
+        self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._rebuild_producer_state()
+
+    def _remove_temporary_files(self) -> None:
+        for path in self.dir.iterdir():
+            name = path.name
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+                # No compaction writes .swap files yet; without a cleaner, a .swap is junk.
+                log.info("%s: removing leftover file %s", self.dir, name)
+                path.unlink(missing_ok=True)
+
+    def _delete_orphan_indexes(self) -> None:
+        bases = set(self._bases)
+        for path in self.dir.iterdir():
+            parsed = parse_offset_file(path.name)
+            if (
+                parsed
+                and parsed[1] in (".index", ".timeindex", ".txnindex")
+                and (parsed[0] not in bases)
+            ):
+                log.warning("%s: deleting index %s without a log file", self.dir, path.name)
+                path.unlink(missing_ok=True)
+
+    def _recover_from(self, recovery_point: int) -> None:
+        """Validate every batch from the segment holding the recovery point to the end."""
+        first = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        for i in range(first, len(self._segments)):
+            segment = self._segments[i]
+            truncated = segment.recover(self.config.max_message_bytes, self._assign_epoch)
+            if truncated > 0:
+                log.warning(
+                    "%s: recovery truncated %d invalid bytes from segment %d; deleting %d "
+                    "later segments",
+                    self.dir,
+                    truncated,
+                    segment.base_offset,
+                    len(self._segments) - i - 1,
+                )
+                for later in self._segments[i + 1 :]:
+                    later.delete_if_exists()
+                del self._segments[i + 1 :]
+                self._bases = [s.base_offset for s in self._segments]
+                break
+
+    def _assign_epoch(self, header: RecordBatchHeader) -> None:
+        epoch = header.partition_leader_epoch
+        if epoch != NO_PARTITION_LEADER_EPOCH:
+            self.leader_epoch_cache.assign(epoch, header.base_offset)
+
+    def _rebuild_producer_state(self) -> None:
+        """Load the newest usable snapshot and replay the batches after it."""
+        replay_from = self.producer_state.load(self.log_start_offset, self._log_end_offset)
+        first = max(0, bisect.bisect_right(self._bases, replay_from) - 1)
+        for segment in self._segments[first:]:
+            start = segment.offset_index.lookup(replay_from).position
+            for _, header in segment.log.batch_headers(start):
+                if header.last_offset < replay_from:
+                    continue
+                completed = self.producer_state.update(header, append_time_ms=self.clock())
+                if completed is not None and completed.is_aborted:
+                    txn = AbortedTxn(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        completed.last_stable_offset,
+                    )
+                    if txn not in segment.txn_index.all_aborted_txns():
+                        segment.append_aborted_txn(txn)
+        self.producer_state.update_map_end_offset(self._log_end_offset)
+
+    # -- segment bookkeeping ---------------------------------------------------------------
+    def _add_segment(self, segment: LogSegment) -> None:
+        i = bisect.bisect_left(self._bases, segment.base_offset)
+        if i < len(self._bases) and self._bases[i] == segment.base_offset:
+            raise KafkaStorageError(
+                f"{self.dir}: segment with base offset {segment.base_offset} already exists"
+            )
+        self._segments.insert(i, segment)
+        self._bases.insert(i, segment.base_offset)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the segment list, oldest first."""
+        with self.lock:
+            return list(self._segments)
+
+    def segment_for(self, offset: int) -> LogSegment | None:
+        """The segment whose range holds ``offset`` (the floor by base offset)."""
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return self._segments[i] if i >= 0 else None
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def local_log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments())
+
+    def _clamp(self, offset: int) -> int:
+        return min(max(offset, self.log_start_offset), self._log_end_offset)
+
+    # -- append ----------------------------------------------------------------------------
+    def append_as_leader(self, records: bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
+        """Validate, assign offsets and the leader epoch, and append client batches.
+
+        ``records`` is patched in place (base offsets, leader epoch, LogAppendTime).
+        Nothing is appended unless every batch is valid.
+
+        Raises:
+            CorruptRecordError: torn framing or a CRC mismatch (CORRUPT_MESSAGE).
+            InvalidRecordError: a batch breaking a rule for client batches (INVALID_RECORD).
+            UnsupportedVersionError: a magic other than 2.
+            RecordTooLargeError: a batch above ``max.message.bytes``.
+            OutOfOrderSequenceError, InvalidProducerEpochError: idempotence violations.
+            KafkaStorageError: the disk write failed.
+        """
+        buf = records if isinstance(records, bytearray) else bytearray(records)
+        headers = list(iter_batches(buf, validate=False))
+        if not headers:
+            raise InvalidRecordError("produce request carries no record batch")
+        for header in headers:
+            header.validate_from_client()
+            if header.size_in_bytes > self.config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {header.size_in_bytes} bytes at byte {header.position} exceeds "
+                    f"max.message.bytes={self.config.max_message_bytes}"
+                )
+        with self.lock:
+            if self._closed:
+                raise KafkaStorageError(f"log {self.dir} is closed")
+            duplicate = self._check_producer_state(headers)
+            if duplicate is not None:
+                return duplicate
+            return self._append_validated(buf, headers, leader_epoch)
+
+    def _check_producer_state(self, headers: list[RecordBatchHeader]) -> LogAppendInfo | None:
+        seen: dict[int, RecordBatchHeader] = {}
+        for header in headers:
+            if not header.has_producer_id:
+                continue
+            previous = seen.get(header.producer_id)
+            if previous is None:
+                dup = self.producer_state.check_append(header)
+                if dup is not None:
+                    return LogAppendInfo(
+                        first_offset=dup.first_offset,
+                        last_offset=dup.last_offset,
+                        last_leader_epoch=self.leader_epoch_cache.latest_epoch or -1,
+                        max_timestamp=dup.timestamp,
+                        offset_of_max_timestamp=dup.last_offset,
+                        log_append_time=-1,
+                        log_start_offset=self.log_start_offset,
+                        valid_bytes=0,
+                        batch_count=0,
+                        records_count=0,
+                        duplicate=True,
+                    )
+            elif header.base_sequence != (previous.last_sequence + 1) % (1 << 31):
+                raise OutOfOrderSequenceError(
+                    f"producer {header.producer_id}: sequence {header.base_sequence} does not "
+                    f"follow {previous.last_sequence} within one request"
+                )
+            seen[header.producer_id] = header
+        return None
+
+    def _append_validated(
+        self, buf: bytearray, headers: list[RecordBatchHeader], leader_epoch: int
+    ) -> LogAppendInfo:
+        now = self.clock()
+        next_offset = self._log_end_offset
+        first_offset = next_offset
+        max_ts, offset_of_max_ts, records_count = -1, first_offset, 0
+        appended: list[AppendedBatch] = []
+        for header in headers:
+            header.set_base_offset(next_offset)
+            header.set_partition_leader_epoch(leader_epoch)
+            if self.config.log_append_time:
+                set_log_append_time(header, now)
+            if header.max_timestamp > max_ts:
+                max_ts, offset_of_max_ts = header.max_timestamp, header.last_offset
+            appended.append(
+                AppendedBatch(
+                    header.position,
+                    next_offset,
+                    header.last_offset,
+                    header.max_timestamp,
+                    header.size_in_bytes,
+                )
+            )
+            records_count += header.records_count
+            next_offset = header.next_offset
+        last_offset = next_offset - 1
+
+        segment = self._maybe_roll(len(buf), max_ts, last_offset, now)
+        segment.append(buf, appended)
+        if leader_epoch != NO_PARTITION_LEADER_EPOCH:
+            latest = self.leader_epoch_cache.latest_epoch
+            if latest is None or leader_epoch > latest:
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        for header in headers:
+            self.producer_state.update(header, append_time_ms=now)
+        self._log_end_offset = next_offset
+        self.producer_state.update_map_end_offset(next_offset)
+        self._unflushed_messages += records_count
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return LogAppendInfo(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            last_leader_epoch=leader_epoch,
+            max_timestamp=now if self.config.log_append_time else max_ts,
+            offset_of_max_timestamp=offset_of_max_ts,
+            log_append_time=now if self.config.log_append_time else -1,
+            log_start_offset=self.log_start_offset,
+            valid_bytes=len(buf),
+            batch_count=len(headers),
+            records_count=records_count,
+        )
+
+    # -- roll ------------------------------------------------------------------------------
+    def _maybe_roll(
+        self, messages_size: int, max_timestamp: int, max_offset: int, now: int
+    ) -> LogSegment:
+        segment = self.active_segment
+        if segment.should_roll(
+            messages_size=messages_size,
+            max_timestamp=max_timestamp,
+            max_offset=max_offset,
+            now_ms=now,
+            config=self.config,
+        ):
+            return self._roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active is empty)."""
+        with self.lock:
+            return self._roll()
+
+    def _roll(self) -> LogSegment:
+        new_offset = self._log_end_offset
+        previous = self.active_segment
+        if previous.base_offset == new_offset:
+            if previous.size == 0:
+                return previous
+            raise KafkaStorageError(f"{self.dir}: cannot roll to existing offset {new_offset}")
+        previous.on_becoming_inactive()
+        segment = LogSegment(self.dir, new_offset, self.config, created_ms=self.clock())
+        self._add_segment(segment)
+        # A snapshot at the new base offset lets recovery start exactly at a segment start.
+        self.producer_state.update_map_end_offset(new_offset)
+        self.producer_state.take_snapshot()
+        if self.scheduler is not None:
+            self.scheduler.schedule_once("flush-log", lambda: self.flush(new_offset))
+        else:
+            self.flush(new_offset)
+        log.info("%s: rolled new segment at offset %d", self.dir, new_offset)
+        return segment
+
+    # -- flush -----------------------------------------------------------------------------
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets below ``offset`` (default: the log end)."""
+        with self.lock:
+            if self._closed:
+                return
+            target = self._log_end_offset if offset is None else offset
+            if target <= self.recovery_point:
+                return
+            segments = [
+                s
+                for s in self._segments
+                if s.base_offset < target and s.base_offset >= self._floor(self.recovery_point)
+            ]
+        for segment in segments:
+            segment.flush()
+        with self.lock:
+            self.recovery_point = max(self.recovery_point, target)
+            self._unflushed_messages = 0
+            self._last_flush_ms = self.clock()
+
+    def _floor(self, offset: int) -> int:
+        seg = self.segment_for(offset)
+        return seg.base_offset if seg is not None else 0
+
+    def flush_if_due(self) -> None:
+        """The ``flush.ms`` policy; called periodically by the LogManager."""
+        if self.clock() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    # -- read ------------------------------------------------------------------------------
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Batches from ``start_offset`` as a file slice from one segment.
+
+        Args:
+            start_offset: first offset wanted; local_log_start_offset <= it <= log end.
+            max_bytes: size bound; see ``min_one_message``.
+            max_offset: exclusive upper bound (the high watermark for consumers).
+            min_one_message: return the first batch even if it exceeds ``max_bytes``.
+
+        Raises:
+            OffsetOutOfRangeError: ``start_offset`` below the local log start or above the
+                log end offset.
+        """
+        with self.lock:
+            end = self._log_end_offset
+            segments = list(self._segments)
+            bases = list(self._bases)
+        if start_offset > end or start_offset < bases[0]:
+            raise OffsetOutOfRangeError(
+                f"offset {start_offset} is out of range for {self.topic}-{self.partition}: "
+                f"local log spans {bases[0]}..{end}"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if start_offset >= limit:
+            return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+        i = bisect.bisect_right(bases, start_offset) - 1
+        while i < len(segments):
+            segment = segments[i]
+            max_position = None
+            if limit < end:
+                limit_seg_index = bisect.bisect_right(bases, limit) - 1
+                if limit_seg_index == i:
+                    found = segment.translate_offset(limit)
+                    max_position = found[0] if found is not None else segment.size
+            info = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            if info is not None:
+                return info
+            i += 1  # the offset lies past this segment's data: try the next one
+        return FetchDataInfo(LogOffsetMetadata(start_offset), None)
+
+    def collect_aborted_txns(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        out: list[AbortedTxn] = []
+        for segment in self.segments():
+            if segment.base_offset >= upper_bound_offset:
+                break
+            txns, _ = segment.collect_aborted_txns(start_offset, upper_bound_offset)
+            out.extend(txns)
+        return out
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """ListOffsets over the local log; special values as in Kafka's ListOffsetsRequest.
+
+        -1 latest, -2 earliest (log start), -3 max timestamp, -4 earliest local,
+        -5 latest tiered; other values find the first record with timestamp >= it.
+        """
+        epoch_for = self.leader_epoch_cache.epoch_for_offset
+        if timestamp == LATEST_TIMESTAMP:
+            end = self._log_end_offset
+            return TimestampAndOffset(-1, end, self.leader_epoch_cache.latest_epoch)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_start_offset, epoch_for(self.log_start_offset))
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            start = self.local_log_start_offset
+            return TimestampAndOffset(-1, start, epoch_for(start))
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            off = self.highest_offset_in_remote_storage
+            return TimestampAndOffset(-1, off, epoch_for(off) if off >= 0 else None)
+        if timestamp == MAX_TIMESTAMP:
+            best = None
+            for segment in self.segments():
+                ts = segment.max_timestamp_so_far
+                if ts.timestamp >= 0 and (best is None or ts.timestamp > best.timestamp):
+                    best = ts
+            if best is None:
+                return None
+            return TimestampAndOffset(best.timestamp, best.offset, epoch_for(best.offset))
+        for segment in self.segments():
+            if segment.largest_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return TimestampAndOffset(found[0], found[1], epoch_for(found[1]))
+        return None
+
+    # -- log start, truncation, retention ---------------------------------------------------
+    def update_high_watermark(self, offset: int) -> int:
+        with self.lock:
+            self.high_watermark = self._clamp(offset)
+            return self.high_watermark
+
+    def maybe_increment_log_start_offset(self, new_start: int, reason: str) -> bool:
+        """Move the log start offset forward (DeleteRecords, retention); never backward.
+
+        Raises:
+            OffsetOutOfRangeError: ``new_start`` above the high watermark.
+        """
+        with self.lock:
+            if new_start > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot move log start offset of {self.topic}-{self.partition} to "
+                    f"{new_start}: above the high watermark {self.high_watermark}"
+                )
+            if new_start <= self.log_start_offset:
+                return False
+            log.info(
+                "%s: log start offset %d -> %d (%s)",
+                self.dir,
+                self.log_start_offset,
+                new_start,
+                reason,
+            )
+            self.log_start_offset = new_start
+            self.leader_epoch_cache.truncate_from_start(new_start)
+            self.producer_state.on_log_start_offset_incremented(new_start)
+            self.recovery_point = max(self.recovery_point, min(new_start, self._log_end_offset))
+            return True
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every offset >= ``target_offset`` (a follower after a leader change).
+
+        Returns:
+            True if anything was removed.
+        """
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {target_offset}")
+        with self.lock:
+            if target_offset >= self._log_end_offset:
+                return False
+            if target_offset < self.local_log_start_offset:
+                self._truncate_fully_and_start_at(target_offset)
+                return True
+            doomed = [s for s in self._segments if s.base_offset >= target_offset]
+            for segment in doomed:
+                if segment is not self._segments[0]:
+                    self._remove_segment(segment, asynchronous=True)
+            self.active_segment.truncate_to(target_offset)
+            self._log_end_offset = self.active_segment.read_next_offset()
+            self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+            self.log_start_offset = min(self.log_start_offset, self._log_end_offset)
+            self.recovery_point = min(self.recovery_point, self._log_end_offset)
+            self.high_watermark = min(self.high_watermark, self._log_end_offset)
+            self._rebuild_producer_state()
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and restart the log empty at ``new_offset``."""
+        with self.lock:
+            self._truncate_fully_and_start_at(new_offset)
+
+    def _truncate_fully_and_start_at(self, new_offset: int) -> None:
+        for segment in list(self._segments):
+            self._remove_segment(segment, asynchronous=True)
+        self._add_segment(LogSegment(self.dir, new_offset, self.config, created_ms=self.clock()))
+        self._log_end_offset = new_offset
+        self.log_start_offset = new_offset
+        self.recovery_point = new_offset
+        self.high_watermark = new_offset
+        self.leader_epoch_cache.clear_and_flush()
+        self.producer_state.truncate_fully_and_start_at(new_offset)
+
+    def _remove_segment(self, segment: LogSegment, *, asynchronous: bool) -> None:
+        i = self._segments.index(segment)
+        del self._segments[i]
+        del self._bases[i]
+        segment.change_file_suffixes("", DELETED_SUFFIX)
+        if asynchronous and self.scheduler is not None:
+            self.scheduler.schedule_once(
+                "delete-file", segment.delete_if_exists, self.config.file_delete_delay_ms
+            )
+        else:
+            segment.delete_if_exists()
+
+    def deletable_segments(self, now: int | None = None) -> list[LogSegment]:
+        """Segments retention may delete now, oldest first; never the active segment.
+
+        With tiering on, local retention applies (``local.retention.*``) and only segments
+        wholly in remote storage qualify; otherwise ``retention.*`` and the log start offset.
+        """
+        now = self.clock() if now is None else now
+        cfg = self.config
+        tiered = cfg.remote_storage_enable
+        retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
+        retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
+        with self.lock:
+            segments = list(self._segments)
+            high_watermark = self.high_watermark
+        out: list[LogSegment] = []
+        excess = sum(s.size for s in segments) - retention_bytes if retention_bytes >= 0 else 0
+        for segment, nxt in itertools.pairwise(segments):
+            if nxt.base_offset > high_watermark:
+                break  # never delete what consumers cannot read yet
+            if tiered and nxt.base_offset - 1 > self.highest_offset_in_remote_storage:
+                break  # not yet wholly in remote storage: local data is the only copy
+            by_start = not tiered and nxt.base_offset <= self.log_start_offset
+            by_time = retention_ms >= 0 and now - segment.largest_timestamp > retention_ms
+            by_size = retention_bytes >= 0 and excess >= segment.size
+            if not (by_start or by_time or by_size):
+                break
+            excess -= segment.size
+            out.append(segment)
+        return out
+
+    def delete_old_segments(self, now: int | None = None) -> int:
+        """Apply retention; returns the number of segments deleted (renamed, then removed)."""
+        with self.lock:
+            doomed = self.deletable_segments(now)
+            for segment in doomed:
+                self._remove_segment(segment, asynchronous=True)
+            if doomed:
+                new_start = self._segments[0].base_offset
+                if not self.config.remote_storage_enable:
+                    self.log_start_offset = max(self.log_start_offset, new_start)
+                    self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+                    self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
+                self.producer_state.delete_snapshots_below(new_start)
+                log.info(
+                    "%s: retention deleted %d segments; local log starts at %d",
+                    self.dir,
+                    len(doomed),
+                    new_start,
+                )
+            return len(doomed)
+
+    def update_config(self, config: LogConfig) -> None:
+        with self.lock:
+            self.config = config
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush, snapshot producer state at the log end and close every file."""
+        with self.lock:
+            if self._closed:
+                return
+            self.flush()
+            self.producer_state.take_snapshot()
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the partition: the directory is renamed, then deleted."""
+        with self.lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+            doomed = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
+            self.dir.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"end={self._log_end_offset}, segments={len(self._segments)})"
+        )

@@ -1,0 +1,418 @@
+"""A log segment: the ``.log`` file with its offset, time and transaction indexes."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import CoreError, CorruptRecordError
+from core.log.config import LogConfig
+from core.log.file_records import FileRecords, FileSlice
+from core.log.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_file,
+)
+from core.log.offset_index import OffsetIndex
+from core.log.time_index import TimeIndex, TimestampOffset
+from core.log.txn_index import AbortedTxn, TransactionIndex
+from core.records.batch import HEADER_SIZE, NO_TIMESTAMP, RecordBatchHeader
+from core.records.record import decode_records
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetMetadata:
+    """An offset and, when known, where it is: segment base offset and byte position."""
+
+    message_offset: int
+    segment_base_offset: int = -1
+    relative_position: int = -1
+
+    @property
+    def on_segment(self) -> bool:
+        return self.segment_base_offset >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """What a read returns: where it started and the bytes to send (None when empty).
+
+    ``records`` may end with a partial batch, as in Kafka; clients drop the partial tail.
+    """
+
+    fetch_offset_metadata: LogOffsetMetadata
+    records: FileSlice | None
+    first_entry_incomplete: bool = False
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
+
+    @property
+    def size(self) -> int:
+        return 0 if self.records is None else self.records.size
+
+
+@dataclass(frozen=True, slots=True)
+class AppendedBatch:
+    """One batch of an append: where it lies in the appended bytes and what it holds."""
+
+    position: int  # within the appended bytes
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    size: int
+
+
+class LogSegment:
+    """One segment: appends batches and keeps the sparse indexes up to date.
+
+    Index entries map a batch's last offset (or max timestamp) to the batch's byte position,
+    one entry each time more than ``index.interval.bytes`` were appended since the last.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        created_ms: int,
+        file_suffix: str = "",
+        create: bool = True,
+    ) -> None:
+        self.base_offset = base_offset
+        self.directory = directory
+        self.index_interval_bytes = config.index_interval_bytes
+        self.rolling_jitter_ms = 0
+        self.created_ms = created_ms
+        self.log = FileRecords(
+            segment_file(directory, base_offset, LOG_SUFFIX, file_suffix), create=create
+        )
+        self.offset_index = OffsetIndex(
+            segment_file(directory, base_offset, INDEX_SUFFIX, file_suffix),
+            base_offset,
+            config.segment_index_bytes,
+        )
+        self.time_index = TimeIndex(
+            segment_file(directory, base_offset, TIME_INDEX_SUFFIX, file_suffix),
+            base_offset,
+            config.segment_index_bytes,
+        )
+        self.txn_index = TransactionIndex(
+            segment_file(directory, base_offset, TXN_INDEX_SUFFIX, file_suffix), base_offset
+        )
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp_so_far: TimestampOffset | None = None
+        self._rolling_based_timestamp: int | None = None
+
+    # -- state ---------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    @property
+    def max_timestamp_so_far(self) -> TimestampOffset:
+        """The largest batch max timestamp in the segment and the last offset of its batch."""
+        if self._max_timestamp_so_far is None:
+            self._max_timestamp_so_far = self.time_index.last_entry
+        return self._max_timestamp_so_far
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp, or the file's mtime when none (Kafka's rule)."""
+        ts = self.max_timestamp_so_far.timestamp
+        if ts >= 0:
+            return ts
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log.path).st_mtime * 1000)
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def should_roll(
+        self,
+        *,
+        messages_size: int,
+        max_timestamp: int,
+        max_offset: int,
+        now_ms: int,
+        config: LogConfig,
+    ) -> bool:
+        """Kafka's roll rule: size, age, a full index, or an offset the indexes cannot hold."""
+        reached_roll_ms = (
+            self.time_waited_for_roll(now_ms, max_timestamp)
+            > config.segment_ms - self.rolling_jitter_ms
+        )
+        return (
+            self.size > config.segment_bytes - messages_size
+            or (self.size > 0 and reached_roll_ms)
+            or self.offset_index.is_full()
+            or self.time_index.is_full()
+            or not self.can_convert_to_relative_offset(max_offset)
+        )
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        if self._rolling_based_timestamp is None and self.size > 0:
+            first = next(self.log.batch_headers(0), None)
+            if first is not None:
+                self._rolling_based_timestamp = first[1].max_timestamp
+        ts = self._rolling_based_timestamp
+        if ts is not None and ts >= 0:
+            return message_timestamp - ts
+        return now_ms - self.created_ms
+
+    # -- writes --------------------------------------------------------------------------
+    def append(
+        self, data: bytes | bytearray | memoryview, batches: Sequence[AppendedBatch]
+    ) -> None:
+        """Append whole batches and index them. ``batches`` describes ``data`` in order.
+
+        Raises:
+            KafkaStorageError: the write failed; the segment then holds only whole batches
+                written before the failure is reported.
+        """
+        if not batches:
+            return
+        if not self.can_convert_to_relative_offset(batches[-1].last_offset):
+            raise CorruptRecordError(
+                f"offset {batches[-1].last_offset} cannot be stored in segment "
+                f"{self.base_offset}: relative offset overflow"
+            )
+        start = self.log.append(data)
+        if self.log.size == len(data) and batches[0].max_timestamp != NO_TIMESTAMP:
+            self._rolling_based_timestamp = batches[0].max_timestamp
+        for batch in batches:
+            self._index_batch(
+                start + batch.position, batch.last_offset, batch.max_timestamp, batch.size
+            )
+
+    def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
+        current = self.max_timestamp_so_far
+        if max_timestamp > current.timestamp:
+            current = TimestampOffset(max_timestamp, last_offset)
+            self._max_timestamp_so_far = current
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(current.timestamp, current.offset)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        self.txn_index.append(txn)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
+
+    # -- reads ---------------------------------------------------------------------------
+    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, int] | None:
+        """``(position, batch last offset)`` of the first batch whose last offset >= offset.
+
+        Starts from the offset index entry at or below ``offset``; None when the segment
+        holds nothing at or above ``offset``.
+        """
+        entry = self.offset_index.lookup(offset)
+        start = max(entry.position, starting_position)
+        for position, header in self.log.batch_headers(start):
+            if header.last_offset >= offset:
+                return position, header.last_offset
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> FetchDataInfo | None:
+        """A slice from the batch holding ``start_offset``; None if past the segment's end.
+
+        Args:
+            start_offset: the first offset wanted (the slice starts at its batch).
+            max_size: bytes wanted; the slice may end inside a batch, as Kafka's does.
+            max_position: bytes at or past this position are not returned (high watermark).
+            min_one_message: return at least the first batch even if larger than max_size.
+        """
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for a read from segment")
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        position, _ = found
+        metadata = LogOffsetMetadata(start_offset, self.base_offset, position)
+        limit = self.size if max_position is None else min(max_position, self.size)
+        if position >= limit:
+            return FetchDataInfo(metadata, None)
+        header = RecordBatchHeader(self.log.read(position, HEADER_SIZE))
+        first_size = header.size_in_bytes
+        adjusted = max(max_size, first_size) if min_one_message else max_size
+        if adjusted == 0:
+            return FetchDataInfo(metadata, None)
+        size = min(limit - position, adjusted)
+        return FetchDataInfo(
+            metadata, FileSlice(self.log, position, size), first_entry_incomplete=size < first_size
+        )
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch in the segment (its base offset when empty)."""
+        last = self.offset_index.lookup(2**63 - 1)
+        next_offset = self.base_offset
+        for _, header in self.log.batch_headers(last.position):
+            next_offset = header.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        """``(timestamp, offset)`` of the first record at or after ``timestamp``.
+
+        Only records at or after ``starting_offset`` count; None if no record qualifies.
+        """
+        ts_entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(ts_entry.offset, starting_offset)).position
+        for pos, header in self.log.batch_headers(position):
+            if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+                continue
+            batch = RecordBatchHeader(self.log.read(pos, header.size_in_bytes))
+            for record in decode_records(batch):
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return record.timestamp, record.offset
+        return None
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int):
+        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+
+    # -- recovery and truncation ------------------------------------------------------------
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError if an index is inconsistent with the segment."""
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+        self.txn_index.sanity_check()
+
+    def recover(
+        self,
+        max_message_size: int,
+        on_batch: Callable[[RecordBatchHeader], None] | None = None,
+    ) -> int:
+        """Rebuild the indexes from the log and drop everything from the first bad batch.
+
+        Every batch is fully validated (framing, magic, CRC, offsets within the segment).
+        ``on_batch`` sees each valid batch in order (producer state, leader epochs).
+
+        Returns:
+            The number of bytes truncated from the end of the log.
+        """
+        self.offset_index.truncate()
+        self.time_index.truncate()
+        self.txn_index.reset()
+        self._max_timestamp_so_far = TimestampOffset(-1, self.base_offset)
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp = None
+        valid_bytes = 0
+        last_offset = self.base_offset - 1
+        try:
+            for position, header in self.log.scan_batches(0, max_size=max_message_size):
+                if header.base_offset <= last_offset or not self.can_convert_to_relative_offset(
+                    header.last_offset
+                ):
+                    raise CorruptRecordError(
+                        f"{self.log.path}: batch at byte {position} has offsets "
+                        f"{header.base_offset}..{header.last_offset} out of order or outside "
+                        f"the segment"
+                    )
+                last_offset = header.last_offset
+                self._index_batch(
+                    position, header.last_offset, header.max_timestamp, header.size_in_bytes
+                )
+                if on_batch is not None:
+                    on_batch(header)
+                valid_bytes = position + header.size_in_bytes
+        except CoreError as e:
+            log.warning(
+                "found invalid data in %s, truncating to %d bytes: %s",
+                self.log.path,
+                valid_bytes,
+                e,
+            )
+        truncated = self.log.truncate_to(valid_bytes)
+        ts = self.max_timestamp_so_far
+        if ts.timestamp >= 0:
+            self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batches holding offsets >= ``offset``; returns the bytes removed.
+
+        As in Kafka, a batch straddling ``offset`` goes whole: truncation points are batch
+        boundaries in practice (leader-epoch end offsets, recovery points).
+        """
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, _ = found
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        removed = self.log.truncate_to(position)
+        self._bytes_since_last_index_entry = 0
+        # Recompute the max timestamp from what remains (the indexes no longer know it).
+        self._max_timestamp_so_far = TimestampOffset(-1, self.base_offset)
+        for _, h in self.log.batch_headers(0):
+            if h.max_timestamp > self._max_timestamp_so_far.timestamp:
+                self._max_timestamp_so_far = TimestampOffset(h.max_timestamp, h.last_offset)
+        if self.size == 0:
+            self._rolling_based_timestamp = None
+        return removed
+
+    def on_becoming_inactive(self) -> None:
+        """Called at roll: write the final time-index entry and trim the indexes."""
+        ts = self.max_timestamp_so_far
+        if ts.timestamp >= 0:
+            self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        ts = self.max_timestamp_so_far
+        if ts.timestamp >= 0:
+            self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+        self.log.close()
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename all files of the segment, e.g. to ``.deleted`` before async removal."""
+
+        def renamed(path: Path) -> Path:
+            name = path.name
+            if old_suffix and name.endswith(old_suffix):
+                name = name[: -len(old_suffix)]
+            return path.with_name(name + new_suffix)
+
+        self.log.rename_to(renamed(self.log.path))
+        self.offset_index.rename_to(renamed(self.offset_index.path))
+        self.time_index.rename_to(renamed(self.time_index.path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
+
+    def delete_if_exists(self) -> None:
+        self.log.delete_if_exists()
+        self.offset_index.delete_if_exists()
+        self.time_index.delete_if_exists()
+        self.txn_index.delete_if_exists()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
