@@ -9,7 +9,7 @@ as Python values from code. ``ConfigDef.parse`` converts and validates them and 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +129,9 @@ class ConfigDef:
 
     def __getitem__(self, name: str) -> ConfigKey:
         return self._keys[name]
+
+    def __iter__(self) -> Iterator[ConfigKey]:
+        return iter(self._keys.values())
 
     def keys(self) -> list[ConfigKey]:
         return list(self._keys.values())
