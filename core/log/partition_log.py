@@ -234,7 +234,8 @@ class PartitionLog:
             for _, header in segment.log.batch_headers(start):
                 if header.last_offset < replay_from:
                     continue
-                completed = self.producer_state.update(header, append_time_ms=self.clock())
+                # The batch's own time, not now: replay must rebuild the state as it was.
+                completed = self.producer_state.update(header, append_time_ms=header.max_timestamp)
                 if completed is not None and completed.is_aborted:
                     txn = AbortedTxn(
                         completed.producer_id,
@@ -569,6 +570,7 @@ class PartitionLog:
     def update_high_watermark(self, offset: int) -> int:
         with self.lock:
             self.high_watermark = self._clamp(offset)
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
             return self.high_watermark
 
     def maybe_increment_log_start_offset(self, new_start: int, reason: str) -> bool:

@@ -1,0 +1,171 @@
+"""The ``.index`` file: a sparse map from offsets to byte positions in the segment's ``.log``.
+
+Layout (Kafka's ``OffsetIndex``), a sequence of 8-byte big-endian entries and nothing else::
+
+    offset  size  field
+         0     4  relativeOffset  int32  offset - base offset of the segment
+         4     4  position        int32  byte position of the batch in the .log file
+
+Relative offsets strictly increase. An entry (offset, position) says that the batch at
+``position`` holds ``offset``, so a read of any offset >= it may start scanning the log there.
+The file is preallocated while the segment is active and trimmed on roll and close; see
+``abstract_index`` for the lifecycle, crash tolerance and locking.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import CorruptIndexError, InvalidOffsetError
+from core.log.abstract_index import AbstractIndex, first_break, int32_columns
+
+_ENTRY = struct.Struct(">ii")  # relativeOffset, position
+_RELATIVE = struct.Struct(">i")  # the first field alone, for binary search
+
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetPosition:
+    """An offset and the byte position in the ``.log`` of the batch that holds it."""
+
+    offset: int
+    position: int
+
+
+class OffsetIndex(AbstractIndex):
+    """Kafka's offset index. See ``AbstractIndex`` for the constructor and lifecycle."""
+
+    ENTRY_SIZE = _ENTRY.size
+    assert ENTRY_SIZE == 8
+
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int = 10 * 1024 * 1024,
+        writable: bool = True,
+    ) -> None:
+        self._last_offset = base_offset
+        super().__init__(path, base_offset, max_index_size, writable)
+
+    # -- subclass hooks -----------------------------------------------------------------
+
+    def _valid_prefix(self, data: memoryview, slots: int) -> int:
+        relative, _ = int32_columns(data, 2, "i")
+        if relative[0] < 0:
+            return 0
+        broken = first_break(operator.lt, relative)
+        return slots if broken is None else broken + 1
+
+    def _entries_changed(self) -> None:
+        self._last_offset = (
+            self._read(self._entries - 1).offset if self._entries else self.base_offset
+        )
+
+    def _check_entries(self) -> None:
+        if self._entries and self._last_offset < self.base_offset:
+            raise CorruptIndexError(
+                f"index file {self._path} is corrupt: its last offset {self._last_offset} is "
+                f"below the base offset {self.base_offset}"
+            )
+
+    def _read(self, slot: int) -> OffsetPosition:
+        assert self._mmap is not None
+        relative, position = _ENTRY.unpack_from(self._mmap, slot * self.ENTRY_SIZE)
+        return OffsetPosition(self.base_offset + relative, position)
+
+    def _relative_at(self, slot: int) -> int:
+        assert self._mmap is not None
+        return _RELATIVE.unpack_from(self._mmap, slot * self.ENTRY_SIZE)[0]
+
+    # -- API ----------------------------------------------------------------------------
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the last entry, or ``base_offset`` when the index is empty."""
+        return self._last_offset
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry after the last one.
+
+        Args:
+            offset: absolute offset; must exceed the last entry's and fit ``base_offset +
+                [0, 2**31 - 1]``.
+            position: byte position in the ``.log``, ``[0, 2**31 - 1]``.
+
+        Raises:
+            InvalidOffsetError: the index is full, ``offset`` is not above the last entry's,
+                or its relative offset does not fit an int32.
+            ValueError: ``position`` is out of range, or the index is closed or read-only.
+        """
+        with self._lock:
+            mm = self._require_writable()
+            if self.is_full():
+                raise InvalidOffsetError(
+                    f"attempt to append to the full index {self._path} ({self._entries} entries)"
+                )
+            if self._entries and offset <= self._last_offset:
+                raise InvalidOffsetError(
+                    f"attempt to append offset {offset} to index {self._path} at slot "
+                    f"{self._entries}, not above its last offset {self._last_offset}"
+                )
+            if not self.can_append_offset(offset):
+                raise InvalidOffsetError(
+                    f"offset {offset} does not fit a relative offset of index {self._path} "
+                    f"(base offset {self.base_offset})"
+                )
+            if not 0 <= position <= _INT32_MAX:
+                raise ValueError(f"position {position} out of range for index {self._path}")
+            assert mm is not None
+            _ENTRY.pack_into(
+                mm, self._entries * self.ENTRY_SIZE, offset - self.base_offset, position
+            )
+            self._entries += 1
+            self._last_offset = offset
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        """The entry with the largest offset <= ``target_offset``; O(log n).
+
+        Returns:
+            That entry, or ``OffsetPosition(base_offset, 0)`` when every entry is above the
+            target (the segment's first batch starts at position 0).
+
+        Raises:
+            ValueError: the index is closed.
+        """
+        with self._lock:
+            self._require_open()
+            slot = self._largest_at_or_below(target_offset - self.base_offset, self._relative_at)
+            if slot < 0:
+                return OffsetPosition(self.base_offset, 0)
+            return self._read(slot)
+
+    def entry(self, n: int) -> OffsetPosition:
+        """The ``n``-th entry (0-based).
+
+        Raises:
+            IndexError: ``n`` is not in ``[0, entries)``.
+            ValueError: the index is closed.
+        """
+        with self._lock:
+            self._require_open()
+            if not 0 <= n < self._entries:
+                raise IndexError(
+                    f"entry {n} requested from index {self._path}, which has {self._entries}"
+                )
+            return self._read(n)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``; a larger offset changes nothing.
+
+        Raises:
+            ValueError: the index is closed or read-only.
+        """
+        with self._lock:
+            self._require_writable()
+            keep = self._count_below(offset - self.base_offset, self._relative_at)
+            self._truncate_to_entries(keep)

@@ -1,0 +1,219 @@
+"""The ``.timeindex`` file: a sparse map from timestamps to offsets of the segment.
+
+Layout (Kafka's ``TimeIndex``), a sequence of 12-byte big-endian entries and nothing else::
+
+    offset  size  field
+         0     8  timestamp       int64  largest timestamp seen up to the batch below
+         8     4  relativeOffset  int32  offset - base offset of the segment
+
+Timestamps strictly increase and offsets never decrease. An entry (timestamp, offset) says
+that every record with a larger timestamp comes after ``offset``. One slot is kept free while
+the segment is active for the entry written at roll. See ``abstract_index`` for the
+lifecycle, crash tolerance and locking.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import CorruptIndexError, InvalidOffsetError
+from core.log.abstract_index import AbstractIndex, first_break, int32_columns
+
+_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
+_TIMESTAMP = struct.Struct(">q")  # the first field alone, for binary search by time
+_RELATIVE = struct.Struct(">8xi")  # the second field alone, for truncation by offset
+
+NO_TIMESTAMP = -1  # Kafka's RecordBatch.NO_TIMESTAMP
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    """A timestamp and the offset after which every larger timestamp lies."""
+
+    timestamp: int
+    offset: int
+
+
+class TimeIndex(AbstractIndex):
+    """Kafka's time index. See ``AbstractIndex`` for the constructor and lifecycle."""
+
+    ENTRY_SIZE = _ENTRY.size
+    assert ENTRY_SIZE == 12
+
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int = 10 * 1024 * 1024,
+        writable: bool = True,
+    ) -> None:
+        self._last_entry = TimestampOffset(NO_TIMESTAMP, base_offset)
+        super().__init__(path, base_offset, max_index_size, writable)
+
+    # -- subclass hooks -----------------------------------------------------------------
+
+    def _valid_prefix(self, data: memoryview, slots: int) -> int:
+        high, _, relative = int32_columns(data, 3, "i")
+        _, low, _ = int32_columns(data, 3, "I")
+        # Rebuild the int64 timestamps from their signed high and unsigned low words.
+        timestamps = list(map(operator.or_, map(operator.lshift, high, itertools.repeat(32)), low))
+        # maybe_append never stores a timestamp below 0 (it must beat NO_TIMESTAMP).
+        if timestamps[0] < 0 or relative[0] < 0:
+            return 0
+        # A torn 12-byte entry straddling two pages shows up as a break in either order.
+        breaks = [
+            b + 1
+            for b in (first_break(operator.lt, timestamps), first_break(operator.le, relative))
+            if b is not None
+        ]
+        return min(breaks, default=slots)
+
+    def _entries_changed(self) -> None:
+        self._last_entry = (
+            self._read(self._entries - 1)
+            if self._entries
+            else TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        )
+
+    def _check_entries(self) -> None:
+        if not self._entries:
+            return
+        first = self._read(0)
+        if self._last_entry.timestamp < first.timestamp:
+            raise CorruptIndexError(
+                f"time index file {self._path} is corrupt: its last timestamp "
+                f"{self._last_entry.timestamp} is below its first {first.timestamp}"
+            )
+        if self._last_entry.offset < self.base_offset:
+            raise CorruptIndexError(
+                f"time index file {self._path} is corrupt: its last offset "
+                f"{self._last_entry.offset} is below the base offset {self.base_offset}"
+            )
+
+    def _read(self, slot: int) -> TimestampOffset:
+        assert self._mmap is not None
+        timestamp, relative = _ENTRY.unpack_from(self._mmap, slot * self.ENTRY_SIZE)
+        return TimestampOffset(timestamp, self.base_offset + relative)
+
+    def _timestamp_at(self, slot: int) -> int:
+        assert self._mmap is not None
+        return _TIMESTAMP.unpack_from(self._mmap, slot * self.ENTRY_SIZE)[0]
+
+    def _relative_at(self, slot: int) -> int:
+        assert self._mmap is not None
+        return _RELATIVE.unpack_from(self._mmap, slot * self.ENTRY_SIZE)[0]
+
+    # -- API ----------------------------------------------------------------------------
+
+    def is_full(self) -> bool:
+        """True when only the slot reserved for the entry written at roll is left (Kafka)."""
+        return self._entries >= self._max_entries - 1
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        """The last entry, or ``TimestampOffset(-1, base_offset)`` when the index is empty."""
+        return self._last_entry
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Add an entry if ``timestamp`` is above the last entry's; otherwise do nothing.
+
+        An equal timestamp is ignored rather than refused: the segment re-offers its last
+        entry when it rolls or closes. While empty, the "last" timestamp is -1, so an entry
+        needs a timestamp >= 0.
+
+        Args:
+            timestamp: the largest timestamp so far in the segment.
+            offset: the offset of the record that carries it.
+            skip_full_check: use the slot kept free for the entry written at roll or close.
+
+        Raises:
+            InvalidOffsetError: the index is full (the reserved slot too, with
+                ``skip_full_check``), ``offset`` is below the last entry's, ``timestamp`` is
+                below the last entry's, or the relative offset does not fit an int32.
+            ValueError: the index is closed or read-only.
+        """
+        with self._lock:
+            mm = self._require_writable()
+            if not skip_full_check and self.is_full():
+                raise InvalidOffsetError(
+                    f"attempt to append to the full time index {self._path} "
+                    f"({self._entries} entries)"
+                )
+            last = self._last_entry
+            if self._entries and offset < last.offset:
+                raise InvalidOffsetError(
+                    f"attempt to append offset {offset} to time index {self._path} at slot "
+                    f"{self._entries}, below its last offset {last.offset}"
+                )
+            # Kafka raises IllegalStateException here: the segment only ever offers its
+            # running maximum, so a smaller timestamp is a bug, not a skippable entry.
+            if self._entries and timestamp < last.timestamp:
+                raise InvalidOffsetError(
+                    f"attempt to append timestamp {timestamp} to time index {self._path} at "
+                    f"slot {self._entries}, below its last timestamp {last.timestamp}"
+                )
+            if timestamp <= last.timestamp:
+                return
+            if not self.can_append_offset(offset):
+                raise InvalidOffsetError(
+                    f"offset {offset} does not fit a relative offset of time index "
+                    f"{self._path} (base offset {self.base_offset})"
+                )
+            if self._entries >= self._max_entries:
+                raise InvalidOffsetError(
+                    f"no slot left in time index {self._path} ({self._entries} entries)"
+                )
+            assert mm is not None
+            _ENTRY.pack_into(
+                mm, self._entries * self.ENTRY_SIZE, timestamp, offset - self.base_offset
+            )
+            self._entries += 1
+            self._last_entry = TimestampOffset(timestamp, offset)
+
+    def lookup(self, target_timestamp: int) -> TimestampOffset:
+        """The entry with the largest timestamp <= ``target_timestamp``; O(log n).
+
+        Returns:
+            That entry, or ``TimestampOffset(-1, base_offset)`` when every entry is later.
+
+        Raises:
+            ValueError: the index is closed.
+        """
+        with self._lock:
+            self._require_open()
+            slot = self._largest_at_or_below(target_timestamp, self._timestamp_at)
+            if slot < 0:
+                return TimestampOffset(NO_TIMESTAMP, self.base_offset)
+            return self._read(slot)
+
+    def entry(self, n: int) -> TimestampOffset:
+        """The ``n``-th entry (0-based).
+
+        Raises:
+            IndexError: ``n`` is not in ``[0, entries)``.
+            ValueError: the index is closed.
+        """
+        with self._lock:
+            self._require_open()
+            if not 0 <= n < self._entries:
+                raise IndexError(
+                    f"entry {n} requested from time index {self._path}, which has {self._entries}"
+                )
+            return self._read(n)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``; a larger offset changes nothing.
+
+        Raises:
+            ValueError: the index is closed or read-only.
+        """
+        with self._lock:
+            self._require_writable()
+            # Offsets may repeat here (only timestamps strictly increase), so count the
+            # entries below the target instead of searching for an exact match.
+            keep = self._count_below(offset - self.base_offset, self._relative_at)
+            self._truncate_to_entries(keep)
