@@ -1,0 +1,125 @@
+"""LogManager: several log dirs, checkpoints, clean shutdown, locking, identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import InvalidConfigError, LogDirNotUsableError
+from core.log.checkpoints import OffsetCheckpointFile
+from core.log.config import LogConfig
+from core.log.log_manager import LogManager, LogManagerConfig
+
+
+def manager(dirs, **kw) -> LogManager:
+    return LogManager(LogManagerConfig(log_dirs=tuple(dirs), **kw))
+
+
+def test_partitions_spread_over_log_dirs_and_reload(tmp_path, batch):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    lm = manager(dirs)
+    for p in range(4):
+        plog = lm.get_or_create_log("orders", p)
+        plog.append_as_leader(batch([f"p{p}".encode()] * (p + 1)), 0)
+    assert sorted(c.name for c in dirs[0].iterdir() if c.is_dir()) == ["orders-0", "orders-2"]
+    assert sorted(c.name for c in dirs[1].iterdir() if c.is_dir()) == ["orders-1", "orders-3"]
+    lm.shutdown()
+    for d in dirs:
+        assert (d / ".kafka_cleanshutdown").exists()
+        assert (d / "meta.properties").exists()
+        assert OffsetCheckpointFile(d / "recovery-point-offset-checkpoint").read()
+    again = manager(dirs)
+    assert {(p.topic, p.partition): p.log_end_offset for p in again.all_logs()} == {
+        ("orders", 0): 1, ("orders", 1): 2, ("orders", 2): 3, ("orders", 3): 4,
+    }
+    # The marker is consumed at start-up: a crash from now on means recovery.
+    assert not (dirs[0] / ".kafka_cleanshutdown").exists()
+    again.shutdown()
+
+
+def test_checkpoints_hold_recovery_points_log_start_and_high_watermarks(tmp_path, batch):
+    lm = manager([tmp_path / "d"])
+    plog = lm.get_or_create_log("t", 0)
+    plog.append_as_leader(batch([b"a", b"b"]), 0)
+    plog.flush()
+    plog.update_high_watermark(2)
+    lm.checkpoint_recovery_points()
+    lm.checkpoint_log_start_offsets()
+    lm.checkpoint_high_watermarks()
+    d = tmp_path / "d"
+    assert OffsetCheckpointFile(d / "recovery-point-offset-checkpoint").read() == {("t", 0): 2}
+    assert OffsetCheckpointFile(d / "log-start-offset-checkpoint").read() == {("t", 0): 0}
+    assert OffsetCheckpointFile(d / "replication-offset-checkpoint").read() == {("t", 0): 2}
+    text = (d / "recovery-point-offset-checkpoint").read_text()
+    assert text == "0\n1\nt 0 2\n"
+    lm.shutdown()
+
+
+def test_a_second_manager_on_the_same_dir_is_refused(tmp_path):
+    lm = manager([tmp_path / "d"])
+    with pytest.raises(LogDirNotUsableError, match="locked"):
+        manager([tmp_path / "d"])
+    lm.shutdown()
+
+
+def test_unusable_log_dir_is_named(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a dir")
+    with pytest.raises(LogDirNotUsableError, match=str(blocker)):
+        manager([blocker / "logs"])
+
+
+def test_node_id_mismatch_is_refused(tmp_path):
+    manager([tmp_path / "d"], node_id=1).shutdown()
+    with pytest.raises(LogDirNotUsableError, match="node"):
+        manager([tmp_path / "d"], node_id=2)
+
+
+def test_retention_task_applies_topic_configs(tmp_path, batch):
+    small = LogConfig(segment_bytes=300, retention_bytes=300, file_delete_delay_ms=0)
+    lm = LogManager(
+        LogManagerConfig(log_dirs=(tmp_path / "d",)),
+        topic_config=lambda topic: small if topic == "small" else LogConfig(),
+    )
+    for topic in ("small", "big"):
+        plog = lm.get_or_create_log(topic, 0)
+        for _ in range(20):
+            plog.append_as_leader(batch([b"x" * 80], timestamp=2**40), 0)
+        plog.update_high_watermark(plog.log_end_offset)
+    assert lm.cleanup_logs() > 0
+    assert lm.get_log("small", 0).log_start_offset > 0
+    assert lm.get_log("big", 0).log_start_offset == 0
+    lm.shutdown()
+
+
+def test_deleted_log_leaves_nothing(tmp_path, batch):
+    lm = manager([tmp_path / "d"])
+    lm.get_or_create_log("gone", 0).append_as_leader(batch([b"a"]), 0)
+    assert lm.delete_log("gone", 0)
+    assert lm.get_log("gone", 0) is None
+    assert not [c for c in (tmp_path / "d").iterdir() if c.name.startswith("gone")]
+    lm.shutdown()
+
+
+def test_topic_config_errors_name_the_key():
+    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+        LogConfig.from_props({"segment.bytes": "lots"})
+    with pytest.raises(InvalidConfigError, match="Unknown configuration segment.byte"):
+        LogConfig.from_props({"segment.byte": "100"})
+    with pytest.raises(InvalidConfigError, match="message.timestamp.type"):
+        LogConfig.from_props({"message.timestamp.type": "WallClock"})
+    with pytest.raises(InvalidConfigError, match="local.retention.bytes"):
+        LogConfig.from_props({"retention.bytes": "100", "local.retention.bytes": "200"})
+    with pytest.raises(InvalidConfigError, match="cleanup.policy"):
+        LogConfig.from_props({"remote.storage.enable": "true", "cleanup.policy": "compact"})
+
+
+def test_topic_config_round_trips_through_properties():
+    cfg = LogConfig.from_props(
+        {"segment.bytes": "1048576", "retention.ms": "-1", "cleanup.policy": "delete",
+         "remote.storage.enable": "true", "local.retention.ms": "60000"}
+    )
+    assert cfg.segment_bytes == 1048576 and cfg.remote_storage_enable
+    assert cfg.effective_local_retention_ms == 60000
+    assert cfg.effective_local_retention_bytes == -1  # -2 means "as retention.bytes"
+    assert LogConfig.from_props(cfg.to_props()) == cfg
+    assert cfg.with_overrides({"segment.ms": "1000"}).segment_ms == 1000
