@@ -22,8 +22,8 @@ class FileRecords:
     concurrently with appends: they never look past the size published before they start.
     """
 
-    def __init__(self, path: Path, *, create: bool = True) -> None:
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+    def __init__(self, path: Path, *, create: bool = True, writable: bool = True) -> None:
+        flags = (os.O_RDWR if writable else os.O_RDONLY) | (os.O_CREAT if create else 0)
         try:
             self._fd = os.open(path, flags, 0o644)
         except OSError as e:
@@ -162,8 +162,10 @@ class FileRecords:
                 try:
                     header.validate(max_size)
                 except CoreError as e:
-                    e.position = position + offset  # type: ignore[attr-defined]
-                    raise
+                    # The header's messages count bytes from the chunk: restate the position.
+                    err = type(e)(f"{self.path}: batch at byte {position + offset}: {e}")
+                    err.position = position + offset  # type: ignore[attr-defined]
+                    raise err from e
                 yield position + offset, header
                 offset += size
             position += offset

@@ -147,16 +147,18 @@ class LogManager:
                 recovery = OffsetCheckpointFile(directory / RECOVERY_POINT_CHECKPOINT).read()
                 starts = OffsetCheckpointFile(directory / LOG_START_OFFSET_CHECKPOINT).read()
                 hws = OffsetCheckpointFile(directory / REPLICATION_OFFSET_CHECKPOINT).read()
-                if not clean:
+                children = [
+                    (child, tp)
+                    for child in sorted(directory.iterdir())
+                    if child.is_dir()
+                    and not child.name.endswith("-delete")
+                    and (tp := parse_partition_dir(child.name)) is not None
+                ]
+                if children and not clean:
                     log.warning(
                         "%s: no clean-shutdown marker; recovering unflushed segments", directory
                     )
-                for child in sorted(directory.iterdir()):
-                    tp = parse_partition_dir(child.name) if child.is_dir() else None
-                    if tp is None:
-                        continue
-                    if child.name.endswith("-delete"):
-                        continue
+                for child, tp in children:
                     jobs.append(
                         pool.submit(
                             self._open_log,

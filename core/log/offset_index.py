@@ -55,11 +55,17 @@ class OffsetIndex(AbstractIndex):
     # -- subclass hooks -----------------------------------------------------------------
 
     def _valid_prefix(self, data: memoryview, slots: int) -> int:
-        relative, _ = int32_columns(data, 2, "i")
-        if relative[0] < 0:
+        relative, positions = int32_columns(data, 2, "i")
+        if relative[0] < 0 or positions[0] < 0:
             return 0
-        broken = first_break(operator.lt, relative)
-        return slots if broken is None else broken + 1
+        # Entries name successive batches: offsets and positions both strictly increase, so
+        # a negative or backward position ends the valid part as a backward offset does.
+        valid = slots
+        for column in (relative, positions):
+            broken = first_break(operator.lt, column)
+            if broken is not None:
+                valid = min(valid, broken + 1)
+        return valid
 
     def _entries_changed(self) -> None:
         self._last_offset = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,7 +91,9 @@ class LogSegment:
         self.base_offset = base_offset
         self.directory = directory
         self.index_interval_bytes = config.index_interval_bytes
-        self.rolling_jitter_ms = 0
+        # Kafka draws each segment's jitter so that partitions do not all roll at once.
+        jitter = min(config.segment_jitter_ms, config.segment_ms)
+        self.rolling_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
         self.created_ms = created_ms
         self.log = FileRecords(
             segment_file(directory, base_offset, LOG_SUFFIX, file_suffix), create=create

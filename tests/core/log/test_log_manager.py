@@ -29,7 +29,10 @@ def test_partitions_spread_over_log_dirs_and_reload(tmp_path, batch):
         assert OffsetCheckpointFile(d / "recovery-point-offset-checkpoint").read()
     again = manager(dirs)
     assert {(p.topic, p.partition): p.log_end_offset for p in again.all_logs()} == {
-        ("orders", 0): 1, ("orders", 1): 2, ("orders", 2): 3, ("orders", 3): 4,
+        ("orders", 0): 1,
+        ("orders", 1): 2,
+        ("orders", 2): 3,
+        ("orders", 3): 4,
     }
     # The marker is consumed at start-up: a crash from now on means recovery.
     assert not (dirs[0] / ".kafka_cleanshutdown").exists()
@@ -101,22 +104,27 @@ def test_deleted_log_leaves_nothing(tmp_path, batch):
 
 
 def test_topic_config_errors_name_the_key():
-    with pytest.raises(InvalidConfigError, match="segment.bytes"):
+    with pytest.raises(InvalidConfigError, match=r"segment\.bytes"):
         LogConfig.from_props({"segment.bytes": "lots"})
-    with pytest.raises(InvalidConfigError, match="Unknown configuration segment.byte"):
+    with pytest.raises(InvalidConfigError, match=r"Unknown configuration segment\.byte"):
         LogConfig.from_props({"segment.byte": "100"})
-    with pytest.raises(InvalidConfigError, match="message.timestamp.type"):
+    with pytest.raises(InvalidConfigError, match=r"message\.timestamp\.type"):
         LogConfig.from_props({"message.timestamp.type": "WallClock"})
-    with pytest.raises(InvalidConfigError, match="local.retention.bytes"):
+    with pytest.raises(InvalidConfigError, match=r"local\.retention\.bytes"):
         LogConfig.from_props({"retention.bytes": "100", "local.retention.bytes": "200"})
-    with pytest.raises(InvalidConfigError, match="cleanup.policy"):
+    with pytest.raises(InvalidConfigError, match=r"cleanup\.policy"):
         LogConfig.from_props({"remote.storage.enable": "true", "cleanup.policy": "compact"})
 
 
 def test_topic_config_round_trips_through_properties():
     cfg = LogConfig.from_props(
-        {"segment.bytes": "1048576", "retention.ms": "-1", "cleanup.policy": "delete",
-         "remote.storage.enable": "true", "local.retention.ms": "60000"}
+        {
+            "segment.bytes": "1048576",
+            "retention.ms": "-1",
+            "cleanup.policy": "delete",
+            "remote.storage.enable": "true",
+            "local.retention.ms": "60000",
+        }
     )
     assert cfg.segment_bytes == 1048576 and cfg.remote_storage_enable
     assert cfg.effective_local_retention_ms == 60000

@@ -16,8 +16,9 @@ from core.records.batch import Compression, iter_batches
 from core.records.builder import RecordBatchBuilder
 from core.records.record import decode_records
 
-CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=100, segment_index_bytes=4096,
-                   retention_ms=-1)
+CONFIG = LogConfig(
+    segment_bytes=700, index_interval_bytes=100, segment_index_bytes=4096, retention_ms=-1
+)
 
 values = st.lists(st.binary(max_size=120) | st.none(), min_size=1, max_size=6)
 
@@ -72,15 +73,19 @@ class PartitionLogMachine(RuleBasedStateMachine):
         else:
             for segment in self.log.segments():  # files closed without flush or snapshot
                 segment.log.close()
-        self.log = PartitionLog(self.dir, "m", 0, CONFIG, had_clean_shutdown=clean,
-                                recovery_point=recovery_point if clean else 0)
+        self.log = PartitionLog(
+            self.dir,
+            "m",
+            0,
+            CONFIG,
+            had_clean_shutdown=clean,
+            recovery_point=recovery_point if clean else 0,
+        )
 
     @invariant()
     def reads_match_model(self):
         assert self.log.log_end_offset == self.next_offset
-        expected = [
-            (base + i, v) for base, _, vals in self.batches for i, v in enumerate(vals)
-        ]
+        expected = [(base + i, v) for base, _, vals in self.batches for i, v in enumerate(vals)]
         got = []
         offset = 0
         while offset < self.log.log_end_offset:
@@ -101,6 +106,8 @@ class PartitionLogMachine(RuleBasedStateMachine):
 
 TestPartitionLogModel = PartitionLogMachine.TestCase
 TestPartitionLogModel.settings = settings(
-    max_examples=40, stateful_step_count=30, deadline=None,
+    max_examples=40,
+    stateful_step_count=30,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
