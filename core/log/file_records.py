@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import CoreError, CorruptRecordError, KafkaStorageError
-from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
+from core.records.batch import (
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_POS,
+    LOG_OVERHEAD,
+    RecordBatchHeader,
+    peek_batch_size,
+)
 
 # Recovery and deep scans read the file in chunks of this size.
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+# Offset searches start at an index entry, at most index.interval.bytes before the target.
+SEARCH_CHUNK_BYTES = 8 * 1024
+
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
 
 
 class FileRecords:
@@ -51,14 +63,16 @@ class FileRecords:
         """Write ``data`` at the end; returns the position it was written at."""
         self._check_open()
         position = self._size
-        view = memoryview(data)
-        written = 0
+        total = len(data)
         try:
-            while written < len(view):
-                written += os.pwrite(self._fd, view[written:], position + written)
+            written = os.pwrite(self._fd, data, position)
+            if written < total:  # short writes are rare (signals, full disks): finish them
+                view = memoryview(data)
+                while written < total:
+                    written += os.pwrite(self._fd, view[written:], position + written)
         except OSError as e:
             raise KafkaStorageError(f"write to {self.path} failed: {e}") from e
-        self._size = position + written
+        self._size = position + total
         return position
 
     def read(self, position: int, size: int) -> bytes:
@@ -109,6 +123,27 @@ class FileRecords:
         return True
 
     # -- scanning ------------------------------------------------------------------------
+    def search_for_offset(self, target: int, start: int) -> tuple[int, int, int] | None:
+        """``(position, last offset, size)`` of the first batch from ``start`` holding an
+        offset >= ``target``; None if none does. Every fetch calls this: it reads the
+        headers a few KiB at a time instead of one ``pread`` per batch.
+        """
+        position, end = start, self._size
+        while position + HEADER_SIZE <= end:
+            chunk = self.read(position, min(SEARCH_CHUNK_BYTES, end - position))
+            offset = 0
+            while offset + HEADER_SIZE <= len(chunk):
+                base, length = _OFFSET_AND_LENGTH.unpack_from(chunk, offset)
+                size = length + LOG_OVERHEAD
+                if size < HEADER_SIZE:
+                    return None  # not a batch: recovery's business, not a reader's
+                last = base + _I32.unpack_from(chunk, offset + LAST_OFFSET_DELTA_POS)[0]
+                if last >= target:
+                    return position + offset, last, size
+                offset += size
+            position += offset
+        return None
+
     def batch_headers(
         self, start: int = 0, end: int | None = None
     ) -> Iterator[tuple[int, RecordBatchHeader]]:

@@ -14,6 +14,8 @@ The file is preallocated while the segment is active and trimmed on roll and clo
 
 from __future__ import annotations
 
+import array
+import bisect
 import operator
 import struct
 from dataclasses import dataclass
@@ -50,6 +52,10 @@ class OffsetIndex(AbstractIndex):
         writable: bool = True,
     ) -> None:
         self._last_offset = base_offset
+        # In-memory copies of the entries: every fetch looks an offset up, and bisect over
+        # an int array runs in C where a search through the mmap costs ~15 struct reads.
+        self._relatives = array.array("i")
+        self._positions = array.array("i")
         super().__init__(path, base_offset, max_index_size, writable)
 
     # -- subclass hooks -----------------------------------------------------------------
@@ -68,9 +74,15 @@ class OffsetIndex(AbstractIndex):
         return valid
 
     def _entries_changed(self) -> None:
-        self._last_offset = (
-            self._read(self._entries - 1).offset if self._entries else self.base_offset
-        )
+        n = self._entries
+        if len(self._relatives) > n:
+            del self._relatives[n:]
+            del self._positions[n:]
+        elif len(self._relatives) < n:
+            assert self._mmap is not None
+            relatives, positions = int32_columns(self._mmap[: n * self.ENTRY_SIZE], 2, "i")
+            self._relatives, self._positions = relatives, positions
+        self._last_offset = self.base_offset + self._relatives[-1] if n else self.base_offset
 
     def _check_entries(self) -> None:
         if self._entries and self._last_offset < self.base_offset:
@@ -132,6 +144,8 @@ class OffsetIndex(AbstractIndex):
             )
             self._entries += 1
             self._last_offset = offset
+            self._relatives.append(offset - self.base_offset)
+            self._positions.append(position)
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The entry with the largest offset <= ``target_offset``; O(log n).
@@ -144,11 +158,12 @@ class OffsetIndex(AbstractIndex):
             ValueError: the index is closed.
         """
         with self._lock:
-            self._require_open()
-            slot = self._largest_at_or_below(target_offset - self.base_offset, self._relative_at)
+            if self._closed:
+                raise ValueError(f"index {self._path} is closed")
+            slot = bisect.bisect_right(self._relatives, target_offset - self.base_offset) - 1
             if slot < 0:
                 return OffsetPosition(self.base_offset, 0)
-            return self._read(slot)
+            return OffsetPosition(self.base_offset + self._relatives[slot], self._positions[slot])
 
     def entry(self, n: int) -> OffsetPosition:
         """The ``n``-th entry (0-based).

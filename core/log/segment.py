@@ -8,6 +8,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from core.errors import CoreError, CorruptRecordError
 from core.log.config import LogConfig
@@ -22,7 +23,7 @@ from core.log.files import (
 from core.log.offset_index import OffsetIndex
 from core.log.time_index import TimeIndex, TimestampOffset
 from core.log.txn_index import AbortedTxn, TransactionIndex
-from core.records.batch import HEADER_SIZE, NO_TIMESTAMP, RecordBatchHeader
+from core.records.batch import NO_TIMESTAMP, RecordBatchHeader
 from core.records.record import decode_records
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,7 @@ class FetchDataInfo:
         return 0 if self.records is None else self.records.size
 
 
-@dataclass(frozen=True, slots=True)
-class AppendedBatch:
+class AppendedBatch(NamedTuple):
     """One batch of an append: where it lies in the appended bytes and what it holds."""
 
     position: int  # within the appended bytes
@@ -152,16 +152,19 @@ class LogSegment:
         config: LogConfig,
     ) -> bool:
         """Kafka's roll rule: size, age, a full index, or an offset the indexes cannot hold."""
-        reached_roll_ms = (
-            self.time_waited_for_roll(now_ms, max_timestamp)
-            > config.segment_ms - self.rolling_jitter_ms
-        )
-        return (
-            self.size > config.segment_bytes - messages_size
-            or (self.size > 0 and reached_roll_ms)
+        size = self.size
+        # Cheapest tests first: this runs on every append.
+        if (
+            size > config.segment_bytes - messages_size
+            or not self.can_convert_to_relative_offset(max_offset)
             or self.offset_index.is_full()
             or self.time_index.is_full()
-            or not self.can_convert_to_relative_offset(max_offset)
+        ):
+            return True
+        return (
+            size > 0
+            and self.time_waited_for_roll(now_ms, max_timestamp)
+            > config.segment_ms - self.rolling_jitter_ms
         )
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
@@ -194,21 +197,26 @@ class LogSegment:
         start = self.log.append(data)
         if self.log.size == len(data) and batches[0].max_timestamp != NO_TIMESTAMP:
             self._rolling_based_timestamp = batches[0].max_timestamp
-        for batch in batches:
-            self._index_batch(
-                start + batch.position, batch.last_offset, batch.max_timestamp, batch.size
-            )
+        self._index_batches(start, batches)
 
-    def _index_batch(self, position: int, last_offset: int, max_timestamp: int, size: int) -> None:
+    def _index_batches(self, start: int, batches: Sequence[AppendedBatch]) -> None:
+        """Track the max timestamp and add index entries every ``index.interval.bytes``."""
         current = self.max_timestamp_so_far
-        if max_timestamp > current.timestamp:
-            current = TimestampOffset(max_timestamp, last_offset)
-            self._max_timestamp_so_far = current
-        if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(last_offset, position)
-            self.time_index.maybe_append(current.timestamp, current.offset)
-            self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += size
+        max_ts, max_ts_offset = current.timestamp, current.offset
+        since = self._bytes_since_last_index_entry
+        interval = self.index_interval_bytes
+        for position, _, last_offset, batch_max_ts, size in batches:
+            if batch_max_ts > max_ts:
+                max_ts, max_ts_offset = batch_max_ts, last_offset
+            if since > interval:
+                self.offset_index.append(last_offset, start + position)
+                if max_ts > self.time_index.last_entry.timestamp:
+                    self.time_index.maybe_append(max_ts, max_ts_offset)
+                since = 0
+            since += size
+        self._bytes_since_last_index_entry = since
+        if max_ts != current.timestamp:
+            self._max_timestamp_so_far = TimestampOffset(max_ts, max_ts_offset)
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         self.txn_index.append(txn)
@@ -220,18 +228,16 @@ class LogSegment:
         self.txn_index.flush()
 
     # -- reads ---------------------------------------------------------------------------
-    def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, int] | None:
-        """``(position, batch last offset)`` of the first batch whose last offset >= offset.
+    def translate_offset(
+        self, offset: int, starting_position: int = 0
+    ) -> tuple[int, int, int] | None:
+        """``(position, last offset, size)`` of the first batch whose last offset >= offset.
 
         Starts from the offset index entry at or below ``offset``; None when the segment
         holds nothing at or above ``offset``.
         """
         entry = self.offset_index.lookup(offset)
-        start = max(entry.position, starting_position)
-        for position, header in self.log.batch_headers(start):
-            if header.last_offset >= offset:
-                return position, header.last_offset
-        return None
+        return self.log.search_for_offset(offset, max(entry.position, starting_position))
 
     def read(
         self,
@@ -253,13 +259,11 @@ class LogSegment:
         found = self.translate_offset(start_offset)
         if found is None:
             return None
-        position, _ = found
+        position, _, first_size = found
         metadata = LogOffsetMetadata(start_offset, self.base_offset, position)
         limit = self.size if max_position is None else min(max_position, self.size)
         if position >= limit:
             return FetchDataInfo(metadata, None)
-        header = RecordBatchHeader(self.log.read(position, HEADER_SIZE))
-        first_size = header.size_in_bytes
         adjusted = max(max_size, first_size) if min_one_message else max_size
         if adjusted == 0:
             return FetchDataInfo(metadata, None)
@@ -336,8 +340,17 @@ class LogSegment:
                         f"the segment"
                     )
                 last_offset = header.last_offset
-                self._index_batch(
-                    position, header.last_offset, header.max_timestamp, header.size_in_bytes
+                self._index_batches(
+                    0,
+                    (
+                        AppendedBatch(
+                            position,
+                            header.base_offset,
+                            header.last_offset,
+                            header.max_timestamp,
+                            header.size_in_bytes,
+                        ),
+                    ),
                 )
                 if on_batch is not None:
                     on_batch(header)
@@ -364,7 +377,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         if found is None:
             return 0
-        position, _ = found
+        position = found[0]
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)

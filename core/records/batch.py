@@ -30,7 +30,12 @@ from collections.abc import Iterator
 
 import crc32c
 
-from core.errors import CorruptRecordError, InvalidRecordError, UnsupportedVersionError
+from core.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    RecordTooLargeError,
+    UnsupportedVersionError,
+)
 
 MAGIC_V2 = 2
 
@@ -251,34 +256,9 @@ class RecordBatchHeader:
                 CRC mismatch; the message names the byte position.
             UnsupportedVersionError: a magic other than 2.
         """
-        pos = self.position
-        length = self.batch_length
-        if length < HEADER_SIZE - LOG_OVERHEAD:
-            raise CorruptRecordError(
-                f"batch at byte {pos}: length {length} is below the minimum "
-                f"{HEADER_SIZE - LOG_OVERHEAD}"
-            )
-        size = length + LOG_OVERHEAD
-        if max_size is not None and size > max_size:
-            raise CorruptRecordError(
-                f"batch at byte {pos}: size {size} exceeds the largest allowed {max_size}"
-            )
-        if pos + size > len(self._buf):
-            raise CorruptRecordError(
-                f"batch at byte {pos}: length {length} runs past the end of the data "
-                f"({len(self._buf) - pos} bytes left)"
-            )
-        magic = self.magic
-        if magic != MAGIC_V2:
-            raise UnsupportedVersionError(
-                f"batch at byte {pos}: magic {magic} is not supported, only magic 2"
-            )
-        stored, computed = self.crc, self.compute_crc()
-        if stored != computed:
-            raise CorruptRecordError(
-                f"batch at byte {pos}: CRC mismatch, stored {stored:#010x}, "
-                f"computed {computed:#010x} over bytes {pos + ATTRIBUTES_POS}..{pos + size}"
-            )
+        _check_structure(
+            self._buf, self.position, HEADER.unpack_from(self._buf, self.position), max_size
+        )
 
     def validate_from_client(self) -> None:
         """``validate`` plus the rules Kafka's LogValidator applies to batches from clients.
@@ -288,31 +268,9 @@ class RecordBatchHeader:
             InvalidRecordError: an inconsistent offset range or count, a control batch, an
                 idempotent batch without a sequence, or an undefined codec.
         """
-        self.validate()
-        pos = self.position
-        delta, count = self.last_offset_delta, self.records_count
-        if delta < 0:
-            raise InvalidRecordError(f"batch at byte {pos}: negative last offset delta {delta}")
-        if count <= 0:
-            raise InvalidRecordError(f"batch at byte {pos}: invalid record count {count}")
-        if delta + 1 != count:
-            raise InvalidRecordError(
-                f"batch at byte {pos}: offset range of {delta + 1} records "
-                f"(last offset delta {delta}) is inconsistent with record count {count}"
-            )
-        if self.is_control:
-            raise InvalidRecordError(
-                f"batch at byte {pos}: clients are not allowed to write control batches"
-            )
-        if self.has_producer_id and self.base_sequence < 0:
-            raise InvalidRecordError(
-                f"batch at byte {pos}: producer id {self.producer_id} with invalid "
-                f"base sequence {self.base_sequence}"
-            )
-        if self.compression not in Compression._value2member_map_:
-            raise InvalidRecordError(
-                f"batch at byte {pos}: unknown compression codec id {self.compression}"
-            )
+        fields = HEADER.unpack_from(self._buf, self.position)
+        _check_structure(self._buf, self.position, fields, None)
+        _check_client_rules(self.position, fields)
 
     # -- patches (outside the CRC'd range) -----------------------------------------------
     def set_base_offset(self, offset: int) -> None:
@@ -377,3 +335,119 @@ def set_log_append_time(header: RecordBatchHeader, timestamp: int) -> None:
     struct.pack_into(">h", buf, pos + ATTRIBUTES_POS, attributes)
     _I64.pack_into(buf, pos + MAX_TIMESTAMP_POS, timestamp)
     _U32.pack_into(buf, pos + CRC_POS, header.compute_crc())
+
+
+# Field indexes of ``HEADER.unpack_from``: one unpack per batch on the hot paths.
+F_BASE_OFFSET, F_LENGTH, F_EPOCH, F_MAGIC, F_CRC, F_ATTRIBUTES, F_LAST_OFFSET_DELTA = range(7)
+F_BASE_TIMESTAMP, F_MAX_TIMESTAMP, F_PRODUCER_ID, F_PRODUCER_EPOCH, F_BASE_SEQUENCE = range(7, 12)
+F_RECORDS_COUNT = 12
+
+_KNOWN_CODECS = frozenset(int(c) for c in Compression)
+_CONTROL = int(Attributes.CONTROL)
+_CODEC_MASK = int(Attributes.COMPRESSION_MASK)
+
+
+def _check_structure(
+    buf: bytes | bytearray | memoryview, pos: int, fields: tuple[int, ...], max_size: int | None
+) -> None:
+    length = fields[F_LENGTH]
+    if length < HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"batch at byte {pos}: length {length} is below the minimum "
+            f"{HEADER_SIZE - LOG_OVERHEAD}"
+        )
+    size = length + LOG_OVERHEAD
+    if max_size is not None and size > max_size:
+        raise CorruptRecordError(
+            f"batch at byte {pos}: size {size} exceeds the largest allowed {max_size}"
+        )
+    if pos + size > len(buf):
+        raise CorruptRecordError(
+            f"batch at byte {pos}: length {length} runs past the end of the data "
+            f"({len(buf) - pos} bytes left)"
+        )
+    magic = fields[F_MAGIC]
+    if magic != MAGIC_V2:
+        raise UnsupportedVersionError(
+            f"batch at byte {pos}: magic {magic} is not supported, only magic 2"
+        )
+    stored, computed = fields[F_CRC], compute_crc(buf, pos, size)
+    if stored != computed:
+        raise CorruptRecordError(
+            f"batch at byte {pos}: CRC mismatch, stored {stored:#010x}, "
+            f"computed {computed:#010x} over bytes {pos + ATTRIBUTES_POS}..{pos + size}"
+        )
+
+
+def _check_client_rules(pos: int, fields: tuple[int, ...]) -> None:
+    delta, count = fields[F_LAST_OFFSET_DELTA], fields[F_RECORDS_COUNT]
+    if delta < 0:
+        raise InvalidRecordError(f"batch at byte {pos}: negative last offset delta {delta}")
+    if count <= 0:
+        raise InvalidRecordError(f"batch at byte {pos}: invalid record count {count}")
+    if delta + 1 != count:
+        raise InvalidRecordError(
+            f"batch at byte {pos}: offset range of {delta + 1} records "
+            f"(last offset delta {delta}) is inconsistent with record count {count}"
+        )
+    attributes = fields[F_ATTRIBUTES]
+    if attributes & _CONTROL:
+        raise InvalidRecordError(
+            f"batch at byte {pos}: clients are not allowed to write control batches"
+        )
+    producer_id, base_sequence = fields[F_PRODUCER_ID], fields[F_BASE_SEQUENCE]
+    if producer_id > NO_PRODUCER_ID and base_sequence < 0:
+        raise InvalidRecordError(
+            f"batch at byte {pos}: producer id {producer_id} with invalid "
+            f"base sequence {base_sequence}"
+        )
+    if attributes & _CODEC_MASK not in _KNOWN_CODECS:
+        raise InvalidRecordError(
+            f"batch at byte {pos}: unknown compression codec id {attributes & _CODEC_MASK}"
+        )
+
+
+def scan_client_batches(
+    buf: bytes | bytearray | memoryview, max_size: int
+) -> list[tuple[int, tuple[int, ...]]]:
+    """Validate every batch of a produce request; ``(position, header fields)`` for each.
+
+    The fields are ``HEADER.unpack_from`` order (see the ``F_*`` indexes). The whole request
+    is checked before anything is returned, so a caller appends all batches or none.
+
+    Raises:
+        RecordTooLargeError: a batch larger than ``max_size`` (``max.message.bytes``).
+        CorruptRecordError, UnsupportedVersionError, InvalidRecordError: as
+            ``RecordBatchHeader.validate_from_client``.
+    """
+    out: list[tuple[int, tuple[int, ...]]] = []
+    position, end = 0, len(buf)
+    if end == 0:
+        raise InvalidRecordError("the request carries no record batch")
+    while position < end:
+        if end - position < HEADER_SIZE:
+            raise CorruptRecordError(
+                f"batch header at byte {position} is truncated: {end - position} bytes left, "
+                f"{HEADER_SIZE} needed"
+            )
+        fields = HEADER.unpack_from(buf, position)
+        size = fields[F_LENGTH] + LOG_OVERHEAD
+        # A length running past the request is torn framing (CORRUPT_MESSAGE) whatever its
+        # size; only a whole batch can be too large.
+        if size > max_size and position + size <= end:
+            raise RecordTooLargeError(
+                f"batch of {size} bytes at byte {position} exceeds max.message.bytes={max_size}"
+            )
+        _check_structure(buf, position, fields, None)
+        _check_client_rules(position, fields)
+        out.append((position, fields))
+        position += size
+    return out
+
+
+def pack_base_offset_and_epoch(
+    buf: bytearray | memoryview, position: int, base_offset: int, epoch: int
+) -> None:
+    """Patch a batch's base offset and leader epoch together (both outside the CRC)."""
+    _I64.pack_into(buf, position + BASE_OFFSET_POS, base_offset)
+    _I32.pack_into(buf, position + PARTITION_LEADER_EPOCH_POS, epoch)
