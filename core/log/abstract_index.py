@@ -30,9 +30,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from core.errors import CorruptIndexError
+
+E = TypeVar("E")  # the entry type: OffsetPosition or TimestampOffset
 
 # Kafka's "warm section": lookups first try the last 8 KiB of entries, where nearly every
 # in-sync fetch lands, so that a binary search does not fault in cold pages from the head.
@@ -62,7 +64,7 @@ def first_break(ordered: Callable[[int, int], bool], values: Sequence[int]) -> i
     return next(itertools.compress(itertools.count(), broken), None)
 
 
-class AbstractIndex(ABC):
+class AbstractIndex(ABC, Generic[E]):
     """A preallocated, mmapped file of ``ENTRY_SIZE``-byte entries ordered by offset.
 
     Args:
@@ -257,6 +259,42 @@ class AbstractIndex(ABC):
         if not self.writable:
             raise ValueError(f"index {self._path} was opened read-only")
         return mm
+
+    @abstractmethod
+    def _read(self, slot: int) -> E:
+        """The entry in ``slot``."""
+
+    @abstractmethod
+    def _relative_at(self, slot: int) -> int:
+        """The relative offset of the entry in ``slot``."""
+
+    def entry(self, n: int) -> E:
+        """The ``n``-th entry (0-based).
+
+        Raises:
+            IndexError: ``n`` is not in ``[0, entries)``.
+            ValueError: the index is closed.
+        """
+        with self._lock:
+            self._require_open()
+            if not 0 <= n < self._entries:
+                raise IndexError(
+                    f"entry {n} requested from index {self._path}, which has {self._entries}"
+                )
+            return self._read(n)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``; a larger offset changes nothing.
+
+        Raises:
+            ValueError: the index is closed or read-only.
+        """
+        with self._lock:
+            self._require_writable()
+            # Time-index offsets may repeat (only timestamps strictly increase), so count
+            # the entries below the target instead of searching for an exact match.
+            keep = self._count_below(offset - self.base_offset, self._relative_at)
+            self._truncate_to_entries(keep)
 
     # -- mutation -----------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ class OffsetPosition:
     position: int
 
 
-class OffsetIndex(AbstractIndex):
+class OffsetIndex(AbstractIndex[OffsetPosition]):
     """Kafka's offset index. See ``AbstractIndex`` for the constructor and lifecycle."""
 
     ENTRY_SIZE = _ENTRY.size
@@ -164,29 +164,3 @@ class OffsetIndex(AbstractIndex):
             if slot < 0:
                 return OffsetPosition(self.base_offset, 0)
             return OffsetPosition(self.base_offset + self._relatives[slot], self._positions[slot])
-
-    def entry(self, n: int) -> OffsetPosition:
-        """The ``n``-th entry (0-based).
-
-        Raises:
-            IndexError: ``n`` is not in ``[0, entries)``.
-            ValueError: the index is closed.
-        """
-        with self._lock:
-            self._require_open()
-            if not 0 <= n < self._entries:
-                raise IndexError(
-                    f"entry {n} requested from index {self._path}, which has {self._entries}"
-                )
-            return self._read(n)
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is >= ``offset``; a larger offset changes nothing.
-
-        Raises:
-            ValueError: the index is closed or read-only.
-        """
-        with self._lock:
-            self._require_writable()
-            keep = self._count_below(offset - self.base_offset, self._relative_at)
-            self._truncate_to_entries(keep)

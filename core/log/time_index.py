@@ -38,7 +38,7 @@ class TimestampOffset:
     offset: int
 
 
-class TimeIndex(AbstractIndex):
+class TimeIndex(AbstractIndex[TimestampOffset]):
     """Kafka's time index. See ``AbstractIndex`` for the constructor and lifecycle."""
 
     ENTRY_SIZE = _ENTRY.size
@@ -189,31 +189,3 @@ class TimeIndex(AbstractIndex):
             if slot < 0:
                 return TimestampOffset(NO_TIMESTAMP, self.base_offset)
             return self._read(slot)
-
-    def entry(self, n: int) -> TimestampOffset:
-        """The ``n``-th entry (0-based).
-
-        Raises:
-            IndexError: ``n`` is not in ``[0, entries)``.
-            ValueError: the index is closed.
-        """
-        with self._lock:
-            self._require_open()
-            if not 0 <= n < self._entries:
-                raise IndexError(
-                    f"entry {n} requested from time index {self._path}, which has {self._entries}"
-                )
-            return self._read(n)
-
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is >= ``offset``; a larger offset changes nothing.
-
-        Raises:
-            ValueError: the index is closed or read-only.
-        """
-        with self._lock:
-            self._require_writable()
-            # Offsets may repeat here (only timestamps strictly increase), so count the
-            # entries below the target instead of searching for an exact match.
-            keep = self._count_below(offset - self.base_offset, self._relative_at)
-            self._truncate_to_entries(keep)
