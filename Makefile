@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tierlog-installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: demo test lint bench venv check-java check-python clean
+.PHONY: demo test lint bench venv check-java check-python system-deps clean
 
 venv: check-python
 	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); \
@@ -35,15 +35,24 @@ check-java:
 		echo "Install it, e.g. on Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2; \
 		exit 1; fi
 
+# Tools the integration tests drive as a user would: kcat (Debian package) for the
+# command-line client. Installed when missing; needs root or sudo and Debian's apt.
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+		echo "installing kcat (Debian package) for the integration tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null || { \
+			echo "could not install kcat: run 'apt-get install -y kcat' as root" >&2; exit 1; }; }
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-test: lint check-java
+test: lint check-java system-deps
 	$(BIN)/pytest
 
-demo: venv
+demo: venv system-deps
 	$(BIN)/python -m tierlog.demo
 
 bench: venv

@@ -1,0 +1,458 @@
+"""KafkaApis: the request handlers, dispatched from a table keyed by api key.
+
+Every handler has the signature ``async handler(broker, context, request) -> response``
+(None for no response). Handlers whose order matters (produce) do their work before their
+first ``await``; see core.server.network.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from core.errors import CoreError
+from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.kio_build import make, nested
+from core.server.protocol import RequestContext
+from core.server.replica_manager import (
+    FetchParams,
+    FetchRequestPartition,
+)
+from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
+
+if TYPE_CHECKING:
+    from core.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[["Broker", RequestContext, Any], Awaitable[Any]]
+NO_THROTTLE = datetime.timedelta(0)
+UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def error_code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.unknown_server_error
+
+
+def error_of(e: BaseException) -> ErrorCode:
+    return error_code(e.error_code) if isinstance(e, CoreError) else ErrorCode.unknown_server_error
+
+
+# -- ApiVersions ------------------------------------------------------------------------------
+def api_versions_response(response_type: type, error: ErrorCode = ErrorCode.none) -> Any:
+    version_cls = nested(response_type, "ApiVersion")
+    keys = tuple(
+        make(version_cls, api_key=int(k), min_version=lo, max_version=hi)
+        for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+    )
+    return make(
+        response_type,
+        error_code=error,
+        api_keys=keys,
+        throttle_time=NO_THROTTLE,
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+
+
+async def handle_api_versions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    return api_versions_response(broker.codec.response_type(ctx.api_key, ctx.api_version))
+
+
+# -- Metadata ---------------------------------------------------------------------------------
+async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    topic_cls = nested(response_type, "MetadataResponseTopic")
+    partition_cls = nested(response_type, "MetadataResponsePartition")
+    broker_cls = nested(response_type, "MetadataResponseBroker")
+    host, port = broker.advertised_endpoint(ctx.listener)
+    requested = request.topics
+    if ctx.api_version == 0 and not requested:
+        requested = None  # v0: an empty list means every topic
+    # Before v4 the request had no flag: auto-creation followed the broker config alone.
+    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+
+    def describe(name: str | None, topic_id: Any, error: ErrorCode) -> Any:
+        return make(
+            topic_cls,
+            error_code=error,
+            name=name,
+            topic_id=topic_id,
+            is_internal=bool(name in INTERNAL_TOPICS),
+            partitions=(),
+            topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+        )
+
+    topics = []
+    infos = []
+    if requested is None:
+        infos = [t for t in broker.topics.all()]
+    else:
+        for req in requested:
+            name = req.name
+            topic_id = getattr(req, "topic_id", None)
+            if name is None and topic_id is not None and topic_id.int != 0:
+                info = broker.topics.by_id(topic_id)
+                if info is None:
+                    topics.append(describe(None, topic_id, ErrorCode.unknown_topic_id))
+                else:
+                    infos.append(info)
+                continue
+            info = broker.topics.get(name) if name is not None else None
+            if info is None:
+                try:
+                    validate_topic_name(name or "")
+                except InvalidTopicError:
+                    topics.append(describe(name, None, ErrorCode.invalid_topic_exception))
+                    continue
+                if (
+                    allow_auto
+                    and broker.config.auto_create_topics_enable
+                    and (name not in INTERNAL_TOPICS)
+                ):
+                    try:
+                        info = broker.create_topic(name, broker.config.num_partitions, {})
+                    except CoreError as e:
+                        topics.append(describe(name, None, error_of(e)))
+                        continue
+                else:
+                    topics.append(describe(name, None, ErrorCode.unknown_topic_or_partition))
+                    continue
+            infos.append(info)
+    node = broker.config.node_id
+    for info in infos:
+        partitions = []
+        for index in range(info.partitions):
+            partition = broker.replica_manager.partition(info.name, index)
+            epoch = partition.leader_epoch if partition is not None else -1
+            partitions.append(
+                make(
+                    partition_cls,
+                    error_code=ErrorCode.none if partition else ErrorCode.leader_not_available,
+                    partition_index=index,
+                    leader_id=node,
+                    leader_epoch=epoch,
+                    replica_nodes=(node,),
+                    isr_nodes=(node,),
+                    offline_replicas=(),
+                )
+            )
+        topic = make(
+            topic_cls,
+            error_code=ErrorCode.none,
+            name=info.name,
+            topic_id=info.topic_id,
+            is_internal=info.is_internal,
+            partitions=tuple(partitions),
+            topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+        )
+        topics.append(topic)
+    return make(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        brokers=(make(broker_cls, node_id=node, host=host, port=port, rack=None),),
+        cluster_id=broker.cluster_id,
+        controller_id=node,
+        topics=tuple(topics),
+        cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+        error_code=ErrorCode.none,
+    )
+
+
+# -- Produce ----------------------------------------------------------------------------------
+async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    # Everything up to the append runs before any await: appends of one connection keep
+    # their request order (idempotent producers rely on it).
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    topic_cls = nested(response_type, "TopicProduceResponse")
+    partition_cls = nested(response_type, "PartitionProduceResponse")
+    acks = request.acks
+    topics = []
+    for topic_data in request.topic_data:
+        name = topic_data.name
+        results = []
+        for pdata in topic_data.partition_data:
+            error, message, base_offset, start, append_time = ErrorCode.none, None, -1, -1, None
+            partition = broker.replica_manager.partition(name, pdata.index)
+            try:
+                if acks not in (0, 1, -1):
+                    error = ErrorCode.invalid_required_acks
+                elif partition is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                elif name in INTERNAL_TOPICS:
+                    error = ErrorCode.invalid_topic_exception
+                    message = f"cannot produce to the internal topic {name}"
+                elif not pdata.records:
+                    error = ErrorCode.invalid_record
+                    message = "the produce request carries no records"
+                else:
+                    info = broker.replica_manager.append(partition, bytearray(pdata.records))
+                    base_offset, start = info.first_offset, info.log_start_offset
+                    if info.log_append_time >= 0:
+                        append_time = datetime.datetime.fromtimestamp(
+                            info.log_append_time / 1000, tz=datetime.UTC
+                        )
+            except CoreError as e:
+                error, message = error_of(e), str(e)
+                log.debug("produce to %s-%d failed: %s", name, pdata.index, e)
+            results.append(
+                make(
+                    partition_cls,
+                    index=pdata.index,
+                    error_code=error,
+                    base_offset=base_offset,
+                    log_append_time=append_time,
+                    log_start_offset=start,
+                    record_errors=(),
+                    error_message=message,
+                )
+            )
+        topics.append(make(topic_cls, name=name, partition_responses=tuple(results)))
+    if acks == 0:
+        return None
+    return make(response_type, responses=tuple(topics), throttle_time=NO_THROTTLE)
+
+
+# -- Fetch ------------------------------------------------------------------------------------
+async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    topic_cls = nested(response_type, "FetchableTopicResponse")
+    partition_cls = nested(response_type, "PartitionData")
+    aborted_cls = nested(response_type, "AbortedTransaction")
+    by_id = ctx.api_version >= 13
+    params = FetchParams(
+        max_wait_ms=int(request.max_wait.total_seconds() * 1000),
+        min_bytes=request.min_bytes,
+        max_bytes=min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes),
+        isolation_level=getattr(request, "isolation_level", 0),
+    )
+    unknown_ids: list[tuple[Any, int]] = []
+    layout: list[tuple[Any, list[int]]] = []  # response topics in request order
+    for topic in request.topics:
+        if by_id:
+            info = broker.topics.by_id(topic.topic_id)
+            name = info.name if info is not None else None
+        else:
+            name = topic.topic
+        indexes = []
+        for p in topic.partitions:
+            if name is None:
+                unknown_ids.append((topic.topic_id, p.partition))
+                continue
+            params.partitions.append(
+                FetchRequestPartition(
+                    topic=name,
+                    partition=p.partition,
+                    fetch_offset=p.fetch_offset,
+                    max_bytes=p.partition_max_bytes,
+                    current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                )
+            )
+            indexes.append(len(params.partitions) - 1)
+        if name is not None:
+            layout.append((topic.topic_id if by_id else name, indexes))
+    results = await broker.replica_manager.fetch(params)
+
+    def partition_data(index: int, result: Any) -> Any:
+        aborted = None
+        if result.aborted is not None:
+            aborted = tuple(
+                make(aborted_cls, producer_id=pid, first_offset=first)
+                for pid, first in result.aborted
+            )
+        return make(
+            partition_cls,
+            partition_index=index,
+            error_code=error_code(result.error),
+            high_watermark=result.high_watermark,
+            last_stable_offset=result.last_stable_offset,
+            log_start_offset=result.log_start_offset,
+            aborted_transactions=aborted,
+            preferred_read_replica=-1,
+            records=result.records if result.records is not None else b"",
+        )
+
+    topics = []
+    for key, indexes in layout:
+        parts = tuple(partition_data(params.partitions[i].partition, results[i]) for i in indexes)
+        topics.append(make(topic_cls, topic=key, topic_id=key, partitions=parts))
+    for topic_id, index in unknown_ids:
+        empty = make(
+            partition_cls,
+            partition_index=index,
+            error_code=ErrorCode.unknown_topic_id,
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=b"",
+        )
+        topics.append(make(topic_cls, topic_id=topic_id, partitions=(empty,)))
+    return make(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,  # no fetch sessions: clients keep sending full fetches (KIP-227)
+        responses=tuple(topics),
+        node_endpoints=(),
+    )
+
+
+# -- ListOffsets ------------------------------------------------------------------------------
+async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    topic_cls = nested(response_type, "ListOffsetsTopicResponse")
+    partition_cls = nested(response_type, "ListOffsetsPartitionResponse")
+    isolation = getattr(request, "isolation_level", 0)
+    topics = []
+    for topic in request.topics:
+        results = []
+        for p in topic.partitions:
+            error, ts, offset, epoch = ErrorCode.none, -1, -1, -1
+            partition = broker.replica_manager.partition(topic.name, p.partition_index)
+            try:
+                if partition is None:
+                    error = ErrorCode.unknown_topic_or_partition
+                else:
+                    found = broker.replica_manager.list_offset(
+                        partition,
+                        p.timestamp,
+                        isolation,
+                        getattr(p, "current_leader_epoch", -1),
+                    )
+                    if found is not None:
+                        ts, offset = found.timestamp, found.offset
+                        epoch = found.leader_epoch if found.leader_epoch is not None else -1
+            except CoreError as e:
+                error = error_of(e)
+            results.append(
+                make(
+                    partition_cls,
+                    partition_index=p.partition_index,
+                    error_code=error,
+                    timestamp=ts,
+                    offset=offset,
+                    leader_epoch=epoch,
+                    old_style_offsets=(offset,) if offset >= 0 else (),
+                )
+            )
+        topics.append(make(topic_cls, name=topic.name, partitions=tuple(results)))
+    return make(response_type, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+# -- CreateTopics -----------------------------------------------------------------------------
+async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    result_cls = nested(response_type, "CreatableTopicResult")
+    config_cls = nested(response_type, "CreatableTopicConfigs")
+    validate_only = getattr(request, "validate_only", False)
+    results = []
+    for topic in request.topics:
+        error, message, info = ErrorCode.none, None, None
+        partitions = topic.num_partitions
+        replication = topic.replication_factor
+        try:
+            if topic.assignments:
+                if partitions != -1 or replication != -1:
+                    raise CoreError(
+                        "Both numPartitions or replicationFactor and "
+                        "replicasAssignments were set. Both cannot be used "
+                        "at the same time."
+                    )
+                partitions = len(topic.assignments)
+                replication = max(len(a.broker_ids) for a in topic.assignments)
+            if partitions == -1:
+                partitions = broker.config.num_partitions
+            if replication == -1:
+                replication = broker.config.default_replication_factor
+            configs = {c.name: c.value for c in topic.configs}
+            info = broker.create_topic(
+                topic.name,
+                partitions,
+                configs,
+                replication_factor=replication,
+                validate_only=validate_only,
+            )
+        except CoreError as e:
+            error, message = error_of(e), str(e)
+            if type(e) is CoreError:
+                error = ErrorCode.invalid_request
+        described = ()
+        if info is not None:
+            described = tuple(
+                make(
+                    config_cls,
+                    name=k,
+                    value=v,
+                    read_only=False,
+                    config_source=1 if k in info.configs else 5,
+                    is_sensitive=False,
+                )
+                for k, v in sorted(broker.topics.effective_config(info).to_props().items())
+            )
+        results.append(
+            make(
+                result_cls,
+                name=topic.name,
+                topic_id=info.topic_id if info is not None and not validate_only else None,
+                error_code=error,
+                error_message=message,
+                topic_config_error_code=ErrorCode.none,
+                num_partitions=info.partitions if info is not None else -1,
+                replication_factor=1 if info is not None else -1,
+                configs=described if info is not None else None,
+            )
+        )
+    return make(response_type, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+# -- InitProducerId ---------------------------------------------------------------------------
+MAX_PRODUCER_EPOCH = 32767
+
+
+async def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    if request.transactional_id is not None:
+        # Transactions arrive with their coordinator; until then say so plainly.
+        return make(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.transactional_id_authorization_failed,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    pid = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH:
+        # KIP-360: an idempotent producer re-initialising keeps its id with a new epoch.
+        new_pid, new_epoch = pid, epoch + 1
+    else:
+        new_pid, new_epoch = broker.topics.allocate_producer_id(), 0
+    return make(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id=new_pid,
+        producer_epoch=new_epoch,
+    )
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.API_VERSIONS: handle_api_versions,
+    ApiKey.METADATA: handle_metadata,
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.FETCH: handle_fetch,
+    ApiKey.LIST_OFFSETS: handle_list_offsets,
+    ApiKey.CREATE_TOPICS: handle_create_topics,
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+}

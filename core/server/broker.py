@@ -1,0 +1,185 @@
+"""Broker: the core broker composed from its parts, started and stopped as one.
+
+Start-up: open the log dirs (recovering if needed), load the topic registry and reconcile
+it with the partition directories, begin a new leader epoch for every partition, start the
+housekeeping tasks, then listen. Shutdown reverses it and leaves the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from core.errors import CoreError, InvalidConfigError
+from core.log.config import LogConfig
+from core.log.log_manager import LogManager
+from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.apis import HANDLERS, api_versions_response, error_code
+from core.server.config import BrokerConfig
+from core.server.network import BoundListener, ListenerSpec, SocketServer
+from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.replica_manager import ReplicaManager
+from core.server.timing_wheel import Timer
+from core.server.topics import (
+    InvalidReplicationFactorError,
+    TopicInfo,
+    TopicRegistry,
+    read_partition_metadata,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    """A single tierlog broker: what request handlers see as ``broker``."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.codec = ProtocolCodec(SUPPORTED_VERSIONS)
+        self.handlers = dict(HANDLERS)
+        self.log_manager: LogManager | None = None
+        self.topics: TopicRegistry
+        self.replica_manager: ReplicaManager
+        self.timer: Timer | None = None
+        self.server: SocketServer | None = None
+        self.bound: list[BoundListener] = []
+        self._stopped = asyncio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> list[BoundListener]:
+        """Open the logs and listen; returns the bound listeners (real ports)."""
+        loop = asyncio.get_running_loop()
+        # Loading and recovery do blocking disk work: keep them off the event loop.
+        await loop.run_in_executor(None, self._open_storage)
+        self.timer = Timer(loop)
+        self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
+        for info in self.topics.all():
+            self.replica_manager.open_topic(info)
+        assert self.log_manager is not None
+        self.log_manager.startup()
+        self.server = SocketServer(
+            self.codec,
+            self.handle,
+            self._unsupported_version,
+            max_request_bytes=self.config.socket_request_max_bytes,
+            max_connections=self.config.max_connections,
+            idle_timeout_s=self.config.connections_max_idle_ms / 1000,
+        )
+        specs = [ListenerSpec(lst.name, lst.host, lst.port) for lst in self.config.listeners]
+        self.bound = await self.server.start(specs)
+        return self.bound
+
+    def _open_storage(self) -> None:
+        first_dir = Path(self.config.log_dirs[0])
+        first_dir.mkdir(parents=True, exist_ok=True)
+        self.topics = TopicRegistry(first_dir, self.config.log_config_defaults())
+        self.log_manager = LogManager(
+            self.config.log_manager_config(), topic_config=self.topics.log_config
+        )
+        self._reconcile_topics()
+        self.topics.bump_leader_epochs()
+
+    def _reconcile_topics(self) -> None:
+        """Adopt topics whose partitions exist on disk but not in the registry."""
+        assert self.log_manager is not None
+        found: dict[str, tuple[Any, int]] = {}
+        for plog in self.log_manager.all_logs():
+            if self.topics.get(plog.topic) is not None:
+                continue
+            topic_id = read_partition_metadata(plog.dir)
+            if topic_id is None:
+                log.warning("%s has no partition.metadata; it is not served", plog.dir)
+                continue
+            _, count = found.get(plog.topic, (topic_id, 0))
+            found[plog.topic] = (topic_id, max(count, plog.partition + 1))
+        for name, (topic_id, count) in found.items():
+            self.topics.adopt(name, topic_id, count)
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+        if self.timer is not None:
+            self.timer.shutdown()
+        if self.log_manager is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+            self.log_manager = None
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # -- requests --------------------------------------------------------------------------
+    async def handle(self, context: RequestContext, request: Any) -> Any:
+        handler = self.handlers.get(context.api_key)
+        if handler is None:  # advertised but not wired: a bug, logged by the network layer
+            raise RuntimeError(f"no handler for api key {context.api_key}")
+        return await handler(self, context, request)
+
+    def _unsupported_version(self, context: RequestContext) -> Any:
+        response_type = self.codec.response_type(ApiKey.API_VERSIONS, 0)
+        return api_versions_response(response_type, error_code(35))
+
+    # -- what handlers use -----------------------------------------------------------------
+    @property
+    def cluster_id(self) -> str:
+        assert self.log_manager is not None
+        return self.log_manager.cluster_id
+
+    def advertised_endpoint(self, listener: str) -> tuple[str, int]:
+        """Host and port clients should use for ``listener`` (the bound port for port 0)."""
+        for adv in self.config.advertised_listeners:
+            if adv.name == listener:
+                if adv.port == 0:
+                    for bound in self.bound:
+                        if bound.name == listener:
+                            return adv.host, bound.port
+                return adv.host, adv.port
+        bound = next(b for b in self.bound if b.name == listener)
+        return bound.host, bound.port
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, str],
+        *,
+        replication_factor: int = 1,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """Create a topic and open its partitions.
+
+        Raises:
+            InvalidTopicError, TopicExistsError, InvalidPartitionsError,
+            InvalidReplicationFactorError, InvalidConfigError.
+        """
+        if replication_factor != 1:
+            raise InvalidReplicationFactorError(
+                f"Unable to replicate the partition {replication_factor} time(s): The target "
+                f"replication factor of {replication_factor} cannot be reached because only "
+                "1 broker(s) are registered."
+            )
+        info = self.topics.create(name, partitions, configs, validate_only=validate_only)
+        if not validate_only:
+            self.replica_manager.open_topic(info)
+            log.info("created topic %s (%d partitions, id %s)", name, partitions, info.topic_id)
+        return info
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self.topics.delete(name)
+        self.replica_manager.remove_topic(name)
+        log.info("deleted topic %s", name)
+        return info
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
+        """Replace a topic's overrides, persist them and apply them to its open logs."""
+        info = self.topics.set_configs(name, configs)
+        config = self.topics.effective_config(info)
+        assert self.log_manager is not None
+        self.log_manager.update_topic_config(name, config)
+        return config
+
+
+__all__ = ["Broker", "CoreError", "InvalidConfigError"]

@@ -1,0 +1,258 @@
+"""The socket server: listeners, connections, framing, ordered responses.
+
+Each connection has a reader loop and a writer task. The reader takes one size-prefixed
+frame at a time (``readexactly``), decodes it, and starts its handler at once, so several
+requests of one connection may be in progress together (a long-poll fetch does not hold up
+a produce behind it). Handlers must do any work whose order matters (appends) before their
+first ``await``: asyncio starts tasks in creation order. The writer sends responses strictly
+in request order, as Kafka clients require.
+
+A frame that cannot be parsed, an unknown api key, a size out of bounds or a handler crash
+closes that one connection; nothing else is affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.server.api_keys import ApiKey
+from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
+from core.server.protocol import ProtocolCodec, RequestContext
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+
+# At most this many requests of one connection are in progress; reading pauses beyond it,
+# which bounds the memory one client can make the broker hold.
+MAX_IN_FLIGHT_PER_CONNECTION = 64
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
+UnsupportedVersionResponder = Callable[[RequestContext], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundListener:
+    name: str
+    host: str
+    port: int  # the real port, also when 0 was configured
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    name: str
+    host: str
+    port: int
+
+
+class SocketServer:
+    """Serves Kafka frames on one or more listeners.
+
+    Args:
+        codec: request/response codecs.
+        handler: ``await handler(context, request)`` returns the response body, or None to
+            send nothing (produce with acks=0).
+        unsupported_version: builds the ApiVersions v0 error response sent when a client
+            asks ApiVersions at a version the broker does not serve (Kafka's rule).
+        max_request_bytes: ``socket.request.max.bytes``.
+        max_connections: ``max.connections``.
+        idle_timeout_s: ``connections.max.idle.ms`` in seconds.
+    """
+
+    def __init__(
+        self,
+        codec: ProtocolCodec,
+        handler: Handler,
+        unsupported_version: UnsupportedVersionResponder,
+        *,
+        max_request_bytes: int = 104_857_600,
+        max_connections: int = 2**31 - 1,
+        idle_timeout_s: float = 600.0,
+    ) -> None:
+        self.codec = codec
+        self.handler = handler
+        self.unsupported_version = unsupported_version
+        self.max_request_bytes = max_request_bytes
+        self.max_connections = max_connections
+        self.idle_timeout_s = idle_timeout_s
+        self._servers: list[asyncio.base_events.Server] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self.bound: list[BoundListener] = []
+
+    async def start(self, listeners: list[ListenerSpec]) -> list[BoundListener]:
+        for spec in listeners:
+            server = await asyncio.start_server(
+                lambda r, w, name=spec.name: self._accept(r, w, name),
+                spec.host,
+                spec.port,
+                reuse_address=True,
+                limit=1 << 20,
+            )
+            port = server.sockets[0].getsockname()[1]
+            self._servers.append(server)
+            self.bound.append(BoundListener(spec.name, spec.host, port))
+        return self.bound
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for server in self._servers:
+            await server.wait_closed()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+
+    async def _accept(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str
+    ) -> None:
+        if len(self._connections) >= self.max_connections:
+            log.warning(
+                "refusing a connection on %s: max.connections=%d reached",
+                listener,
+                self.max_connections,
+            )
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        try:
+            await Connection(self, reader, writer, listener, address).run()
+        finally:
+            self._connections.discard(task)
+
+
+class Connection:
+    """One client connection: a reader loop and an ordered writer."""
+
+    def __init__(
+        self,
+        server: SocketServer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        listener: str,
+        address: str,
+    ) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.listener = listener
+        self.address = address
+        self._pending: collections.deque[tuple[RequestContext, asyncio.Future[Any]]] = (
+            collections.deque()
+        )
+        self._wake_writer = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._closing = False
+
+    async def run(self) -> None:
+        writer_task = asyncio.create_task(self._write_loop())
+        try:
+            await self._read_loop()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away
+        except TimeoutError:
+            log.info("closing idle connection %s (connections.max.idle.ms)", self.address)
+        except InvalidRequestError as e:
+            log.warning("closing connection %s on %s: %s", self.address, self.listener, e)
+        finally:
+            self._closing = True
+            self._wake_writer.set()
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await writer_task
+            for _, future in self._pending:
+                future.cancel()
+            self.writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await self.writer.wait_closed()
+
+    async def _read_loop(self) -> None:
+        server = self.server
+        while True:
+            await self._room.wait()
+            async with asyncio.timeout(server.idle_timeout_s if not self._pending else None):
+                head = await self.reader.readexactly(4)
+            size = _SIZE.unpack(head)[0]
+            if size < 0 or size > server.max_request_bytes:
+                raise InvalidRequestError(
+                    f"request size {size} is outside 0..socket.request.max.bytes="
+                    f"{server.max_request_bytes}"
+                )
+            frame = await self.reader.readexactly(size)
+            try:
+                context, request = server.codec.decode_request(frame, self.listener, self.address)
+            except UnsupportedVersionRequestError as e:
+                if e.api_key != ApiKey.API_VERSIONS:
+                    raise
+                context = RequestContext(
+                    e.api_key, 0, e.correlation_id, None, self.listener, self.address
+                )
+                self._enqueue(context, _done(server.unsupported_version(context)))
+                continue
+            future = asyncio.ensure_future(server.handler(context, request))
+            self._enqueue(context, future)
+
+    def _enqueue(self, context: RequestContext, future: asyncio.Future[Any]) -> None:
+        self._pending.append((context, future))
+        if len(self._pending) >= MAX_IN_FLIGHT_PER_CONNECTION:
+            self._room.clear()
+        self._wake_writer.set()
+
+    async def _write_loop(self) -> None:
+        codec = self.server.codec
+        while True:
+            if not self._pending:
+                if self._closing:
+                    return
+                self._wake_writer.clear()
+                await self._wake_writer.wait()
+                continue
+            context, future = self._pending[0]
+            try:
+                response = await future
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "handler of %s v%d from %s failed; closing the connection",
+                    _api_name(context.api_key),
+                    context.api_version,
+                    self.address,
+                )
+                self.writer.transport.abort()
+                return
+            self._pending.popleft()
+            if len(self._pending) < MAX_IN_FLIGHT_PER_CONNECTION:
+                self._room.set()
+            if response is None:
+                continue
+            self.writer.write(codec.encode_response(context, response))
+            await self.writer.drain()
+
+
+def _done(value: Any) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)

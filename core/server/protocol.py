@@ -1,0 +1,134 @@
+"""Kafka wire framing over kio's generated message types.
+
+A request frame (after the 4-byte size) starts with the api key and version (int16 each),
+which select the request schema and, through it, the header version (v1 plain, v2
+flexible). Responses are the response header (v0, or v1 for flexible versions; ApiVersions
+always v0) followed by the body, behind a 4-byte size. Record data stays ``bytes``.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+
+from core.server.api_keys import ApiKey
+from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
+from core.server.frame_guard import check_frame
+
+_KEY_AND_VERSION = struct.Struct(">hh")
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What a handler knows about a request besides its body."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    listener: str
+    client_address: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Codec:
+    request_type: type
+    request_header_type: type
+    response_type: type
+    response_header_type: type
+    read_header: Any
+    read_request: Any
+    write_response_header: Any
+    write_response: Any
+
+
+class ProtocolCodec:
+    """Decoders and encoders for the supported (api key, version) pairs, loaded once.
+
+    Args:
+        supported: for each api key, the inclusive range of versions served.
+    """
+
+    def __init__(self, supported: dict[ApiKey, tuple[int, int]]) -> None:
+        self.supported = supported
+        self._codecs: dict[tuple[int, int], _Codec] = {}
+        for api_key, (low, high) in supported.items():
+            for version in range(low, high + 1):
+                request = load_request_schema(api_key, version)
+                response = load_response_schema(api_key, version)
+                self._codecs[(api_key, version)] = _Codec(
+                    request_type=request,
+                    request_header_type=request.__header_schema__,
+                    response_type=response,
+                    response_header_type=response.__header_schema__,
+                    read_header=entity_reader(request.__header_schema__),
+                    read_request=entity_reader(request),
+                    write_response_header=entity_writer(response.__header_schema__),
+                    write_response=entity_writer(response),
+                )
+
+    def response_type(self, api_key: int, api_version: int) -> type:
+        return self._codecs[(api_key, api_version)].response_type
+
+    def decode_request(
+        self, frame: bytes | memoryview, listener: str, client_address: str
+    ) -> tuple[RequestContext, Any]:
+        """Parse one request frame (without its size prefix).
+
+        Raises:
+            UnsupportedVersionRequestError: a known api key at an unserved version (the
+                caller answers ApiVersions this way; other apis close the connection).
+            InvalidRequestError: an unknown api key, a truncated or malformed frame, or
+                trailing bytes after the body.
+        """
+        if len(frame) < _KEY_AND_VERSION.size + 4:
+            raise InvalidRequestError(f"request frame of {len(frame)} bytes is too short")
+        api_key, api_version = _KEY_AND_VERSION.unpack_from(frame, 0)
+        codec = self._codecs.get((api_key, api_version))
+        if codec is None:
+            if api_key in api_key_map or api_key in self.supported:
+                correlation_id = _SIZE.unpack_from(frame, 4)[0]
+                raise UnsupportedVersionRequestError(api_key, api_version, correlation_id)
+            raise InvalidRequestError(f"unknown api key {api_key}")
+        check_frame(codec.request_type, codec.request_header_type, frame)
+        try:
+            header, used = codec.read_header(frame, 0)
+            request, body = codec.read_request(frame, used)
+        except Exception as e:  # kio raises assorted errors for malformed input
+            raise InvalidRequestError(
+                f"malformed {ApiKey(api_key).name} v{api_version} request: {e}"
+            ) from e
+        if used + body != len(frame):
+            raise InvalidRequestError(
+                f"{ApiKey(api_key).name} v{api_version} request has "
+                f"{len(frame) - used - body} trailing bytes"
+            )
+        context = RequestContext(
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=header.correlation_id,
+            client_id=header.client_id,
+            listener=listener,
+            client_address=client_address,
+        )
+        return context, request
+
+    def encode_response(self, context: RequestContext, response: Any) -> bytes:
+        """The response frame, size prefix included."""
+        codec = self._codecs[(context.api_key, context.api_version)]
+        out = io.BytesIO()
+        out.write(b"\0\0\0\0")
+        codec.write_response_header(
+            out, codec.response_header_type(correlation_id=context.correlation_id)
+        )
+        codec.write_response(out, response)
+        data = out.getbuffer()
+        _SIZE.pack_into(data, 0, len(data) - 4)
+        return bytes(data)

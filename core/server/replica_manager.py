@@ -1,0 +1,320 @@
+"""ReplicaManager: the partitions this broker leads, and produce/fetch over their logs.
+
+One broker, one replica per partition: the leader's log end offset is the high watermark
+once an append returns, so acks=-1 completes as soon as the write does. The machinery is
+the one replication will use: DelayedProduce waits for the high watermark, DelayedFetch
+waits for ``fetch.min.bytes`` or ``max.wait.ms``, both in purgatories keyed by partition
+and woken by ``check_and_complete`` after appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from core.errors import CoreError, OffsetOutOfRangeError
+from core.log.log_manager import LogManager
+from core.log.partition_log import LogAppendInfo, PartitionLog, TimestampAndOffset
+from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from core.server.timing_wheel import Timer
+from core.server.topics import TopicInfo, TopicRegistry, write_partition_metadata
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+class NotLeaderError(CoreError):
+    """NOT_LEADER_OR_FOLLOWER."""
+
+    error_code = 6
+
+
+class FencedLeaderEpochError(CoreError):
+    """FENCED_LEADER_EPOCH: the client's leader epoch is older than the broker's."""
+
+    error_code = 74
+
+
+class UnknownLeaderEpochError(CoreError):
+    """UNKNOWN_LEADER_EPOCH: the client's leader epoch is newer than the broker's."""
+
+    error_code = 75
+
+
+class Partition:
+    """A partition this broker leads."""
+
+    def __init__(self, topic: TopicInfo, index: int, log: PartitionLog, leader_epoch: int) -> None:
+        self.topic = topic.name
+        self.topic_id = topic.topic_id
+        self.index = index
+        self.log = log
+        self.leader_epoch = leader_epoch
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.index)
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """Kafka's check of a request's current leader epoch (-1 = not given)."""
+        if current_leader_epoch < 0:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}"
+            )
+        if current_leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpochError(
+                f"leader epoch {current_leader_epoch} is newer than {self.leader_epoch}"
+            )
+
+    def append_as_leader(self, records: bytearray) -> LogAppendInfo:
+        info = self.log.append_as_leader(records, self.leader_epoch)
+        # The only replica: everything appended is replicated, the HW is the log end.
+        self.log.update_high_watermark(self.log.log_end_offset)
+        return info
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.log.producer_state.first_unstable_offset()
+        hw = self.log.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
+
+
+@dataclass(slots=True)
+class FetchRequestPartition:
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int = -1
+    topic_id: uuid.UUID | None = None
+
+
+@dataclass(slots=True)
+class FetchPartitionResult:
+    error: int = 0
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes | None = None
+    aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
+
+
+@dataclass(slots=True)
+class FetchParams:
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    partitions: list[FetchRequestPartition] = field(default_factory=list)
+
+
+class ReplicaManager:
+    """Produce, fetch and offset queries over the partitions of this broker."""
+
+    def __init__(self, log_manager: LogManager, topics: TopicRegistry, timer: Timer) -> None:
+        self.log_manager = log_manager
+        self.topics = topics
+        self.timer = timer
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory(
+            "Fetch", timer
+        )
+
+    # -- partitions ------------------------------------------------------------------------
+    def open_topic(self, info: TopicInfo) -> list[Partition]:
+        """Open (creating where needed) the logs of every partition of a topic."""
+        created = []
+        for index in range(info.partitions):
+            tp = (info.name, index)
+            partition = self.partitions.get(tp)
+            if partition is None:
+                plog = self.log_manager.get_or_create_log(
+                    info.name, index, self.topics.log_config(info.name)
+                )
+                write_partition_metadata(plog.dir, info.topic_id)
+                epoch = info.leader_epochs[index] if index < len(info.leader_epochs) else 0
+                partition = Partition(info, index, plog, epoch)
+                self.partitions[tp] = partition
+            created.append(partition)
+        return created
+
+    def remove_topic(self, name: str) -> None:
+        for tp in [tp for tp in self.partitions if tp[0] == name]:
+            del self.partitions[tp]
+            self.fetch_purgatory.check_and_complete(tp)
+            self.log_manager.delete_log(*tp)
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    # -- produce ---------------------------------------------------------------------------
+    def append(self, partition: Partition, records: bytearray) -> LogAppendInfo:
+        """Append client batches to a leader partition and wake fetches waiting on it.
+
+        Raises:
+            CoreError subclasses carrying the Kafka error code for the partition.
+        """
+        info = partition.append_as_leader(records)
+        if not info.duplicate and self.fetch_purgatory.watched():
+            self.fetch_purgatory.check_and_complete(partition.tp)
+        return info
+
+    # -- fetch -----------------------------------------------------------------------------
+    def read(self, params: FetchParams) -> tuple[list[FetchPartitionResult], int]:
+        """One pass over the requested partitions; returns results and bytes gathered.
+
+        Kafka's rules: the first partition with data may exceed the limits (at least one
+        batch, so a batch larger than the limits is never stuck); the response stays within
+        ``max_bytes`` otherwise; each partition within its ``partition_max_bytes``.
+        """
+        results: list[FetchPartitionResult] = []
+        remaining = params.max_bytes
+        gathered = 0
+        min_one_message = True
+        for req in params.partitions:
+            result = FetchPartitionResult()
+            results.append(result)
+            partition = self.partitions.get((req.topic, req.partition))
+            if partition is None:
+                result.error = 3  # UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            plog = partition.log
+            try:
+                partition.check_leader_epoch(req.current_leader_epoch)
+                hw = plog.high_watermark
+                lso = partition.last_stable_offset
+                max_offset = lso if params.isolation_level == READ_COMMITTED else hw
+                limit = min(req.max_bytes, remaining)
+                info = plog.read(
+                    req.fetch_offset,
+                    max(limit, 0),
+                    max_offset=max_offset,
+                    min_one_message=min_one_message,
+                )
+            except OffsetOutOfRangeError:
+                result.error = OffsetOutOfRangeError.error_code
+                result.high_watermark = plog.high_watermark
+                result.log_start_offset = plog.log_start_offset
+                continue
+            except CoreError as e:
+                result.error = e.error_code
+                continue
+            result.high_watermark = hw
+            result.last_stable_offset = lso
+            result.log_start_offset = plog.log_start_offset
+            if info.records is not None and info.records.size > 0:
+                data = info.records.read_bytes()
+                result.records = data
+                remaining -= len(data)
+                gathered += len(data)
+                min_one_message = False
+                if params.isolation_level == READ_COMMITTED:
+                    upper = req.fetch_offset + len(data)  # a bound: offsets <= bytes
+                    txns = plog.collect_aborted_txns(req.fetch_offset, max(upper, max_offset))
+                    result.aborted = [(t.producer_id, t.first_offset) for t in txns]
+            elif params.isolation_level == READ_COMMITTED:
+                result.aborted = []
+        return results, gathered
+
+    async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
+        """Read now, or wait (long poll) until ``min_bytes`` are there or ``max_wait_ms``."""
+        results, gathered = self.read(params)
+        if (
+            params.max_wait_ms <= 0
+            or gathered >= params.min_bytes
+            or not params.partitions
+            or any(r.error for r in results)
+        ):
+            return results
+        future: asyncio.Future[list[FetchPartitionResult]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        op = DelayedFetch(self, params, future)
+        keys = [(p.topic, p.partition) for p in params.partitions]
+        self.fetch_purgatory.try_complete_else_watch(op, keys)
+        return await future
+
+    # -- offsets ---------------------------------------------------------------------------
+    def list_offset(
+        self, partition: Partition, timestamp: int, isolation_level: int, current_leader_epoch: int
+    ) -> TimestampAndOffset | None:
+        partition.check_leader_epoch(current_leader_epoch)
+        found = partition.log.fetch_offset_by_timestamp(timestamp)
+        if found is None:
+            return None
+        # Consumers never see offsets above what they may read (Kafka clamps LATEST too).
+        bound = (
+            partition.last_stable_offset
+            if isolation_level == READ_COMMITTED
+            else partition.high_watermark
+        )
+        if timestamp == -1 or found.offset > bound:
+            return TimestampAndOffset(-1, bound, partition.leader_epoch)
+        return found
+
+    def delete_records(self, partition: Partition, offset: int) -> int:
+        """DeleteRecords: move the log start offset (-1 means the high watermark)."""
+        target = partition.high_watermark if offset == -1 else offset
+        if target < 0 or target > partition.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {partition.topic}-{partition.index} before offset "
+                f"{offset}: the high watermark is {partition.high_watermark}"
+            )
+        partition.log.maybe_increment_log_start_offset(target, "DeleteRecords")
+        return partition.log.log_start_offset
+
+    def shutdown(self) -> None:
+        self.fetch_purgatory.shutdown()
+
+
+class DelayedFetch(DelayedOperation):
+    """A fetch waiting for ``min_bytes`` (re-read on every append to its partitions)."""
+
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        params: FetchParams,
+        future: asyncio.Future[list[FetchPartitionResult]],
+    ) -> None:
+        super().__init__(params.max_wait_ms)
+        self.manager = manager
+        self.params = params
+        self.future = future
+        self._results: list[FetchPartitionResult] | None = None
+
+    def try_complete(self) -> bool:
+        if self.future.done():  # the client went away
+            return self.force_complete()
+        results, gathered = self.manager.read(self.params)
+        if gathered >= self.params.min_bytes or any(r.error for r in results):
+            self._results = results
+            return self.force_complete()
+        return False
+
+    def on_expiration(self) -> None:
+        pass
+
+    def on_complete(self) -> None:
+        if self.future.done():
+            return
+        results = self._results
+        if results is None:
+            results, _ = self.manager.read(self.params)
+        self.future.set_result(results)
+
+
+def topic_partitions(infos: Iterable[TopicInfo]) -> list[TopicPartition]:
+    return [(t.name, p) for t in infos for p in range(t.partitions)]
