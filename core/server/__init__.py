@@ -1,0 +1,1 @@
+"""The Kafka protocol server: network, request handlers, purgatory, replica manager."""
