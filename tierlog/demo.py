@@ -11,6 +11,7 @@ Run with ``python -m tierlog.demo [--dir DIR]``.
 from __future__ import annotations
 
 import argparse
+import gc
 import shutil
 import signal
 import subprocess
@@ -166,8 +167,101 @@ def main(argv: list[str] | None = None) -> int:
             str(snapshots[-1]),
         ]
     )
-    print(f"\nThe log stays in {log_dir} for you to inspect with `tierlog dump-log`.")
+    code |= broker_demo(args.dir / "broker")
+    print(f"\nThe logs stay in {args.dir} for you to inspect with `tierlog dump-log`.")
     return code
+
+
+def broker_demo(data_dir: Path) -> int:
+    """Part two: a broker process, real Kafka clients, a clean stop."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    _say("8. start a broker: tierlog broker start (a Kafka-protocol server on the same log)")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tierlog",
+            "broker",
+            "start",
+            "--log-level",
+            "WARNING",
+            "--set",
+            f"log.dirs={data_dir}",
+            "--set",
+            "listeners=PLAINTEXT://127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    print(line)
+    if "listening on" not in line:
+        proc.kill()
+        return 1
+    bootstrap = line.rsplit("//", 1)[1]
+    try:
+        _say("9. create topic 'clicks' (3 partitions) with confluent-kafka's AdminClient")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for topic, future in admin.create_topics(
+            [NewTopic("clicks", 3, 1, config={"segment.bytes": "1048576"})]
+        ).items():
+            future.result(30)
+            print(f"created {topic}")
+        _say("10. produce 30,000 records with confluent-kafka (idempotent, zstd)")
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "compression.type": "zstd",
+                "linger.ms": 10,
+            }
+        )
+        for n in range(30_000):
+            producer.produce(
+                "clicks", key=f"user-{n % 13}".encode(), value=f'{{"click": {n}}}'.encode()
+            )
+            if n % 5000 == 0:
+                producer.poll(0)
+        left = producer.flush(30)
+        print(f"acknowledged: {30_000 - left} records")
+        _say("11. consume partition 0 from the beginning with kcat (a librdkafka tool)")
+        result = subprocess.run(
+            [
+                "kcat",
+                "-b",
+                bootstrap,
+                "-C",
+                "-t",
+                "clicks",
+                "-p",
+                "0",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+                "-f",
+                "%p %o %k %s\n",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        lines = result.stdout.splitlines()
+        print("\n".join([*lines[:3], "...", *lines[-2:]]))
+        print(f"kcat read {len(lines)} records from partition 0")
+        # Close the clients before the broker goes, so they do not log its departure.
+        del producer, admin
+        gc.collect()
+    finally:
+        _say("12. stop the broker with SIGTERM: flush, snapshot, clean-shutdown marker")
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(60)
+        print(f"broker exited with status {status}")
+    return 0 if status == 0 else 1
 
 
 if __name__ == "__main__":

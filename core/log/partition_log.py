@@ -139,6 +139,10 @@ class PartitionLog:
         self.highest_offset_in_remote_storage = -1
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
+        # With inline_flush, an append that reaches flush.messages fsyncs before returning.
+        # The broker turns it off and runs the fsync on a thread instead, still before it
+        # answers the producer, so the event loop never waits on the disk.
+        self.inline_flush = True
         self._closed = False
         directory.mkdir(parents=True, exist_ok=True)
         self.leader_epoch_cache = LeaderEpochFileCache(
@@ -404,7 +408,7 @@ class PartitionLog:
         self._log_end_offset = next_offset
         self.producer_state.update_map_end_offset(next_offset)
         self._unflushed_messages += records_count
-        if self._unflushed_messages >= self.config.flush_messages:
+        if self.inline_flush and self.flush_due:
             self.flush()
         return LogAppendInfo(
             first_offset,
@@ -483,6 +487,11 @@ class PartitionLog:
     def _floor(self, offset: int) -> int:
         seg = self.segment_for(offset)
         return seg.base_offset if seg is not None else 0
+
+    @property
+    def flush_due(self) -> bool:
+        """True when ``flush.messages`` appended messages wait for an fsync."""
+        return self._unflushed_messages >= self.config.flush_messages
 
     def flush_if_due(self) -> None:
         """The ``flush.ms`` policy; called periodically by the LogManager."""

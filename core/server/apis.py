@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import CoreError
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
-from core.server.kio_build import make, nested
+from core.server.kio_build import make, nested, nested_optional
 from core.server.protocol import RequestContext
 from core.server.replica_manager import (
     FetchParams,
@@ -176,7 +176,10 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
     topic_cls = nested(response_type, "TopicProduceResponse")
     partition_cls = nested(response_type, "PartitionProduceResponse")
     acks = request.acks
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
     topics = []
+    # (partition, its topic's result list, slot in it, offset the high watermark must reach)
+    waits: list[tuple[Any, list[Any], int, int]] = []
     for topic_data in request.topic_data:
         name = topic_data.name
         results = []
@@ -197,6 +200,7 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                 else:
                     info = broker.replica_manager.append(partition, bytearray(pdata.records))
                     base_offset, start = info.first_offset, info.log_start_offset
+                    waits.append((partition, results, len(results), info.last_offset + 1))
                     if info.log_append_time >= 0:
                         append_time = datetime.datetime.fromtimestamp(
                             info.log_append_time / 1000, tz=datetime.UTC
@@ -216,10 +220,30 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                     error_message=message,
                 )
             )
-        topics.append(make(topic_cls, name=name, partition_responses=tuple(results)))
+        topics.append((name, results))
+    # Every append of the request is done; only now wait (fsync per flush.messages, then
+    # the high watermark for acks=-1), so requests of a connection append in order.
+    for partition, results, slot, required in waits:
+        await broker.replica_manager.wait_durable(partition)
+        if acks == -1:
+            code = await broker.replica_manager.wait_replicated(partition, required, timeout_ms)
+            if code:
+                results[slot] = make(
+                    partition_cls,
+                    index=partition.index,
+                    error_code=error_code(code),
+                    base_offset=-1,
+                    log_append_time=None,
+                    log_start_offset=-1,
+                    record_errors=(),
+                    error_message=None,
+                )
     if acks == 0:
         return None
-    return make(response_type, responses=tuple(topics), throttle_time=NO_THROTTLE)
+    responses = tuple(
+        make(topic_cls, name=name, partition_responses=tuple(results)) for name, results in topics
+    )
+    return make(response_type, responses=responses, throttle_time=NO_THROTTLE)
 
 
 # -- Fetch ------------------------------------------------------------------------------------
@@ -354,7 +378,7 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any)
 async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "CreatableTopicResult")
-    config_cls = nested(response_type, "CreatableTopicConfigs")
+    config_cls = nested_optional(response_type, "CreatableTopicConfigs")  # v5+
     validate_only = getattr(request, "validate_only", False)
     results = []
     for topic in request.topics:
@@ -388,7 +412,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
             if type(e) is CoreError:
                 error = ErrorCode.invalid_request
         described = ()
-        if info is not None:
+        if info is not None and config_cls is not None:
             described = tuple(
                 make(
                     config_cls,

@@ -68,7 +68,7 @@ class Broker:
             max_connections=self.config.max_connections,
             idle_timeout_s=self.config.connections_max_idle_ms / 1000,
         )
-        specs = [ListenerSpec(lst.name, lst.host, lst.port) for lst in self.config.listeners]
+        specs = [ListenerSpec(x.name, x.host, x.port) for x in self.config.broker_listeners]
         self.bound = await self.server.start(specs)
         return self.bound
 

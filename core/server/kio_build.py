@@ -32,3 +32,9 @@ def has_field(cls: type, name: str) -> bool:
 def nested(top: type, name: str) -> type:
     """The class ``name`` from the module that defines ``top`` (same api and version)."""
     return getattr(sys.modules[top.__module__], name)
+
+
+@functools.cache
+def nested_optional(top: type, name: str) -> type | None:
+    """``nested``, or None when this version has no such class."""
+    return getattr(sys.modules[top.__module__], name, None)

@@ -83,7 +83,7 @@ class SocketServer:
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_s
         self._servers: list[asyncio.base_events.Server] = []
-        self._connections: set[asyncio.Task[None]] = set()
+        self._connections: set[Connection] = set()
         self.bound: list[BoundListener] = []
 
     async def start(self, listeners: list[ListenerSpec]) -> list[BoundListener]:
@@ -105,14 +105,17 @@ class SocketServer:
         return len(self._connections)
 
     async def stop(self) -> None:
+        """Stop listening and close every connection; requests in progress are dropped."""
         for server in self._servers:
             server.close()
-        for task in list(self._connections):
-            task.cancel()
+        # Aborting the transports ends each reader loop with EOF. Cancelling the connection
+        # tasks instead would make asyncio's stream machinery log the CancelledError.
+        for connection in list(self._connections):
+            connection.abort()
+        if self._connections:
+            await asyncio.wait([c.finished for c in self._connections], timeout=5)
         for server in self._servers:
             await server.wait_closed()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _accept(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str
@@ -125,15 +128,15 @@ class SocketServer:
             )
             writer.close()
             return
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        connection = Connection(self, reader, writer, listener, address)
+        self._connections.add(connection)
         try:
-            await Connection(self, reader, writer, listener, address).run()
+            await connection.run()
         finally:
-            self._connections.discard(task)
+            self._connections.discard(connection)
+            connection.finished.set_result(None)
 
 
 class Connection:
@@ -159,6 +162,10 @@ class Connection:
         self._room = asyncio.Event()
         self._room.set()
         self._closing = False
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def abort(self) -> None:
+        self.writer.transport.abort()
 
     async def run(self) -> None:
         writer_task = asyncio.create_task(self._write_loop())

@@ -132,6 +132,9 @@ class ReplicaManager:
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory(
             "Fetch", timer
         )
+        self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = (
+            DelayedOperationPurgatory("Produce", timer)
+        )
 
     # -- partitions ------------------------------------------------------------------------
     def open_topic(self, info: TopicInfo) -> list[Partition]:
@@ -146,6 +149,7 @@ class ReplicaManager:
                 )
                 write_partition_metadata(plog.dir, info.topic_id)
                 epoch = info.leader_epochs[index] if index < len(info.leader_epochs) else 0
+                plog.inline_flush = False  # fsyncs go to a thread: see append()
                 partition = Partition(info, index, plog, epoch)
                 self.partitions[tp] = partition
             created.append(partition)
@@ -164,6 +168,9 @@ class ReplicaManager:
     def append(self, partition: Partition, records: bytearray) -> LogAppendInfo:
         """Append client batches to a leader partition and wake fetches waiting on it.
 
+        Runs on the event loop without waiting: a write to the page cache. When the flush
+        policy asks for an fsync, ``wait_durable`` performs it on a thread.
+
         Raises:
             CoreError subclasses carrying the Kafka error code for the partition.
         """
@@ -171,6 +178,25 @@ class ReplicaManager:
         if not info.duplicate and self.fetch_purgatory.watched():
             self.fetch_purgatory.check_and_complete(partition.tp)
         return info
+
+    async def wait_durable(self, partition: Partition) -> None:
+        """fsync the partition if ``flush.messages`` says so, off the event loop."""
+        if partition.log.flush_due:
+            await asyncio.get_running_loop().run_in_executor(None, partition.log.flush)
+
+    async def wait_replicated(
+        self, partition: Partition, required_offset: int, timeout_ms: int
+    ) -> int:
+        """acks=-1: wait until the high watermark reaches ``required_offset``.
+
+        Returns the error code (0, or REQUEST_TIMED_OUT). With one replica the high
+        watermark moves with the append, so this completes at once; the DelayedProduce
+        path is the one replication will use.
+        """
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        op = DelayedProduce(partition, required_offset, timeout_ms, future)
+        self.produce_purgatory.try_complete_else_watch(op, [partition.tp])
+        return await future
 
     # -- fetch -----------------------------------------------------------------------------
     def read(self, params: FetchParams) -> tuple[list[FetchPartitionResult], int]:
@@ -278,6 +304,7 @@ class ReplicaManager:
 
     def shutdown(self) -> None:
         self.fetch_purgatory.shutdown()
+        self.produce_purgatory.shutdown()
 
 
 class DelayedFetch(DelayedOperation):
@@ -318,3 +345,33 @@ class DelayedFetch(DelayedOperation):
 
 def topic_partitions(infos: Iterable[TopicInfo]) -> list[TopicPartition]:
     return [(t.name, p) for t in infos for p in range(t.partitions)]
+
+
+class DelayedProduce(DelayedOperation):
+    """An acks=-1 produce waiting for the high watermark to pass its last offset."""
+
+    def __init__(
+        self,
+        partition: Partition,
+        required_offset: int,
+        timeout_ms: int,
+        future: asyncio.Future[int],
+    ) -> None:
+        super().__init__(max(timeout_ms, 0))
+        self.partition = partition
+        self.required_offset = required_offset
+        self.future = future
+        self._error = 7  # REQUEST_TIMED_OUT unless the high watermark arrives
+
+    def try_complete(self) -> bool:
+        if self.partition.high_watermark >= self.required_offset:
+            self._error = 0
+            return self.force_complete()
+        return False
+
+    def on_expiration(self) -> None:
+        pass
+
+    def on_complete(self) -> None:
+        if not self.future.done():
+            self.future.set_result(self._error)

@@ -1,0 +1,823 @@
+"""The broker's configuration: Kafka's key names, defaults and validation rules.
+
+Every key is declared once in ``BROKER_CONFIG`` (name, type, default, validator, doc). The
+keys fall in four groups:
+
+- broker keys tierlog uses (``listeners``, ``log.dirs``, ``num.partitions``, ...);
+- the broker-wide defaults of topic configs, generated from ``TOPIC_CONFIG``'s
+  ``server_default_property`` (``log.segment.bytes`` for ``segment.bytes``, ...), plus
+  Kafka's unit aliases with Kafka's precedence::
+
+      segment.ms         log.roll.ms        > log.roll.hours (168)
+      segment.jitter.ms  log.roll.jitter.ms > log.roll.jitter.hours (0)
+      retention.ms       log.retention.ms   > log.retention.minutes > log.retention.hours (168)
+                         (a negative result means unlimited, -1)
+      flush.ms           log.flush.interval.ms > log.flush.scheduler.interval.ms
+
+- keys declared for the parts to come (``remote.log.storage.system.enable``, replica
+  fetching, KRaft's controller keys) and validated now;
+- ``COMPATIBILITY_KEYS``: keys found in Kafka's sample ``server.properties`` files that
+  tierlog has no use for (ZooKeeper, share groups, ...). They are accepted and ignored,
+  so that a copied file starts; any other unknown key fails start-up with
+  ``Unknown configuration <key>``.
+
+``BrokerConfig.from_props`` parses, resolves the aliases (``broker.id`` for ``node.id``,
+``log.dir`` for ``log.dirs``) and checks the cross-key rules (listeners, inter-broker
+listener, the derived log config). Every failure is an ``InvalidConfigError`` whose message
+names the key. tierlog runs no KRaft quorum: ``process.roles``, ``controller.*`` are
+validated in form but do not require a controller to exist.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import logging
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from core.config import (
+    INT32_MAX,
+    INT64_MAX,
+    ConfigDef,
+    ConfigKey,
+    ConfigType,
+    at_least,
+    between,
+    format_value,
+    one_of,
+)
+from core.errors import InvalidConfigError
+from core.log.config import TOPIC_CONFIG, LogConfig
+from core.log.log_manager import LogManagerConfig
+from core.properties import read_properties
+
+log = logging.getLogger(__name__)
+
+HOUR_MS = 60 * 60 * 1000
+MINUTE_MS = 60 * 1000
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+DEFAULT_SECURITY_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+
+I = ConfigType.INT  # noqa: E741 - one-letter aliases keep the tables readable
+L = ConfigType.LONG
+B = ConfigType.BOOLEAN
+S = ConfigType.STRING
+LS = ConfigType.LIST
+SHORT_MAX = (1 << 15) - 1
+
+# The table is laid out by hand, one key per entry (ruff format would spread each key over
+# seven lines).
+# fmt: off
+_BROKER_KEYS = [
+    # -- identity and roles ---------------------------------------------------------------
+    ConfigKey("node.id", I, 1, "This node's id. Kafka requires it; tierlog defaults to 1.",
+              between(0, INT32_MAX)),
+    ConfigKey("broker.id", I, None, "Old name of node.id; if both are set they must be equal.",
+              between(0, INT32_MAX)),
+    ConfigKey("process.roles", LS, ["broker"],
+              "broker and/or controller; must contain broker (tierlog runs no KRaft quorum).",
+              one_of("broker", "controller")),
+    ConfigKey("broker.rack", S, None, "The rack of this broker, reported in Metadata."),
+    # -- listeners --------------------------------------------------------------------------
+    ConfigKey("listeners", LS, [DEFAULT_LISTENERS],
+              "NAME://host:port to bind; empty host binds all interfaces, port 0 an ephemeral "
+              "port. Only PLAINTEXT listeners are supported."),
+    ConfigKey("advertised.listeners", LS, None,
+              "NAME://host:port given to clients; defaults to listeners. Port 0 advertises "
+              "the port actually bound."),
+    ConfigKey("listener.security.protocol.map", LS, None,
+              "LISTENER_NAME:SECURITY_PROTOCOL pairs; default " + DEFAULT_SECURITY_PROTOCOL_MAP),
+    ConfigKey("inter.broker.listener.name", S, None,
+              "Listener brokers use between themselves; default from "
+              "security.inter.broker.protocol."),
+    ConfigKey("security.inter.broker.protocol", S, None,
+              "Protocol between brokers (default PLAINTEXT); exclusive with "
+              "inter.broker.listener.name.", one_of(*SECURITY_PROTOCOLS)),
+    ConfigKey("controller.listener.names", LS, [],
+              "Listeners reserved for KRaft controllers; not served as broker listeners."),
+    ConfigKey("controller.quorum.voters", LS, [],
+              "id@host:port of KRaft voters. Accepted and validated; tierlog runs no quorum."),
+    ConfigKey("controller.quorum.bootstrap.servers", LS, [],
+              "host:port of KRaft controllers. Accepted and validated; tierlog runs no quorum."),
+    # -- socket server ----------------------------------------------------------------------
+    ConfigKey("num.network.threads", I, 3, "Threads for network I/O.", at_least(1)),
+    ConfigKey("num.io.threads", I, 8, "Threads for request processing and disk I/O.",
+              at_least(1)),
+    ConfigKey("socket.send.buffer.bytes", I, 102400, "SO_SNDBUF; -1 uses the OS default."),
+    ConfigKey("socket.receive.buffer.bytes", I, 102400, "SO_RCVBUF; -1 uses the OS default."),
+    ConfigKey("socket.request.max.bytes", I, 104857600, "Largest request accepted.",
+              at_least(1)),
+    ConfigKey("socket.listen.backlog.size", I, 50, "Pending connections per listener.",
+              at_least(1)),
+    ConfigKey("connections.max.idle.ms", L, 600000, "Close connections idle this long."),
+    ConfigKey("max.connections", I, INT32_MAX, "Connections accepted at once.", at_least(0)),
+    ConfigKey("queued.max.requests", I, 500, "Requests queued before reads pause.",
+              at_least(1)),
+    # -- log layer --------------------------------------------------------------------------
+    ConfigKey("log.dirs", LS, None, "Directories holding the logs; overrides log.dir."),
+    ConfigKey("log.dir", S, "/tmp/kafka-logs", "The log directory when log.dirs is not set."),
+    ConfigKey("num.recovery.threads.per.data.dir", I, 2, "Threads per log dir for recovery.",
+              at_least(1)),
+    ConfigKey("log.retention.check.interval.ms", L, 300000, "How often retention runs.",
+              at_least(1)),
+    ConfigKey("log.flush.scheduler.interval.ms", L, INT64_MAX,
+              "How often logs are checked for flush.ms; also the default of flush.ms."),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", I, 60000,
+              "How often recovery points are checkpointed.", at_least(0)),
+    ConfigKey("log.flush.start.offset.checkpoint.interval.ms", I, 60000,
+              "How often log start offsets are checkpointed.", at_least(0)),
+    ConfigKey("replica.high.watermark.checkpoint.interval.ms", L, 5000,
+              "How often high watermarks are checkpointed."),
+    ConfigKey("producer.id.expiration.ms", I, 86400000,
+              "Forget an idle producer id after this long.", at_least(1)),
+    ConfigKey("producer.id.expiration.check.interval.ms", I, 600000,
+              "How often expired producer ids are removed.", at_least(1)),
+    # unit aliases of the topic defaults (see the module docstring)
+    ConfigKey("log.roll.hours", I, 168, "segment.ms default in hours, below log.roll.ms.",
+              at_least(1)),
+    ConfigKey("log.roll.jitter.hours", I, 0, "segment.jitter.ms default in hours.",
+              at_least(0)),
+    ConfigKey("log.retention.minutes", I, None,
+              "retention.ms default in minutes, below log.retention.ms."),
+    ConfigKey("log.retention.hours", I, 168,
+              "retention.ms default in hours, below log.retention.minutes."),
+    # -- topics -----------------------------------------------------------------------------
+    ConfigKey("num.partitions", I, 1, "Partitions of an auto-created topic.", at_least(1)),
+    ConfigKey("default.replication.factor", I, 1, "Replication of an auto-created topic.",
+              between(1, SHORT_MAX)),
+    ConfigKey("auto.create.topics.enable", B, True,
+              "Create a topic on a Metadata request for it."),
+    ConfigKey("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    # -- fetching ---------------------------------------------------------------------------
+    ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
+              at_least(1024)),
+    ConfigKey("replica.fetch.wait.max.ms", I, 500, "Follower fetch long-poll.", at_least(0)),
+    ConfigKey("replica.fetch.min.bytes", I, 1, "Follower fetch minimum bytes.", at_least(1)),
+    ConfigKey("replica.fetch.max.bytes", I, 1048576, "Follower fetch bytes per partition.",
+              at_least(0)),
+    ConfigKey("replica.fetch.response.max.bytes", I, 10485760,
+              "Follower fetch response cap.", at_least(0)),
+    ConfigKey("replica.fetch.backoff.ms", I, 1000, "Follower back-off after an error.",
+              at_least(0)),
+    ConfigKey("replica.lag.time.max.ms", L, 30000, "A follower this far behind leaves the ISR."),
+    ConfigKey("replica.socket.timeout.ms", I, 30000, "Follower socket timeout."),
+    ConfigKey("num.replica.fetchers", I, 1, "Fetcher threads per source broker.", at_least(1)),
+    # -- coordinators -----------------------------------------------------------------------
+    ConfigKey("offsets.topic.num.partitions", I, 50, "Partitions of __consumer_offsets.",
+              at_least(1)),
+    ConfigKey("offsets.topic.replication.factor", I, 3, "Replication of __consumer_offsets.",
+              between(1, SHORT_MAX)),
+    ConfigKey("offsets.topic.segment.bytes", I, 104857600,
+              "segment.bytes of __consumer_offsets.", at_least(1)),
+    ConfigKey("offsets.retention.minutes", I, 10080, "Keep committed offsets this long.",
+              at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", L, 600000,
+              "How often stale offsets are removed.", at_least(1)),
+    ConfigKey("offsets.commit.timeout.ms", I, 5000, "Offset commit wait.", at_least(1)),
+    ConfigKey("group.initial.rebalance.delay.ms", I, 3000,
+              "Wait for more members before the first rebalance of a group."),
+    ConfigKey("group.min.session.timeout.ms", I, 6000, "Smallest session timeout allowed."),
+    ConfigKey("group.max.session.timeout.ms", I, 1800000, "Largest session timeout allowed."),
+    ConfigKey("group.max.size", I, INT32_MAX, "Members per group.", at_least(1)),
+    ConfigKey("transaction.state.log.num.partitions", I, 50,
+              "Partitions of __transaction_state.", at_least(1)),
+    ConfigKey("transaction.state.log.replication.factor", I, 3,
+              "Replication of __transaction_state.", between(1, SHORT_MAX)),
+    ConfigKey("transaction.state.log.min.isr", I, 2,
+              "min.insync.replicas of __transaction_state.", at_least(1)),
+    ConfigKey("transaction.state.log.segment.bytes", I, 104857600,
+              "segment.bytes of __transaction_state.", at_least(1)),
+    ConfigKey("transaction.max.timeout.ms", I, 900000, "Largest transaction timeout allowed.",
+              at_least(1)),
+    ConfigKey("transactional.id.expiration.ms", I, 604800000,
+              "Forget an idle transactional id after this long.", at_least(1)),
+    # -- tiered storage (KIP-405); used by the remote tier ----------------------------------
+    ConfigKey("remote.log.storage.system.enable", B, False,
+              "Enable tiered storage on this broker (KIP-405)."),
+]
+# fmt: on
+
+# Keys of Kafka's sample server.properties files (3.x KRaft, 4.x, ZooKeeper era) and other
+# common keys that tierlog has no use for: accepted so that a copied file starts, ignored.
+COMPATIBILITY_KEYS = (
+    "zookeeper.connect",
+    "zookeeper.connection.timeout.ms",
+    "zookeeper.session.timeout.ms",
+    "metadata.log.dir",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+    "log.cleaner.enable",
+    "log.preallocate",
+    "max.connections.per.ip",
+    "auto.leader.rebalance.enable",
+    "controlled.shutdown.enable",
+    "background.threads",
+    "num.replica.alter.log.dirs.threads",
+)
+_COMPAT_DOC = "Accepted for compatibility with Kafka's server.properties; no effect in tierlog."
+
+# Broker keys whose absence means "use the next key of the alias chain" (Kafka's null default).
+_NULLABLE_TOPIC_DEFAULTS = {
+    "log.roll.ms",
+    "log.roll.jitter.ms",
+    "log.retention.ms",
+    "log.flush.interval.ms",
+}
+
+
+def _topic_default_keys() -> list[ConfigKey]:
+    """The broker keys that hold topic configs' defaults, declared from ``TOPIC_CONFIG``."""
+    keys = []
+    for topic_key in TOPIC_CONFIG:
+        name = topic_key.server_default_property
+        if name is None:
+            continue
+        nullable = name in _NULLABLE_TOPIC_DEFAULTS
+        validator = None if name == "log.retention.ms" else topic_key.validator
+        keys.append(
+            ConfigKey(
+                name,
+                topic_key.type,
+                None if nullable else topic_key.default,
+                f"Default of the topic config {topic_key.name}: {topic_key.doc}",
+                validator,
+            )
+        )
+    return keys
+
+
+BROKER_CONFIG = ConfigDef(
+    _BROKER_KEYS
+    + _topic_default_keys()
+    + [ConfigKey(name, S, None, _COMPAT_DOC) for name in COMPATIBILITY_KEYS]
+)
+del I, L, B, S, LS
+
+# topic key -> broker key, for the defaults and for naming broker keys in errors
+_TOPIC_TO_BROKER = {
+    k.name: k.server_default_property for k in TOPIC_CONFIG if k.server_default_property
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One ``NAME://host:port`` endpoint.
+
+    Attributes:
+        name: the listener name, upper-cased as Kafka normalises it.
+        security_protocol: from ``listener.security.protocol.map``.
+        host: a hostname or IP literal; ``""`` binds every interface.
+        port: 0-65535; 0 binds an ephemeral port.
+    """
+
+    name: str
+    security_protocol: str
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port {self.port} is not in 0-65535")
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """The parsed, validated broker configuration. Build it with ``from_props``.
+
+    Field names mirror Kafka's keys (``num.io.threads`` -> ``num_io_threads``). ``values``
+    holds every declared key's parsed value (``None`` for unset nullable keys);
+    ``originals`` the keys that were given, as given.
+    """
+
+    node_id: int
+    process_roles: tuple[str, ...]
+    broker_rack: str | None
+    listeners: tuple[Listener, ...]
+    advertised_listeners: tuple[Listener, ...]
+    listener_security_protocol_map: Mapping[str, str]
+    inter_broker_listener_name: str
+    controller_listener_names: tuple[str, ...]
+    num_network_threads: int
+    num_io_threads: int
+    socket_send_buffer_bytes: int
+    socket_receive_buffer_bytes: int
+    socket_request_max_bytes: int
+    socket_listen_backlog_size: int
+    connections_max_idle_ms: int
+    max_connections: int
+    queued_max_requests: int
+    log_dirs: tuple[Path, ...]
+    num_recovery_threads_per_data_dir: int
+    log_retention_check_interval_ms: int
+    log_flush_scheduler_interval_ms: int
+    log_flush_offset_checkpoint_interval_ms: int
+    log_flush_start_offset_checkpoint_interval_ms: int
+    replica_high_watermark_checkpoint_interval_ms: int
+    producer_id_expiration_ms: int
+    num_partitions: int
+    default_replication_factor: int
+    auto_create_topics_enable: bool
+    delete_topic_enable: bool
+    fetch_max_bytes: int
+    replica_fetch_wait_max_ms: int
+    offsets_topic_num_partitions: int
+    offsets_topic_replication_factor: int
+    transaction_state_log_replication_factor: int
+    transaction_state_log_min_isr: int
+    group_initial_rebalance_delay_ms: int
+    remote_log_storage_system_enable: bool
+    values: Mapping[str, Any] = field(repr=False)
+    originals: Mapping[str, str] = field(repr=False)
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str]) -> BrokerConfig:
+        """Parse and validate broker properties (strings, as read from a file).
+
+        Raises:
+            InvalidConfigError: an unknown key, an invalid value or an inconsistent
+                combination; the message names the key.
+        """
+        props = {k.strip(): v for k, v in props.items()}
+        _reject_unknown(props)
+        values = BROKER_CONFIG.parse(props)
+        node_id = _node_id(props, values)
+        values["node.id"] = values["broker.id"] = node_id
+        roles = _process_roles(values["process.roles"])
+        controller_names = tuple(n.upper() for n in values["controller.listener.names"])
+        _validate_quorum(values)
+        protocol_map = _security_protocol_map(values, controller_names)
+        listeners = _parse_listeners("listeners", values["listeners"], protocol_map)
+        _check_distinct(listeners, ports=True)
+        broker_listeners = tuple(lst for lst in listeners if lst.name not in controller_names)
+        if not broker_listeners:
+            raise InvalidConfigError(
+                f"Invalid value {','.join(values['listeners'])} for configuration listeners: "
+                "there must be at least one broker listener (one not in "
+                "controller.listener.names)"
+            )
+        advertised = _advertised_listeners(values, listeners, protocol_map, controller_names)
+        inter_broker = _inter_broker_listener(values, props, advertised)
+        _check_replica_timeouts(values)
+        compat = sorted(k for k in props if k in COMPATIBILITY_KEYS)
+        if compat:
+            log.info("accepted for compatibility, no effect in tierlog: %s", ", ".join(compat))
+        config = cls(
+            node_id=node_id,
+            process_roles=roles,
+            broker_rack=values["broker.rack"],
+            listeners=listeners,
+            advertised_listeners=advertised,
+            listener_security_protocol_map=MappingProxyType(protocol_map),
+            inter_broker_listener_name=inter_broker,
+            controller_listener_names=controller_names,
+            num_network_threads=values["num.network.threads"],
+            num_io_threads=values["num.io.threads"],
+            socket_send_buffer_bytes=values["socket.send.buffer.bytes"],
+            socket_receive_buffer_bytes=values["socket.receive.buffer.bytes"],
+            socket_request_max_bytes=values["socket.request.max.bytes"],
+            socket_listen_backlog_size=values["socket.listen.backlog.size"],
+            connections_max_idle_ms=values["connections.max.idle.ms"],
+            max_connections=values["max.connections"],
+            queued_max_requests=values["queued.max.requests"],
+            log_dirs=_log_dirs(values),
+            num_recovery_threads_per_data_dir=values["num.recovery.threads.per.data.dir"],
+            log_retention_check_interval_ms=values["log.retention.check.interval.ms"],
+            log_flush_scheduler_interval_ms=values["log.flush.scheduler.interval.ms"],
+            log_flush_offset_checkpoint_interval_ms=values[
+                "log.flush.offset.checkpoint.interval.ms"
+            ],
+            log_flush_start_offset_checkpoint_interval_ms=values[
+                "log.flush.start.offset.checkpoint.interval.ms"
+            ],
+            replica_high_watermark_checkpoint_interval_ms=values[
+                "replica.high.watermark.checkpoint.interval.ms"
+            ],
+            producer_id_expiration_ms=values["producer.id.expiration.ms"],
+            num_partitions=values["num.partitions"],
+            default_replication_factor=values["default.replication.factor"],
+            auto_create_topics_enable=values["auto.create.topics.enable"],
+            delete_topic_enable=values["delete.topic.enable"],
+            fetch_max_bytes=values["fetch.max.bytes"],
+            replica_fetch_wait_max_ms=values["replica.fetch.wait.max.ms"],
+            offsets_topic_num_partitions=values["offsets.topic.num.partitions"],
+            offsets_topic_replication_factor=values["offsets.topic.replication.factor"],
+            transaction_state_log_replication_factor=values[
+                "transaction.state.log.replication.factor"
+            ],
+            transaction_state_log_min_isr=values["transaction.state.log.min.isr"],
+            group_initial_rebalance_delay_ms=values["group.initial.rebalance.delay.ms"],
+            remote_log_storage_system_enable=values["remote.log.storage.system.enable"],
+            values=MappingProxyType(values),
+            originals=MappingProxyType(dict(props)),
+        )
+        config.default_log_config()  # validates the derived topic defaults
+        return config
+
+    # -- accessors ----------------------------------------------------------------------
+    def get(self, name: str) -> Any:
+        """The parsed value of any declared key (``None`` when a nullable key is unset).
+
+        Raises:
+            InvalidConfigError: ``name`` is not a declared key.
+        """
+        if name not in BROKER_CONFIG:
+            raise InvalidConfigError(f"Unknown configuration {name}")
+        return self.values[name]
+
+    def is_default(self, name: str) -> bool:
+        """True if ``name`` was not given (DescribeConfigs' DEFAULT_CONFIG source)."""
+        return name not in self.originals
+
+    @property
+    def broker_listeners(self) -> tuple[Listener, ...]:
+        """The listeners that serve clients: ``listeners`` minus the controller listeners."""
+        return tuple(
+            lst for lst in self.listeners if lst.name not in self.controller_listener_names
+        )
+
+    # -- derived configs ----------------------------------------------------------------
+    def log_retention_ms(self) -> int:
+        """Kafka's precedence: ms > minutes > hours; a negative result is -1 (unlimited)."""
+        v = self.values
+        if v["log.retention.ms"] is not None:
+            millis = v["log.retention.ms"]
+        elif v["log.retention.minutes"] is not None:
+            millis = v["log.retention.minutes"] * MINUTE_MS
+        else:
+            millis = v["log.retention.hours"] * HOUR_MS
+        return -1 if millis < 0 else millis
+
+    def log_config_defaults(self) -> dict[str, str]:
+        """Topic key -> the broker's default for it, as strings.
+
+        For ``LogConfig.from_props(topic_overrides, defaults=...)``.
+        """
+        v = self.values
+        resolved: dict[str, Any] = {
+            "segment.ms": v["log.roll.ms"]
+            if v["log.roll.ms"] is not None
+            else v["log.roll.hours"] * HOUR_MS,
+            "segment.jitter.ms": v["log.roll.jitter.ms"]
+            if v["log.roll.jitter.ms"] is not None
+            else v["log.roll.jitter.hours"] * HOUR_MS,
+            "retention.ms": self.log_retention_ms(),
+            "flush.ms": v["log.flush.interval.ms"]
+            if v["log.flush.interval.ms"] is not None
+            else v["log.flush.scheduler.interval.ms"],
+        }
+        out = {}
+        for topic_key in TOPIC_CONFIG:
+            broker_key = topic_key.server_default_property
+            if broker_key is None:
+                continue
+            value = resolved[topic_key.name] if topic_key.name in resolved else v[broker_key]
+            out[topic_key.name] = format_value(topic_key, value)
+        return out
+
+    def default_log_config(self) -> LogConfig:
+        """The LogConfig of a topic without overrides.
+
+        Raises:
+            InvalidConfigError: the broker's log.* defaults are inconsistent (for example
+                log.local.retention.ms above the retention); the message names broker keys.
+        """
+        try:
+            return LogConfig.from_props({}, defaults=self.log_config_defaults())
+        except InvalidConfigError as e:
+            raise InvalidConfigError(_topic_keys_to_broker_keys(str(e))) from e
+
+    def log_manager_config(self, *, cluster_id: str = "") -> LogManagerConfig:
+        """The log layer's settings; ``cluster_id`` empty lets the LogManager find or make one."""
+        return LogManagerConfig(
+            log_dirs=self.log_dirs,
+            node_id=self.node_id,
+            cluster_id=cluster_id,
+            num_recovery_threads_per_data_dir=self.num_recovery_threads_per_data_dir,
+            retention_check_interval_ms=self.log_retention_check_interval_ms,
+            flush_scheduler_interval_ms=self.log_flush_scheduler_interval_ms,
+            flush_offset_checkpoint_interval_ms=self.log_flush_offset_checkpoint_interval_ms,
+            flush_start_offset_checkpoint_interval_ms=(
+                self.log_flush_start_offset_checkpoint_interval_ms
+            ),
+            high_watermark_checkpoint_interval_ms=(
+                self.replica_high_watermark_checkpoint_interval_ms
+            ),
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+            default_log_config=self.default_log_config(),
+        )
+
+    def to_props(self) -> dict[str, str | None]:
+        """Every declared key as Kafka's DescribeConfigs shows it; ``None`` for unset keys."""
+        out: dict[str, str | None] = {}
+        for key in BROKER_CONFIG:
+            value = self.values[key.name]
+            out[key.name] = None if value is None else format_value(key, value)
+        return out
+
+
+def load_broker_config(
+    path: str | os.PathLike[str] | None, overrides: Mapping[str, str] | None = None
+) -> BrokerConfig:
+    """The broker config from a properties file (optional) with ``--set`` overrides on top.
+
+    Raises:
+        PropertiesFileError: the file is missing, unreadable or malformed (names the file).
+        InvalidConfigError: an unknown key or invalid value (names the key).
+    """
+    props = read_properties(path) if path is not None else {}
+    props.update(overrides or {})
+    return BrokerConfig.from_props(props)
+
+
+# -- helpers: each raises InvalidConfigError naming the key ---------------------------------
+
+
+def _invalid(key: str, value: object, reason: str) -> InvalidConfigError:
+    return InvalidConfigError(f"Invalid value {value} for configuration {key}: {reason}")
+
+
+def _reject_unknown(props: Mapping[str, str]) -> None:
+    for name in props:
+        if name not in BROKER_CONFIG:
+            names = [k.name for k in BROKER_CONFIG]
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise InvalidConfigError(f"Unknown configuration {name}{hint}")
+
+
+def _node_id(props: Mapping[str, str], values: Mapping[str, Any]) -> int:
+    if "broker.id" in props and "node.id" not in props:
+        return values["broker.id"]
+    if "broker.id" in props and values["broker.id"] != values["node.id"]:
+        raise _invalid(
+            "broker.id",
+            values["broker.id"],
+            f"You must set node.id to the same value as broker.id (node.id={values['node.id']})",
+        )
+    return values["node.id"]
+
+
+def _process_roles(roles: list[str]) -> tuple[str, ...]:
+    text = ",".join(roles)
+    if len(set(roles)) != len(roles):
+        raise _invalid("process.roles", text, "duplicate role")
+    if "broker" not in roles:
+        raise _invalid(
+            "process.roles", text, "must contain broker (tierlog runs no KRaft controller)"
+        )
+    return tuple(roles)
+
+
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+_LISTENER_NAME = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _valid_host(host: str) -> bool:
+    if host == "":
+        return True
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    if len(host) > 253 or ":" in host:
+        return False
+    return all(_HOST_LABEL.fullmatch(label) for label in host.removesuffix(".").split("."))
+
+
+def _split_host_port(key: str, entry: str, hostport: str) -> tuple[str, int]:
+    if hostport.startswith("["):
+        host, sep, rest = hostport[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise _invalid(key, entry, "expected NAME://[ipv6]:port")
+        port_text = rest[1:]
+        if ":" not in host:
+            raise _invalid(key, entry, f"{host!r} is not a valid hostname or IP address")
+    else:
+        host, sep, port_text = hostport.rpartition(":")
+        if not sep:
+            raise _invalid(key, entry, "missing port (expected NAME://host:port)")
+    if not port_text:
+        raise _invalid(key, entry, "missing port (expected NAME://host:port)")
+    if not port_text.isdigit() or int(port_text) > 65535:
+        raise _invalid(key, entry, f"port {port_text} is not a number in 0-65535")
+    if not _valid_host(host):
+        raise _invalid(key, entry, f"{host!r} is not a valid hostname or IP address")
+    return host, int(port_text)
+
+
+def _parse_listeners(
+    key: str, entries: list[str], protocol_map: Mapping[str, str]
+) -> tuple[Listener, ...]:
+    out = []
+    for entry in entries:
+        name, sep, hostport = entry.partition("://")
+        if not sep:
+            raise _invalid(key, entry, "expected NAME://host:port")
+        if _LISTENER_NAME.fullmatch(name) is None:
+            raise _invalid(key, entry, f"listener name {name!r} is not valid")
+        name = name.upper()
+        host, port = _split_host_port(key, entry, hostport)
+        protocol = protocol_map.get(name)
+        if protocol is None:
+            raise _invalid(
+                key,
+                entry,
+                f"no security protocol is defined for listener {name} in "
+                "listener.security.protocol.map",
+            )
+        if protocol not in SUPPORTED_SECURITY_PROTOCOLS:
+            raise _invalid(
+                key,
+                entry,
+                f"security protocol {protocol} is not supported by tierlog "
+                f"(supported: {', '.join(SUPPORTED_SECURITY_PROTOCOLS)})",
+            )
+        out.append(Listener(name, protocol, host, port))
+    return tuple(out)
+
+
+def _check_distinct(listeners: tuple[Listener, ...], *, ports: bool) -> None:
+    key = "listeners" if ports else "advertised.listeners"
+    text = ",".join(str(lst) for lst in listeners)
+    names = [lst.name for lst in listeners]
+    if len(set(names)) != len(names):
+        raise _invalid(key, text, "each listener must have a different name")
+    # Port 0 (ephemeral) may repeat, as in Kafka.
+    used = [lst.port for lst in listeners if lst.port != 0]
+    if ports and len(set(used)) != len(used):
+        raise _invalid(key, text, "each listener must have a different port")
+
+
+def _security_protocol_map(
+    values: Mapping[str, Any], controller_names: tuple[str, ...]
+) -> dict[str, str]:
+    explicit = values["listener.security.protocol.map"]
+    entries = explicit if explicit is not None else DEFAULT_SECURITY_PROTOCOL_MAP.split(",")
+    out: dict[str, str] = {}
+    for entry in entries:
+        name, sep, protocol = (p.strip() for p in entry.partition(":"))
+        key = "listener.security.protocol.map"
+        if not sep or not name or _LISTENER_NAME.fullmatch(name) is None:
+            raise _invalid(key, entry, "expected LISTENER_NAME:SECURITY_PROTOCOL pairs")
+        if protocol.upper() not in SECURITY_PROTOCOLS:
+            raise _invalid(
+                key,
+                entry,
+                f"unknown security protocol {protocol} (one of {', '.join(SECURITY_PROTOCOLS)})",
+            )
+        if name.upper() in out:
+            raise _invalid(key, entry, f"listener {name.upper()} is mapped twice")
+        out[name.upper()] = protocol.upper()
+    if explicit is None:
+        # Kafka: with the default map, controller listeners not in it are PLAINTEXT.
+        for name in controller_names:
+            out.setdefault(name, "PLAINTEXT")
+    return out
+
+
+def _advertised_listeners(
+    values: Mapping[str, Any],
+    listeners: tuple[Listener, ...],
+    protocol_map: Mapping[str, str],
+    controller_names: tuple[str, ...],
+) -> tuple[Listener, ...]:
+    key = "advertised.listeners"
+    if values[key] is not None:
+        advertised = _parse_listeners(key, values[key], protocol_map)
+        _check_distinct(advertised, ports=False)
+        known = {lst.name for lst in listeners}
+        for lst in advertised:
+            if lst.name not in known:
+                raise _invalid(
+                    key,
+                    lst,
+                    f"listener name {lst.name} is not defined in listeners "
+                    f"({', '.join(sorted(known))})",
+                )
+    else:
+        advertised = listeners
+    out = []
+    for lst in advertised:
+        if lst.name in controller_names:
+            continue  # only broker listeners are given to clients
+        if lst.host in ("0.0.0.0", "::"):
+            raise _invalid(
+                key,
+                lst,
+                f"cannot use the nonroutable meta-address {lst.host}; use a routable host "
+                "(set advertised.listeners when listeners binds every interface)",
+            )
+        # Kafka advertises the canonical host name for an empty host.
+        host = lst.host or socket.getfqdn()
+        out.append(Listener(lst.name, lst.security_protocol, host, lst.port))
+    return tuple(out)
+
+
+def _inter_broker_listener(
+    values: Mapping[str, Any], props: Mapping[str, str], advertised: tuple[Listener, ...]
+) -> str:
+    name = values["inter.broker.listener.name"]
+    if name is not None and "security.inter.broker.protocol" in props:
+        raise _invalid(
+            "inter.broker.listener.name",
+            name,
+            "only one of inter.broker.listener.name and security.inter.broker.protocol may be set",
+        )
+    note = ""
+    if name is None:
+        name = values["security.inter.broker.protocol"] or "PLAINTEXT"
+        note = " (the default is the name of security.inter.broker.protocol)"
+    name = name.upper()
+    names = [lst.name for lst in advertised]
+    if name not in names:
+        raise _invalid(
+            "inter.broker.listener.name",
+            name,
+            f"must be a listener name defined in advertised.listeners{note}; "
+            f"valid: {', '.join(names)}",
+        )
+    return name
+
+
+_VOTER = re.compile(r"(\d+)@(\[[^\]]+\]|[^:@]+):(\d+)")
+_BOOTSTRAP = re.compile(r"(\[[^\]]+\]|[^:@]+):(\d+)")
+
+
+def _validate_quorum(values: Mapping[str, Any]) -> None:
+    for entry in values["controller.quorum.voters"]:
+        if _VOTER.fullmatch(entry) is None:
+            raise _invalid("controller.quorum.voters", entry, "expected id@host:port entries")
+    for entry in values["controller.quorum.bootstrap.servers"]:
+        if _BOOTSTRAP.fullmatch(entry) is None:
+            raise _invalid(
+                "controller.quorum.bootstrap.servers", entry, "expected host:port entries"
+            )
+
+
+def _log_dirs(values: Mapping[str, Any]) -> tuple[Path, ...]:
+    if values["log.dirs"] is not None:
+        key, dirs = "log.dirs", values["log.dirs"]
+    else:
+        key, dirs = "log.dir", [values["log.dir"]] if values["log.dir"] else []
+    if not dirs:
+        raise _invalid(
+            key, "", "At least one log directory must be defined via log.dirs or log.dir."
+        )
+    seen: set[str] = set()
+    for d in dirs:
+        normal = os.path.normpath(os.path.abspath(d))
+        if normal in seen:
+            raise _invalid(key, ",".join(dirs), f"duplicate log directory {d}")
+        seen.add(normal)
+    return tuple(Path(d) for d in dirs)
+
+
+def _check_replica_timeouts(values: Mapping[str, Any]) -> None:
+    wait = values["replica.fetch.wait.max.ms"]
+    for other in ("replica.socket.timeout.ms", "replica.lag.time.max.ms"):
+        if wait > values[other]:
+            raise _invalid(
+                "replica.fetch.wait.max.ms",
+                wait,
+                f"must not be more than {other} ({values[other]})",
+            )
+    key, value, millis = _retention_source(values)
+    if millis == 0:
+        raise _invalid(key, value, "retention must be unlimited (-1) or at least 1 ms")
+
+
+def _retention_source(values: Mapping[str, Any]) -> tuple[str, int, int]:
+    """The key that decides retention.ms, its value and the milliseconds it gives."""
+    if values["log.retention.ms"] is not None:
+        return "log.retention.ms", values["log.retention.ms"], values["log.retention.ms"]
+    if values["log.retention.minutes"] is not None:
+        m = values["log.retention.minutes"]
+        return "log.retention.minutes", m, m * MINUTE_MS
+    h = values["log.retention.hours"]
+    return "log.retention.hours", h, h * HOUR_MS
+
+
+_TOPIC_KEY_IN_TEXT = re.compile(
+    r"(?<![\w.])("
+    + "|".join(re.escape(k) for k in sorted(_TOPIC_TO_BROKER, key=len, reverse=True))
+    + r")(?![\w.])"
+)
+
+
+def _topic_keys_to_broker_keys(message: str) -> str:
+    """Name the broker keys (log.local.retention.ms) in an error about topic keys."""
+    return _TOPIC_KEY_IN_TEXT.sub(lambda m: _TOPIC_TO_BROKER[m.group(1)], message)

@@ -1,0 +1,250 @@
+"""Group APIs without a group coordinator yet: FindCoordinator, OffsetCommit, OffsetFetch.
+
+Consumers that ``assign()`` partitions and commit (librdkafka, kafka-python, the Java
+client) still find a coordinator and commit to it as a "simple" group. This broker is the
+coordinator of every group. Commits are accepted as Kafka accepts them from a group that
+does not use membership: generation -1. JoinGroup does not exist yet, so no group ever has
+members; a commit with a generation >= 0 is answered as Kafka answers one for a group that
+has none (ILLEGAL_GENERATION, or GROUP_ID_NOT_FOUND from OffsetCommit v9 when the group is
+unknown; UNKNOWN_MEMBER_ID when the simple group exists). Offsets live in
+:class:`core.server.group_offsets.GroupOffsetStore`.
+
+Transactions have no coordinator yet: FindCoordinator for key type 1 answers
+COORDINATOR_NOT_AVAILABLE with a message saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from core.server.api_keys import ApiKey
+from core.server.apis import NO_THROTTLE, Handler
+from core.server.group_offsets import CommittedOffset, GroupOffsetStore, TopicPartition, now_ms
+from core.server.kio_build import make, nested
+from core.server.protocol import RequestContext
+
+if TYPE_CHECKING:
+    from core.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+# Kafka's CoordinatorType ids.
+COORDINATOR_GROUP = 0
+COORDINATOR_TRANSACTION = 1
+# offset.metadata.max.bytes (Kafka's default); Kafka compares the string's length.
+DEFAULT_OFFSET_METADATA_MAX_BYTES = 4096
+
+_stores: weakref.WeakKeyDictionary[Any, GroupOffsetStore] = weakref.WeakKeyDictionary()
+
+
+def offset_store(broker: Broker) -> GroupOffsetStore:
+    """The broker's offset store: ``broker.group_offsets`` if wired, else one opened lazily
+    next to the topic registry (the first log dir)."""
+    store = getattr(broker, "group_offsets", None)
+    if store is not None:
+        return store  # type: ignore[no-any-return]
+    store = _stores.get(broker)
+    if store is None:
+        store = GroupOffsetStore(broker.topics.path.parent)
+        _stores[broker] = store
+    return store
+
+
+async def _flush(store: GroupOffsetStore, version: int) -> None:
+    await asyncio.get_running_loop().run_in_executor(None, store.flush, version)
+
+
+# -- FindCoordinator --------------------------------------------------------------------------
+async def handle_find_coordinator(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    key_type = getattr(request, "key_type", COORDINATOR_GROUP)
+    host, port = broker.advertised_endpoint(ctx.listener)
+    node = broker.config.node_id
+
+    def answer(key: str) -> dict[str, Any]:
+        if key_type == COORDINATOR_GROUP:
+            return {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "node_id": node,
+                "host": host,
+                "port": port,
+            }
+        if key_type == COORDINATOR_TRANSACTION:
+            error, message = (
+                ErrorCode.coordinator_not_available,
+                ("tierlog does not support transactions yet: there is no transaction coordinator"),
+            )
+        else:
+            error, message = ErrorCode.invalid_request, f"Unknown coordinator type: {key_type}"
+        return {
+            "error_code": error,
+            "error_message": message,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+
+    if ctx.api_version < 4:
+        return make(response_type, throttle_time=NO_THROTTLE, **answer(request.key))
+    coordinator_cls = nested(response_type, "Coordinator")
+    coordinators = tuple(
+        make(coordinator_cls, key=key, **answer(key)) for key in request.coordinator_keys
+    )
+    return make(response_type, throttle_time=NO_THROTTLE, coordinators=coordinators)
+
+
+# -- OffsetCommit -----------------------------------------------------------------------------
+def _commit_error(store: GroupOffsetStore, request: Any, version: int) -> ErrorCode:
+    """Kafka's validation of a commit against a group that never has members."""
+    generation = request.generation_id_or_member_epoch
+    if generation < 0:
+        return ErrorCode.none  # a simple commit: accepted whatever the member id
+    if store.has_group(request.group_id):
+        return ErrorCode.unknown_member_id  # an empty simple group has no such member
+    return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
+
+
+async def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    # The in-memory commit happens before the first await: commits of one connection are
+    # applied in request order.
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    topic_cls = nested(response_type, "OffsetCommitResponseTopic")
+    partition_cls = nested(response_type, "OffsetCommitResponsePartition")
+    store = offset_store(broker)
+    group_error = _commit_error(store, request, ctx.api_version)
+    max_metadata = getattr(
+        broker.config, "offset_metadata_max_bytes", DEFAULT_OFFSET_METADATA_MAX_BYTES
+    )
+    timestamp = now_ms()
+    pending: dict[TopicPartition, CommittedOffset] = {}
+    layout: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
+    for topic in request.topics:
+        info = broker.topics.get(topic.name)
+        results = []
+        for p in topic.partitions:
+            metadata = p.committed_metadata
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                error = ErrorCode.unknown_topic_or_partition
+            elif group_error is not ErrorCode.none:
+                error = group_error
+            elif metadata is not None and len(metadata) > max_metadata:
+                error = ErrorCode.offset_metadata_too_large
+            else:
+                error = ErrorCode.none
+                pending[(topic.name, p.partition_index)] = CommittedOffset(
+                    offset=p.committed_offset,
+                    leader_epoch=max(getattr(p, "committed_leader_epoch", -1), -1),
+                    metadata=metadata or "",
+                    commit_timestamp_ms=timestamp,
+                )
+            results.append((p.partition_index, error))
+        layout.append((topic.name, results))
+    if pending:
+        version = store.commit(request.group_id, pending)
+        try:
+            await _flush(store, version)
+        except OSError as e:
+            # Kafka answers a failed write to __consumer_offsets with NOT_COORDINATOR: the
+            # client looks the coordinator up again and retries.
+            log.error("cannot persist offsets of group %s: %s", request.group_id, e)
+            layout = [
+                (
+                    name,
+                    [
+                        (i, ErrorCode.not_coordinator if err is ErrorCode.none else err)
+                        for i, err in results
+                    ],
+                )
+                for name, results in layout
+            ]
+    topics = tuple(
+        make(
+            topic_cls,
+            name=name,
+            partitions=tuple(
+                make(partition_cls, partition_index=i, error_code=err) for i, err in results
+            ),
+        )
+        for name, results in layout
+    )
+    return make(response_type, throttle_time=NO_THROTTLE, topics=topics)
+
+
+# -- OffsetFetch ------------------------------------------------------------------------------
+def _fetch_group(
+    store: GroupOffsetStore, group: str, topics: Any
+) -> list[tuple[str, list[tuple[int, CommittedOffset | None]]]]:
+    """Committed offsets per requested topic, or every committed partition (topics=None)."""
+    if topics is None:
+        out: dict[str, list[tuple[int, CommittedOffset | None]]] = {}
+        for (topic, partition), committed in store.group_offsets(group).items():
+            out.setdefault(topic, []).append((partition, committed))
+        return list(out.items())
+    result = []
+    for topic in topics:
+        found = store.fetch_many(group, [(topic.name, i) for i in topic.partition_indexes])
+        result.append((topic.name, [(tp[1], c) for tp, c in found.items()]))
+    return result
+
+
+async def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    store = offset_store(broker)
+    multi = ctx.api_version >= 8
+    suffix = "s" if multi else ""  # v8+ names its nested classes in the plural
+    topic_cls = nested(response_type, f"OffsetFetchResponseTopic{suffix}")
+    partition_cls = nested(response_type, f"OffsetFetchResponsePartition{suffix}")
+    # require_stable (v7+) asks for UNSTABLE_OFFSET_COMMIT while transactional commits are
+    # pending; there are no transactional commits yet, so every offset is stable.
+
+    def topics_of(group: str, topics: Any) -> tuple[Any, ...]:
+        return tuple(
+            make(
+                topic_cls,
+                name=name,
+                partitions=tuple(
+                    make(
+                        partition_cls,
+                        partition_index=index,
+                        committed_offset=c.offset if c is not None else -1,
+                        committed_leader_epoch=c.leader_epoch if c is not None else -1,
+                        metadata=c.metadata if c is not None else "",
+                        error_code=ErrorCode.none,
+                    )
+                    for index, c in partitions
+                ),
+            )
+            for name, partitions in _fetch_group(store, group, topics)
+        )
+
+    if not multi:
+        return make(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            topics=topics_of(request.group_id, request.topics),
+            error_code=ErrorCode.none,
+        )
+    group_cls = nested(response_type, "OffsetFetchResponseGroup")
+    groups = tuple(
+        make(
+            group_cls,
+            group_id=g.group_id,
+            topics=topics_of(g.group_id, g.topics),
+            error_code=ErrorCode.none,
+        )
+        for g in request.groups
+    )
+    return make(response_type, throttle_time=NO_THROTTLE, groups=groups)
+
+
+HANDLERS: dict[int, Handler] = {
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+}
