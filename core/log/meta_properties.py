@@ -25,6 +25,7 @@ from pathlib import Path
 
 from core.errors import InvalidMetaPropertiesError, KafkaStorageError
 from core.fs import atomic_write
+from core.properties import PropertiesSyntaxError, format_properties, parse_properties
 
 META_PROPERTIES_FILE = "meta.properties"
 VERSION_PROP = "version"
@@ -107,98 +108,9 @@ class MetaProperties:
 
     def encode(self) -> bytes:
         """The file's bytes: a comment header, then one ``key=value`` line per property."""
-        lines = ["#", "#Written by tierlog"]
-        lines += [f"{k}={_escape(v)}" for k, v in self.to_properties().items()]
-        return ("\n".join(lines) + "\n").encode("utf-8")
-
-
-# -- java.util.Properties, the subset Kafka's writer produces and a human may add ----------------
-
-
-def _escape(value: str) -> str:
-    """Escape a value as Java's ``Properties.store`` does, for the characters that matter."""
-    out = []
-    for i, c in enumerate(value):
-        if c == "\\":
-            out.append("\\\\")
-        elif c in "#!=:":
-            out.append("\\" + c)
-        elif c == " " and i == 0:
-            out.append("\\ ")
-        elif c == "\t":
-            out.append("\\t")
-        else:
-            out.append(c)
-    return "".join(out)
-
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c != "\\" or i + 1 == len(text):
-            out.append(c)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", text[i + 2 : i + 6]):
-            out.append(chr(int(text[i + 2 : i + 6], 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Join continuation lines (an odd number of trailing backslashes), drop comments."""
-    result: list[str] = []
-    pending = ""
-    for raw in re.split(r"\r\n|\r|\n", text):
-        line = raw.lstrip(" \t\f")
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending += line[:-1]
-            continue
-        result.append(pending + line)
-        pending = ""
-    if pending:
-        result.append(pending)
-    return result
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java properties text: ``=``, ``:`` or whitespace separators, escapes, continuations."""
-    props: dict[str, str] = {}
-    for line in _logical_lines(text):
-        i = 0
-        while i < len(line):
-            c = line[i]
-            if c == "\\":
-                i += 2
-                continue
-            if c in "=: \t\f":
-                break
-            i += 1
-        key = line[:i]
-        # After the key: whitespace, then at most one '=' or ':', then whitespace.
-        j = i
-        if j < len(line) and line[j] in " \t\f":
-            while j < len(line) and line[j] in " \t\f":
-                j += 1
-            if j < len(line) and line[j] in "=:":
-                j += 1
-        elif j < len(line):
-            j += 1
-        rest = line[j:].lstrip(" \t\f")
-        props[_unescape(key)] = _unescape(rest)
-    return props
+        # Java's Properties.store writes an empty comment line, then the date; we write a
+        # note in place of the date.
+        return format_properties(self.to_properties(), "\nWritten by tierlog").encode("utf-8")
 
 
 # -- file I/O ---------------------------------------------------------------------------------
@@ -224,6 +136,8 @@ def decode(data: bytes, source: Path) -> MetaProperties:
         props = parse_properties(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise InvalidMetaPropertiesError(f"{source}: not valid UTF-8 at byte {e.start}") from e
+    except PropertiesSyntaxError as e:
+        raise InvalidMetaPropertiesError(f"{source}: {e}") from e
     version_text = props.get(VERSION_PROP, "0")
     if version_text not in ("0", "1"):
         raise InvalidMetaPropertiesError(f"{source}: unknown version={version_text!r}")
