@@ -172,11 +172,12 @@ Synonym = tuple[str, str | None, int]  # name, value, ConfigSource
 Entry = tuple[str, ConfigKey | None, str | None, list[Synonym]]  # name, key, value, synonyms
 
 
-def _set_by_broker(broker: Broker, key: ConfigKey) -> str | None:
-    """The broker key that sets ``key``'s default in the broker's config, if one is set.
+def _set_by_broker(broker: Broker, key: ConfigKey) -> Synonym | None:
+    """The broker key that sets ``key``'s default, with its value, if the broker sets one.
 
-    Uses the config's ``originals`` (the keys given explicitly); without them, a broker value
-    that differs from the key's default counts as set.
+    Uses the config's ``originals`` (the keys given explicitly; the value in the broker
+    key's own unit, as Kafka shows it); without them, a broker value that differs from the
+    key's default counts as set.
     """
     broker_name = key.server_default_property
     if broker_name is None:
@@ -184,11 +185,12 @@ def _set_by_broker(broker: Broker, key: ConfigKey) -> str | None:
     originals = getattr(broker.config, "originals", None)
     if originals is None:
         value = broker.topics.broker_defaults.get(key.name)
-        changed = value is not None and _format(key, value) != format_value(key, key.default)
-        return broker_name if changed else None
+        if value is None or _format(key, value) == format_value(key, key.default):
+            return None
+        return broker_name, _format(key, value), ConfigSource.STATIC_BROKER_CONFIG
     for name in _BROKER_SYNONYMS.get(key.name, (broker_name,)):
         if name in originals:
-            return name
+            return name, str(originals[name]).strip(), ConfigSource.STATIC_BROKER_CONFIG
     return None
 
 
@@ -203,14 +205,15 @@ def _topic_config_entries(broker: Broker, info: TopicInfo, wanted: set[str] | No
         if key.name in info.configs:
             value = _format(key, info.configs[key.name])
             synonyms.append((key.name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        broker_name = _set_by_broker(broker, key)
-        if broker_name is not None and key.name in broker_defaults:
-            value = _format(key, broker_defaults[key.name])
-            synonyms.append((broker_name, value, ConfigSource.STATIC_BROKER_CONFIG))
+        from_broker = _set_by_broker(broker, key)
+        if from_broker is not None:
+            synonyms.append(from_broker)
         default_name = key.server_default_property or key.name
         default = format_value(key, key.default)
         synonyms.append((default_name, default, ConfigSource.DEFAULT_CONFIG))
-        out.append((key.name, key, synonyms[0][1], synonyms))
+        # The value is the effective one (a broker key in hours is shown in ms here).
+        value = info.configs.get(key.name, broker_defaults.get(key.name, key.default))
+        out.append((key.name, key, _format(key, value), synonyms))
     return out
 
 

@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.errors import CoreError, InvalidConfigError
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
+from core.server.admin_apis import HANDLERS as ADMIN_HANDLERS
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.apis import HANDLERS, api_versions_response, error_code
 from core.server.config import BrokerConfig
+from core.server.group_apis import HANDLERS as GROUP_HANDLERS
+from core.server.group_offsets import GroupOffsetStore
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_manager import ReplicaManager
@@ -39,7 +41,10 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS)
-        self.handlers = dict(HANDLERS)
+        self.handlers = {**HANDLERS, **ADMIN_HANDLERS, **GROUP_HANDLERS}
+        missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
+        assert not missing, f"advertised apis without a handler: {missing}"
+        self.group_offsets: GroupOffsetStore | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
         self.replica_manager: ReplicaManager
@@ -76,6 +81,7 @@ class Broker:
         first_dir = Path(self.config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
         self.topics = TopicRegistry(first_dir, self.config.log_config_defaults())
+        self.group_offsets = GroupOffsetStore(first_dir)
         self.log_manager = LogManager(
             self.config.log_manager_config(), topic_config=self.topics.log_config
         )
@@ -180,6 +186,3 @@ class Broker:
         assert self.log_manager is not None
         self.log_manager.update_topic_config(name, config)
         return config
-
-
-__all__ = ["Broker", "CoreError", "InvalidConfigError"]

@@ -1,0 +1,465 @@
+"""Admin handlers against a real topic registry, log manager and replica manager.
+
+Each request is framed and decoded by the protocol codec as a client's would be, handled,
+then the response is encoded and decoded again: the assertions see what a client sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import io
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from core.log.config import LogConfig
+from core.log.log_manager import LogManager, LogManagerConfig
+from core.records.builder import RecordBatchBuilder
+from core.server.admin_apis import HANDLERS
+from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.config import load_broker_config
+from core.server.group_offsets import CommittedOffset, GroupOffsetStore
+from core.server.protocol import ProtocolCodec
+from core.server.replica_manager import ReplicaManager
+from core.server.timing_wheel import Timer
+from core.server.topics import TopicInfo, TopicRegistry
+
+CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
+TIMEOUT = datetime.timedelta(seconds=30)
+
+
+class FakeBroker:
+    """The attributes the admin handlers use, over real storage parts."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        broker_defaults: Mapping[str, str] | None = None,
+        delete_topic_enable: bool = True,
+    ) -> None:
+        self.codec = CODEC
+        self.config = SimpleNamespace(
+            node_id=1,
+            delete_topic_enable=delete_topic_enable,
+            to_props=lambda: {"node.id": "1", "log.dirs": str(directory), "ssl.key.password": "x"},
+        )
+        self.topics = TopicRegistry(directory, broker_defaults or {})
+        self.log_manager = LogManager(
+            LogManagerConfig(log_dirs=(directory,)), topic_config=self.topics.log_config
+        )
+        self.replica_manager = ReplicaManager(self.log_manager, self.topics, Timer())
+        self.group_offsets = GroupOffsetStore(directory)
+
+    def advertised_endpoint(self, listener: str) -> tuple[str, int]:
+        return "127.0.0.1", 9092
+
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None):
+        info = self.topics.create(name, partitions, configs or {})
+        self.replica_manager.open_topic(info)
+        return info
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        info = self.topics.delete(name)
+        self.replica_manager.remove_topic(name)
+        return info
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
+        info = self.topics.set_configs(name, configs)
+        config = self.topics.effective_config(info)
+        self.log_manager.update_topic_config(name, config)
+        return config
+
+    def append(self, topic: str, partition: int, count: int) -> None:
+        builder = RecordBatchBuilder()
+        for i in range(count):
+            builder.append(b"v%d" % i, timestamp=1_700_000_000_000 + i)
+        p = self.replica_manager.partition(topic, partition)
+        assert p is not None
+        self.replica_manager.append(p, builder.build())
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[FakeBroker]:
+    b = FakeBroker(tmp_path, broker_defaults={"segment.bytes": "1048576"})
+    yield b
+    b.log_manager.shutdown()
+
+
+def schema(api_key: ApiKey, version: int) -> Any:
+    """The module of a request schema: its nested classes by name."""
+    return sys.modules[load_request_schema(api_key, version).__module__]
+
+
+def call(broker: Any, handlers: Mapping[int, Any], api_key: ApiKey, version: int, request: Any):
+    """Frame, decode, handle, encode and decode again: the response a client reads."""
+    request_type = load_request_schema(api_key, version)
+    header_type = request_type.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_type)(
+        out,
+        header_type(
+            request_api_key=i16(api_key),
+            request_api_version=i16(version),
+            correlation_id=i32(7),
+            client_id="test",
+        ),
+    )
+    entity_writer(request_type)(out, request)
+    ctx, decoded = CODEC.decode_request(out.getvalue(), "PLAINTEXT", "127.0.0.1:1")
+    response = asyncio.run(handlers[api_key](broker, ctx, decoded))
+    frame = CODEC.encode_response(ctx, response)
+    response_type = CODEC.response_type(api_key, version)
+    header_type = response_type.__header_schema__
+    _, used = entity_reader(header_type)(frame, 4)
+    body, _ = entity_reader(response_type)(frame, 4 + used)
+    return body
+
+
+def admin(broker: Any, api_key: ApiKey, version: int, request: Any) -> Any:
+    return call(broker, HANDLERS, api_key, version, request)
+
+
+# -- DeleteTopics -----------------------------------------------------------------------------
+def delete_by_name(broker: FakeBroker, version: int, *names: str) -> Any:
+    s = schema(ApiKey.DELETE_TOPICS, version)
+    if version >= 6:
+        topics = tuple(s.DeleteTopicState(name=n, topic_id=None) for n in names)
+        request = s.DeleteTopicsRequest(topics=topics, timeout=TIMEOUT)
+    else:
+        request = s.DeleteTopicsRequest(topic_names=names, timeout=TIMEOUT)
+    return admin(broker, ApiKey.DELETE_TOPICS, version, request)
+
+
+@pytest.mark.parametrize("version", [1, 3, 5, 6])
+def test_delete_topics_by_name(broker: FakeBroker, version: int) -> None:
+    broker.create_topic("doomed", 2)
+    broker.append("doomed", 0, 3)
+    response = delete_by_name(broker, version, "doomed", "missing")
+    codes = {r.name: r.error_code for r in response.responses}
+    assert codes == {"doomed": ErrorCode.none, "missing": ErrorCode.unknown_topic_or_partition}
+    assert broker.topics.get("doomed") is None
+    assert broker.replica_manager.partition("doomed", 0) is None
+
+
+def test_delete_topics_by_id_at_v6(broker: FakeBroker) -> None:
+    info = broker.create_topic("by-id", 1)
+    s = schema(ApiKey.DELETE_TOPICS, 6)
+    unknown = uuid.uuid4()
+    request = s.DeleteTopicsRequest(
+        topics=(
+            s.DeleteTopicState(name=None, topic_id=info.topic_id),
+            s.DeleteTopicState(name=None, topic_id=unknown),
+            s.DeleteTopicState(name="by-id", topic_id=unknown),
+        ),
+        timeout=TIMEOUT,
+    )
+    ok, missing, both = admin(broker, ApiKey.DELETE_TOPICS, 6, request).responses
+    assert (ok.name, ok.topic_id, ok.error_code) == ("by-id", info.topic_id, ErrorCode.none)
+    assert (missing.name, missing.error_code) == (None, ErrorCode.unknown_topic_id)
+    assert both.error_code == ErrorCode.invalid_request
+    assert broker.topics.get("by-id") is None
+
+
+def test_delete_topics_refuses_internal_and_duplicates(broker: FakeBroker) -> None:
+    broker.create_topic("__consumer_offsets", 1)
+    broker.create_topic("twice", 1)
+    response = delete_by_name(broker, 6, "__consumer_offsets", "twice", "twice")
+    codes = [r.error_code for r in response.responses]
+    assert codes == [ErrorCode.invalid_topic_exception] + [ErrorCode.invalid_request] * 2
+    assert broker.topics.get("__consumer_offsets") is not None
+    assert broker.topics.get("twice") is not None
+
+
+@pytest.mark.parametrize(
+    ("version", "code"), [(1, ErrorCode.invalid_request), (6, ErrorCode.topic_deletion_disabled)]
+)
+def test_delete_topics_disabled(tmp_path: Path, version: int, code: ErrorCode) -> None:
+    b = FakeBroker(tmp_path, delete_topic_enable=False)
+    try:
+        b.create_topic("kept", 1)
+        (result,) = delete_by_name(b, version, "kept").responses
+        assert result.error_code == code
+        assert b.topics.get("kept") is not None
+    finally:
+        b.log_manager.shutdown()
+
+
+def test_delete_topics_drops_committed_offsets(broker: FakeBroker) -> None:
+    broker.create_topic("t", 1)
+    broker.create_topic("other", 1)
+    broker.group_offsets.commit(
+        "g", {("t", 0): CommittedOffset(5), ("other", 0): CommittedOffset(7)}
+    )
+    delete_by_name(broker, 6, "t")
+    assert broker.group_offsets.group_offsets("g") == {("other", 0): CommittedOffset(7)}
+    assert GroupOffsetStore(broker.topics.path.parent).fetch("g", "t", 0) is None
+
+
+# -- DescribeConfigs --------------------------------------------------------------------------
+def describe(broker: FakeBroker, version: int, *resources: tuple[int, str, Any], **flags) -> Any:
+    s = schema(ApiKey.DESCRIBE_CONFIGS, version)
+    request = s.DescribeConfigsRequest(
+        resources=tuple(
+            s.DescribeConfigsResource(resource_type=t, resource_name=n, configuration_keys=k)
+            for t, n, k in resources
+        ),
+        **flags,
+    )
+    return admin(broker, ApiKey.DESCRIBE_CONFIGS, version, request)
+
+
+def test_describe_topic_configs_v1_sources(broker: FakeBroker) -> None:
+    broker.create_topic("t", 1, {"retention.ms": "1000"})
+    (result,) = describe(broker, 1, (2, "t", None)).results
+    assert result.error_code == ErrorCode.none
+    by_name = {c.name: c for c in result.configs}
+    assert set(by_name) >= {"retention.ms", "segment.bytes", "cleanup.policy"}
+    assert (by_name["retention.ms"].value, by_name["retention.ms"].config_source) == ("1000", 1)
+    assert (by_name["segment.bytes"].value, by_name["segment.bytes"].config_source) == (
+        "1048576",
+        4,
+    )
+    assert (by_name["cleanup.policy"].value, by_name["cleanup.policy"].config_source) == (
+        "delete",
+        5,
+    )
+    assert all(not c.read_only and not c.is_sensitive and c.synonyms == () for c in result.configs)
+
+
+def test_describe_topic_configs_v4_synonyms_types_docs(broker: FakeBroker) -> None:
+    broker.create_topic("t", 1, {"segment.bytes": "2048"})
+    (result,) = describe(
+        broker,
+        4,
+        (2, "t", ("segment.bytes", "cleanup.policy", "remote.storage.enable", "no.such.key")),
+        include_synonyms=True,
+        include_documentation=True,
+    ).results
+    by_name = {c.name: c for c in result.configs}
+    assert set(by_name) == {"segment.bytes", "cleanup.policy", "remote.storage.enable"}
+    seg = by_name["segment.bytes"]
+    assert [(s.name, s.value, s.source) for s in seg.synonyms] == [
+        ("segment.bytes", "2048", 1),
+        ("log.segment.bytes", "1048576", 4),
+        ("log.segment.bytes", "1073741824", 5),
+    ]
+    assert (seg.config_type, by_name["cleanup.policy"].config_type) == (3, 7)
+    assert by_name["remote.storage.enable"].config_type == 1
+    assert seg.documentation
+
+
+def test_describe_configs_errors(broker: FakeBroker) -> None:
+    results = describe(broker, 4, (2, "missing", None), (4, "7", None), (99, "x", None)).results
+    assert [r.error_code for r in results] == [
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.invalid_request,
+        ErrorCode.invalid_request,
+    ]
+    assert all(r.error_message for r in results)
+
+
+def test_describe_broker_configs(broker: FakeBroker) -> None:
+    node, default = describe(broker, 4, (4, "1", None), (4, "", None)).results
+    by_name = {c.name: c for c in node.configs}
+    assert by_name["node.id"].value == "1"
+    assert by_name["node.id"].read_only and by_name["node.id"].config_source == 4
+    assert by_name["ssl.key.password"].value is None and by_name["ssl.key.password"].is_sensitive
+    assert default.error_code == ErrorCode.none and default.configs == ()
+
+
+# -- IncrementalAlterConfigs ------------------------------------------------------------------
+def alter(broker: FakeBroker, version: int, *resources: Any, validate_only: bool = False) -> Any:
+    s = schema(ApiKey.INCREMENTAL_ALTER_CONFIGS, version)
+    request = s.IncrementalAlterConfigsRequest(
+        resources=tuple(
+            s.AlterConfigsResource(
+                resource_type=t,
+                resource_name=n,
+                configs=tuple(
+                    s.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops
+                ),
+            )
+            for t, n, ops in resources
+        ),
+        validate_only=validate_only,
+    )
+    return admin(broker, ApiKey.INCREMENTAL_ALTER_CONFIGS, version, request).responses
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_alter_set_delete_append_subtract(broker: FakeBroker, version: int) -> None:
+    broker.create_topic("t", 1, {"retention.ms": "5000"})
+    (r,) = alter(
+        broker,
+        version,
+        (
+            2,
+            "t",
+            [
+                ("segment.bytes", 0, "4096"),
+                ("retention.ms", 1, None),
+                ("cleanup.policy", 2, "compact"),
+            ],
+        ),
+    )
+    assert r.error_code == ErrorCode.none
+    assert broker.topics.get("t").configs == {
+        "segment.bytes": "4096",
+        "cleanup.policy": "delete,compact",
+    }
+    assert broker.replica_manager.partition("t", 0).log.config.segment_bytes == 4096  # live
+    (r,) = alter(broker, version, (2, "t", [("cleanup.policy", 3, "delete")]))
+    assert r.error_code == ErrorCode.none
+    assert broker.topics.get("t").configs["cleanup.policy"] == "compact"
+
+
+def test_alter_validate_only_changes_nothing(broker: FakeBroker) -> None:
+    broker.create_topic("t", 1)
+    (r,) = alter(broker, 1, (2, "t", [("segment.bytes", 0, "4096")]), validate_only=True)
+    assert r.error_code == ErrorCode.none
+    assert broker.topics.get("t").configs == {}
+
+
+def test_alter_errors(broker: FakeBroker) -> None:
+    broker.create_topic("t", 1)
+    results = alter(
+        broker,
+        1,
+        (2, "t", [("segment.bytes", 0, "-5")]),
+        (2, "missing", [("segment.bytes", 0, "4096")]),
+        (4, "1", [("log.retention.ms", 0, "1")]),
+        (8, "x", []),
+    )
+    codes = [r.error_code for r in results]
+    assert codes == [
+        ErrorCode.invalid_config,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.invalid_request,
+        ErrorCode.invalid_request,
+    ]
+    assert "segment.bytes" in results[0].error_message
+    assert "log.retention.ms" in results[2].error_message
+    (append_int,) = alter(broker, 1, (2, "t", [("segment.bytes", 2, "1")]))
+    assert append_int.error_code == ErrorCode.invalid_config
+    (unknown,) = alter(broker, 1, (2, "t", [("no.such.key", 0, "1")]))
+    assert unknown.error_code == ErrorCode.invalid_config and "no.such.key" in unknown.error_message
+    (dup,) = alter(broker, 1, (2, "t", [("segment.bytes", 0, "1"), ("segment.bytes", 1, None)]))
+    assert dup.error_code == ErrorCode.invalid_request
+    assert broker.topics.get("t").configs == {}
+
+
+# -- DeleteRecords ----------------------------------------------------------------------------
+def delete_records(broker: FakeBroker, version: int, name: str, *offsets: tuple[int, int]) -> Any:
+    s = schema(ApiKey.DELETE_RECORDS, version)
+    request = s.DeleteRecordsRequest(
+        topics=(
+            s.DeleteRecordsTopic(
+                name=name,
+                partitions=tuple(
+                    s.DeleteRecordsPartition(partition_index=p, offset=o) for p, o in offsets
+                ),
+            ),
+        ),
+        timeout=TIMEOUT,
+    )
+    (topic,) = admin(broker, ApiKey.DELETE_RECORDS, version, request).topics
+    return [(p.partition_index, p.error_code, p.low_watermark) for p in topic.partitions]
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_delete_records(broker: FakeBroker, version: int) -> None:
+    broker.create_topic("t", 3)
+    broker.append("t", 0, 10)
+    broker.append("t", 1, 4)
+    assert delete_records(broker, version, "t", (0, 6), (1, -1), (2, 1), (3, 0)) == [
+        (0, ErrorCode.none, 6),
+        (1, ErrorCode.none, 4),
+        (2, ErrorCode.offset_out_of_range, -1),
+        (3, ErrorCode.unknown_topic_or_partition, -1),
+    ]
+    assert broker.replica_manager.partition("t", 0).log.log_start_offset == 6
+    # Never backwards: a lower offset leaves the low watermark where it is.
+    assert delete_records(broker, version, "t", (0, 2)) == [(0, ErrorCode.none, 6)]
+
+
+def test_delete_records_of_a_compacted_topic_is_a_policy_violation(broker: FakeBroker) -> None:
+    broker.create_topic("c", 1, {"cleanup.policy": "compact"})
+    assert delete_records(broker, 2, "c", (0, 0)) == [(0, ErrorCode.policy_violation, -1)]
+
+
+# -- OffsetForLeaderEpoch ---------------------------------------------------------------------
+def epochs(broker: FakeBroker, version: int, *parts: tuple[int, int, int]) -> list[tuple]:
+    s = schema(ApiKey.OFFSET_FOR_LEADER_EPOCH, version)
+    request = s.OffsetForLeaderEpochRequest(
+        topics=(
+            s.OffsetForLeaderTopic(
+                topic="t",
+                partitions=tuple(
+                    s.OffsetForLeaderPartition(partition=p, current_leader_epoch=c, leader_epoch=e)
+                    for p, c, e in parts
+                ),
+            ),
+        ),
+    )
+    (topic,) = admin(broker, ApiKey.OFFSET_FOR_LEADER_EPOCH, version, request).topics
+    return [(r.partition, r.error_code, r.leader_epoch, r.end_offset) for r in topic.partitions]
+
+
+@pytest.mark.parametrize("version", [2, 4])
+def test_offset_for_leader_epoch(broker: FakeBroker, version: int) -> None:
+    broker.create_topic("t", 1)
+    partition = broker.replica_manager.partition("t", 0)
+    broker.append("t", 0, 5)  # epoch 0: offsets 0-4
+    partition.leader_epoch = 3
+    broker.append("t", 0, 2)  # epoch 3: offsets 5-6
+    assert epochs(broker, version, (0, 3, 0), (0, -1, 1), (0, 3, 3), (0, -1, 9)) == [
+        (0, ErrorCode.none, 0, 5),
+        (0, ErrorCode.none, 0, 5),
+        (0, ErrorCode.none, 3, 7),
+        (0, ErrorCode.none, -1, -1),
+    ]
+    assert epochs(broker, version, (0, 2, 0), (0, 4, 0), (1, -1, 0)) == [
+        (0, ErrorCode.fenced_leader_epoch, -1, -1),
+        (0, ErrorCode.unknown_leader_epoch, -1, -1),
+        (1, ErrorCode.unknown_topic_or_partition, -1, -1),
+    ]
+
+
+def test_describe_sources_follow_the_broker_config_originals(tmp_path: Path) -> None:
+    b = FakeBroker(tmp_path)
+    b.config = load_broker_config(
+        None, {"log.dirs": str(tmp_path), "log.retention.hours": "24", "node.id": "1"}
+    )
+    b.topics.broker_defaults = b.config.log_config_defaults()
+    try:
+        b.create_topic("t", 1)
+        (topic, node) = describe(
+            b,
+            4,
+            (2, "t", ("retention.ms", "segment.bytes")),
+            (4, "1", None),
+            include_synonyms=True,
+        ).results
+        by_name = {c.name: c for c in topic.configs}
+        retention = by_name["retention.ms"]
+        assert (retention.value, retention.config_source) == ("86400000", 4)
+        assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+            ("log.retention.hours", "24", 4),
+            ("log.retention.ms", "604800000", 5),
+        ]
+        assert by_name["segment.bytes"].config_source == 5
+        sources = {c.name: c.config_source for c in node.configs}
+        assert sources["log.retention.hours"] == 4 and sources["log.segment.bytes"] == 5
+    finally:
+        b.log_manager.shutdown()

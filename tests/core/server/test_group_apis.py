@@ -1,0 +1,316 @@
+"""FindCoordinator, OffsetCommit and OffsetFetch, and the offset store behind them.
+
+Handlers are driven the way a client drives them: the request is framed and decoded by the
+protocol codec, the response encoded and decoded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import io
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i16, i32
+
+from core.errors import CorruptCheckpointError
+from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.group_apis import HANDLERS, offset_store
+from core.server.group_offsets import OFFSETS_FILE, CommittedOffset, GroupOffsetStore
+from core.server.protocol import ProtocolCodec
+from core.server.topics import TopicRegistry
+
+CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
+
+
+# -- the store alone --------------------------------------------------------------------------
+def test_store_commit_fetch_and_reload(tmp_path: Path) -> None:
+    store = GroupOffsetStore(tmp_path)
+    assert store.fetch("g", "t", 0) is None and not store.has_group("g")
+    version = store.commit(
+        "g", {("t", 0): CommittedOffset(5, 2, "m", 1), ("t", 1): CommittedOffset(9)}
+    )
+    store.commit("g", {("t", 0): CommittedOffset(6, 2, "n", 2)})
+    store.commit("h", {("u", 3): CommittedOffset(1)})
+    assert not (tmp_path / OFFSETS_FILE).exists()  # nothing durable before a flush
+    store.flush(version)
+    store.flush()
+    reloaded = GroupOffsetStore(tmp_path)
+    assert reloaded.groups() == ["g", "h"]
+    assert reloaded.group_offsets("g") == {
+        ("t", 0): CommittedOffset(6, 2, "n", 2),
+        ("t", 1): CommittedOffset(9),
+    }
+    assert reloaded.fetch_many("g", [("t", 1), ("t", 7)]) == {
+        ("t", 1): CommittedOffset(9),
+        ("t", 7): None,
+    }
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_store_flush_is_skipped_when_already_durable(tmp_path: Path) -> None:
+    store = GroupOffsetStore(tmp_path)
+    v = store.commit("g", {("t", 0): CommittedOffset(1)})
+    store.flush(v)
+    path = tmp_path / OFFSETS_FILE
+    path.write_text("sentinel")
+    store.flush(v)  # an older or equal version: no rewrite
+    assert path.read_text() == "sentinel"
+
+
+def test_store_delete_topic_forgets_empty_groups(tmp_path: Path) -> None:
+    store = GroupOffsetStore(tmp_path)
+    store.commit("g", {("t", 0): CommittedOffset(1), ("u", 0): CommittedOffset(2)})
+    store.commit("h", {("t", 1): CommittedOffset(3)})
+    store.flush(store.delete_topic("t"))
+    assert GroupOffsetStore(tmp_path).group_offsets("g") == {("u", 0): CommittedOffset(2)}
+    assert not GroupOffsetStore(tmp_path).has_group("h")
+
+
+def test_store_refuses_a_corrupt_file(tmp_path: Path) -> None:
+    (tmp_path / OFFSETS_FILE).write_text(
+        json.dumps({"version": 1, "groups": {"g": {"t": {"0": {}}}}})
+    )
+    with pytest.raises(CorruptCheckpointError, match=OFFSETS_FILE):
+        GroupOffsetStore(tmp_path)
+    (tmp_path / OFFSETS_FILE).write_text("{not json")
+    with pytest.raises(CorruptCheckpointError):
+        GroupOffsetStore(tmp_path)
+
+
+# -- handlers ---------------------------------------------------------------------------------
+class FakeBroker:
+    """What the group handlers use: codec, config, topics, advertised endpoint."""
+
+    def __init__(self, directory: Path, *, metadata_max: int | None = None) -> None:
+        self.codec = CODEC
+        self.config = SimpleNamespace(node_id=3)
+        if metadata_max is not None:
+            self.config.offset_metadata_max_bytes = metadata_max
+        self.topics = TopicRegistry(directory, {})
+        if self.topics.get("t") is None:
+            self.topics.create("t", 2, {})
+
+    def advertised_endpoint(self, listener: str) -> tuple[str, int]:
+        assert listener == "PLAINTEXT"
+        return "broker.example", 9094
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> FakeBroker:
+    return FakeBroker(tmp_path)
+
+
+def schema(api_key: ApiKey, version: int) -> Any:
+    return sys.modules[load_request_schema(api_key, version).__module__]
+
+
+def call(broker: Any, api_key: ApiKey, version: int, request: Any) -> Any:
+    request_type = load_request_schema(api_key, version)
+    header_type = request_type.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_type)(
+        out,
+        header_type(
+            request_api_key=i16(api_key),
+            request_api_version=i16(version),
+            correlation_id=i32(7),
+            client_id="test",
+        ),
+    )
+    entity_writer(request_type)(out, request)
+    ctx, decoded = CODEC.decode_request(out.getvalue(), "PLAINTEXT", "127.0.0.1:1")
+    response = asyncio.run(HANDLERS[api_key](broker, ctx, decoded))
+    frame = CODEC.encode_response(ctx, response)
+    response_type = CODEC.response_type(api_key, version)
+    _, used = entity_reader(response_type.__header_schema__)(frame, 4)
+    body, _ = entity_reader(response_type)(frame, 4 + used)
+    return body
+
+
+# -- FindCoordinator --------------------------------------------------------------------------
+def test_find_coordinator_v0_group(broker: FakeBroker) -> None:
+    s = schema(ApiKey.FIND_COORDINATOR, 0)
+    r = call(broker, ApiKey.FIND_COORDINATOR, 0, s.FindCoordinatorRequest(key="g"))
+    assert (r.error_code, r.node_id, r.host, r.port) == (ErrorCode.none, 3, "broker.example", 9094)
+
+
+def test_find_coordinator_v3_transaction_and_invalid_type(broker: FakeBroker) -> None:
+    s = schema(ApiKey.FIND_COORDINATOR, 3)
+    txn = call(broker, ApiKey.FIND_COORDINATOR, 3, s.FindCoordinatorRequest(key="x", key_type=1))
+    assert txn.error_code == ErrorCode.coordinator_not_available and "transactions" in (
+        txn.error_message or ""
+    )
+    assert (txn.node_id, txn.host, txn.port) == (-1, "", -1)
+    bad = call(broker, ApiKey.FIND_COORDINATOR, 3, s.FindCoordinatorRequest(key="x", key_type=5))
+    assert bad.error_code == ErrorCode.invalid_request
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_find_coordinator_batched(broker: FakeBroker, version: int) -> None:
+    s = schema(ApiKey.FIND_COORDINATOR, version)
+    request = s.FindCoordinatorRequest(key_type=0, coordinator_keys=("a", "b"))
+    r = call(broker, ApiKey.FIND_COORDINATOR, version, request)
+    assert [(c.key, c.error_code, c.node_id, c.host, c.port) for c in r.coordinators] == [
+        ("a", ErrorCode.none, 3, "broker.example", 9094),
+        ("b", ErrorCode.none, 3, "broker.example", 9094),
+    ]
+
+
+# -- OffsetCommit / OffsetFetch ---------------------------------------------------------------
+def commit(
+    broker: Any,
+    version: int,
+    offsets: Mapping[tuple[str, int], tuple[int, int, str | None]],
+    *,
+    group: str = "g",
+    generation: int = -1,
+    member: str = "",
+) -> dict[tuple[str, int], ErrorCode]:
+    s = schema(ApiKey.OFFSET_COMMIT, version)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), (offset, epoch, metadata) in offsets.items():
+        fields = {"committed_leader_epoch": epoch} if version >= 6 else {}
+        by_topic.setdefault(topic, []).append(
+            s.OffsetCommitRequestPartition(
+                partition_index=index,
+                committed_offset=offset,
+                committed_metadata=metadata,
+                **fields,
+            )
+        )
+    extra: dict[str, Any] = {}
+    if version <= 4:
+        extra["retention_time"] = datetime.timedelta(milliseconds=-1)
+    request = s.OffsetCommitRequest(
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member,
+        topics=tuple(
+            s.OffsetCommitRequestTopic(name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
+        **extra,
+    )
+    response = call(broker, ApiKey.OFFSET_COMMIT, version, request)
+    return {
+        (t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions
+    }
+
+
+def fetch(
+    broker: Any, version: int, topics: Mapping[str, list[int]] | None, group: str = "g"
+) -> dict[tuple[str, int], tuple[int, int, str | None]]:
+    s = schema(ApiKey.OFFSET_FETCH, version)
+    if version >= 8:
+        wanted = (
+            None
+            if topics is None
+            else tuple(
+                s.OffsetFetchRequestTopics(name=n, partition_indexes=tuple(p))
+                for n, p in topics.items()
+            )
+        )
+        request = s.OffsetFetchRequest(
+            groups=(s.OffsetFetchRequestGroup(group_id=group, topics=wanted),), require_stable=True
+        )
+        (result,) = call(broker, ApiKey.OFFSET_FETCH, version, request).groups
+        assert (result.group_id, result.error_code) == (group, ErrorCode.none)
+    else:
+        assert topics is not None or version >= 2
+        wanted = (
+            None
+            if topics is None
+            else tuple(
+                s.OffsetFetchRequestTopic(name=n, partition_indexes=tuple(p))
+                for n, p in topics.items()
+            )
+        )
+        request = s.OffsetFetchRequest(group_id=group, topics=wanted)
+        result = call(broker, ApiKey.OFFSET_FETCH, version, request)
+    out = {}
+    for t in result.topics:
+        for p in t.partitions:
+            assert p.error_code == ErrorCode.none
+            out[(t.name, p.partition_index)] = (
+                p.committed_offset,
+                getattr(p, "committed_leader_epoch", -1),
+                p.metadata,
+            )
+    return out
+
+
+@pytest.mark.parametrize(("commit_version", "fetch_version"), [(2, 1), (5, 4), (9, 7), (9, 9)])
+def test_commit_then_fetch(broker: FakeBroker, commit_version: int, fetch_version: int) -> None:
+    codes = commit(broker, commit_version, {("t", 0): (42, 3, "meta"), ("t", 1): (7, 3, None)})
+    assert codes == {("t", 0): ErrorCode.none, ("t", 1): ErrorCode.none}
+    got = fetch(broker, fetch_version, {"t": [0, 1], "other": [0]})
+    epoch = 3 if commit_version >= 6 and fetch_version >= 5 else -1
+    assert got == {
+        ("t", 0): (42, epoch, "meta"),
+        ("t", 1): (7, epoch, ""),
+        ("other", 0): (-1, -1, ""),
+    }
+
+
+@pytest.mark.parametrize("version", [2, 7, 8])
+def test_fetch_all_committed_partitions(broker: FakeBroker, version: int) -> None:
+    commit(broker, 9, {("t", 1): (5, -1, ""), ("t", 0): (4, -1, "")})
+    assert fetch(broker, version, None) == {("t", 0): (4, -1, ""), ("t", 1): (5, -1, "")}
+    assert fetch(broker, version, None, group="nobody") == {}
+
+
+def test_commit_errors(tmp_path: Path) -> None:
+    broker = FakeBroker(tmp_path, metadata_max=8)
+    codes = commit(
+        broker,
+        8,
+        {
+            ("t", 0): (1, -1, "x" * 9),
+            ("t", 1): (2, -1, "x" * 8),
+            ("t", 9): (1, -1, ""),
+            ("nope", 0): (1, -1, ""),
+        },
+    )
+    assert codes == {
+        ("t", 0): ErrorCode.offset_metadata_too_large,
+        ("t", 1): ErrorCode.none,
+        ("t", 9): ErrorCode.unknown_topic_or_partition,
+        ("nope", 0): ErrorCode.unknown_topic_or_partition,
+    }
+    assert fetch(broker, 8, {"t": [0, 1]}) == {("t", 0): (-1, -1, ""), ("t", 1): (2, -1, "x" * 8)}
+
+
+def test_commit_with_a_generation_is_refused(broker: FakeBroker) -> None:
+    # Unknown group: ILLEGAL_GENERATION before v9, GROUP_ID_NOT_FOUND from v9 (KIP-848).
+    assert commit(broker, 8, {("t", 0): (1, -1, "")}, group="new", generation=1, member="m") == {
+        ("t", 0): ErrorCode.illegal_generation
+    }
+    assert commit(broker, 9, {("t", 0): (1, -1, "")}, group="new", generation=1) == {
+        ("t", 0): ErrorCode.group_id_not_found
+    }
+    # A known simple group has no members.
+    commit(broker, 9, {("t", 0): (1, -1, "")}, group="simple")
+    assert commit(broker, 2, {("t", 0): (2, -1, "")}, group="simple", generation=0) == {
+        ("t", 0): ErrorCode.unknown_member_id
+    }
+    assert fetch(broker, 9, {"t": [0]}, group="simple") == {("t", 0): (1, -1, "")}
+    assert fetch(broker, 9, {"t": [0]}, group="new") == {("t", 0): (-1, -1, "")}
+
+
+def test_commits_survive_a_restart_and_are_stored_next_to_the_registry(tmp_path: Path) -> None:
+    broker = FakeBroker(tmp_path)
+    commit(broker, 9, {("t", 0): (11, 2, "m")})
+    assert (tmp_path / OFFSETS_FILE).exists()
+    restarted = FakeBroker(tmp_path)  # a new broker object over the same dir
+    assert offset_store(restarted) is not offset_store(broker)
+    assert fetch(restarted, 9, {"t": [0]}) == {("t", 0): (11, 2, "m")}
