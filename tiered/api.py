@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import itertools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
@@ -223,7 +224,7 @@ class RemoteLogSegmentMetadata:
         if not self.segment_leader_epochs:
             raise ValueError("segment leader epochs must not be empty")
         epochs = list(self.segment_leader_epochs.items())
-        if any(a >= b or oa > ob for (a, oa), (b, ob) in zip(epochs, epochs[1:], strict=False)):
+        if any(a >= b or oa > ob for (a, oa), (b, ob) in itertools.pairwise(epochs)):
             raise ValueError(f"segment leader epochs {dict(epochs)} are not ascending")
         _check_custom_metadata(self.custom_metadata)
         # A plain, ordered, private copy: callers may pass any mapping.
