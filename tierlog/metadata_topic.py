@@ -1,0 +1,114 @@
+"""The in-process client of ``__remote_log_metadata`` inside a broker.
+
+The RLMM calls it from background threads. Appends go through the broker's own produce
+path on its event loop (so consumers of the topic are woken as for any topic), then the
+partition is fsynced on the calling thread before the offset is returned: a metadata event
+is durable before the RLMM acknowledges it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from core.errors import CoreError
+from core.records.batch import HEADER_SIZE, RecordBatchHeader
+from core.records.builder import RecordBatchBuilder
+from core.records.record import decode_records
+from rlmm.topic_client import METADATA_TOPIC, MetadataRecord, MetadataTopicError
+
+if TYPE_CHECKING:
+    from core.server.broker import Broker
+    from core.server.replica_manager import Partition
+
+# The topic's own settings (Kafka's TopicBasedRemoteLogMetadataManagerConfig): keep every
+# event forever; it is the only record of where remote data is.
+METADATA_TOPIC_CONFIGS = {"retention.ms": "-1", "cleanup.policy": "delete"}
+READ_BYTES = 1 << 20
+
+
+class InProcessMetadataTopicClient:
+    """``MetadataTopicClient`` over a running broker in the same process."""
+
+    def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
+        self.broker = broker
+        self.loop = loop
+
+    def _partition(self, index: int) -> Partition:
+        partition = self.broker.replica_manager.partition(METADATA_TOPIC, index)
+        if partition is None:
+            raise MetadataTopicError(f"{METADATA_TOPIC}-{index} does not exist")
+        return partition
+
+    def ensure_topic(self, num_partitions: int) -> None:
+        info = self.broker.topics.get(METADATA_TOPIC)
+        if info is None:
+            future = asyncio.run_coroutine_threadsafe(self._create(num_partitions), self.loop)
+            future.result()
+            return
+        if info.partitions != num_partitions:
+            raise MetadataTopicError(
+                f"{METADATA_TOPIC} has {info.partitions} partitions but "
+                f"remote.log.metadata.topic.num.partitions={num_partitions}: refusing to start "
+                "(the metadata partition of every user partition would change)"
+            )
+
+    async def _create(self, num_partitions: int) -> None:
+        try:
+            self.broker.create_topic(METADATA_TOPIC, num_partitions, METADATA_TOPIC_CONFIGS)
+        except CoreError as e:
+            raise MetadataTopicError(f"cannot create {METADATA_TOPIC}: {e}") from e
+
+    def partition_count(self) -> int:
+        info = self.broker.topics.get(METADATA_TOPIC)
+        if info is None:
+            raise MetadataTopicError(f"{METADATA_TOPIC} does not exist")
+        return info.partitions
+
+    def append(self, partition: int, value: bytes) -> int:
+        target = self._partition(partition)
+        builder = RecordBatchBuilder()
+        builder.append(value, key=None)
+        batch = builder.build()
+
+        async def do_append() -> int:
+            return self.broker.replica_manager.append(target, batch).first_offset
+
+        try:
+            offset = asyncio.run_coroutine_threadsafe(do_append(), self.loop).result()
+            target.log.flush()
+        except CoreError as e:
+            raise MetadataTopicError(f"append to {METADATA_TOPIC}-{partition} failed: {e}") from e
+        return offset
+
+    def read(self, partition: int, start_offset: int, max_records: int) -> list[MetadataRecord]:
+        plog = self._partition(partition).log
+        out: list[MetadataRecord] = []
+        offset = max(start_offset, plog.log_start_offset)
+        while len(out) < max_records and offset < plog.high_watermark:
+            info = plog.read(offset, READ_BYTES, max_offset=plog.high_watermark)
+            if info.records is None:
+                break
+            data = info.records.read_bytes()
+            advanced = False
+            position = 0
+            # Whole batches only: a slice may end inside one, which the next read starts at.
+            while position + HEADER_SIZE <= len(data):
+                header = RecordBatchHeader(data, position)
+                if position + header.size_in_bytes > len(data):
+                    break
+                for record in decode_records(header):
+                    if record.offset >= offset and record.value is not None:
+                        out.append(MetadataRecord(partition, record.offset, record.value))
+                offset = header.next_offset
+                position += header.size_in_bytes
+                advanced = True
+            if not advanced:
+                break
+        return out[:max_records]
+
+    def end_offset(self, partition: int) -> int:
+        return self._partition(partition).high_watermark
+
+    def close(self) -> None:
+        return None
