@@ -3,7 +3,13 @@
 Defaults take about 20 s on a 2-core VM and write at most ~1.1 GiB to ``bench-data/``
 (deleted afterwards); ``--quick`` shrinks every size for a smoke run of a few seconds.
 
-    python -m bench.run_all [--quick] [--dir bench-data]
+``--broker`` adds the broker benchmarks (tierlog and the null broker as child processes,
+driven by confluent-kafka): throughput with 1,000,000 messages of 100 B and of 1 KiB per
+server (about 1 minute, ~2 GiB of scratch space) and acks=1 latency at 10 MB/s for 10 s
+(about 25 s); with ``--quick``, 100,000 messages and 3 s (about 15 s in all). They are
+opt-in so that the default ``make bench`` stays short.
+
+    python -m bench.run_all [--quick] [--broker] [--dir bench-data]
 """
 
 from __future__ import annotations
@@ -13,13 +19,18 @@ import sys
 import time
 from pathlib import Path
 
-from bench import log_append, log_read, log_recovery
+from bench import broker_latency, broker_throughput, log_append, log_read, log_recovery
 from bench._common import DEFAULT_DIR, Result, describe_machine, print_table
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, fewer rounds")
+    parser.add_argument(
+        "--broker",
+        action="store_true",
+        help="also run the broker throughput and latency benchmarks (about 1.5 min)",
+    )
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="scratch directory")
     args = parser.parse_args(argv)
     if args.quick:
@@ -37,8 +48,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"recovery: {recovery_mb} MiB x 3 rounds ...", flush=True)
     results.extend(log_recovery.run(recovery_mb, 3, args.dir))
     print_table(results, [("elapsed", f"{time.perf_counter() - start:.0f} s")])
+    if args.broker:
+        run_broker(args.quick, args.dir)
     # A miss is a finding to report, not a failure: benchmarks never gate the build.
     return 0
+
+
+def run_broker(quick: bool, base: Path) -> None:
+    messages = broker_throughput.QUICK_MESSAGES if quick else broker_throughput.FULL_MESSAGES
+    seconds = 3.0 if quick else 10.0
+    start = time.perf_counter()
+    print(f"\nbroker throughput: {messages:,} messages per size and server ...", flush=True)
+    floor = broker_throughput.page_cache_floor(base / "broker-floor", messages * 1024)
+    phases = broker_throughput.run(messages, broker_throughput.SIZES, base)
+    broker_throughput.print_table(broker_throughput.medians(phases), floor)
+    print(f"\nbroker latency: acks=1, 1 KiB at 10 MB/s for {seconds:.0f} s per server ...")
+    latencies = broker_latency.run(base, seconds=seconds)
+    broker_latency.print_table(latencies, 1024, 10.0, 0)
+    print(f"broker elapsed: {time.perf_counter() - start:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

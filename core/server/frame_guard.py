@@ -168,10 +168,14 @@ def entity_walker(entity: type, *, is_header: bool = False) -> Walker:
     return walk_entity
 
 
-def check_frame(request_type: type, header_type: type, frame: bytes | memoryview) -> None:
-    """Walk header and body; raise InvalidRequestError unless they fill the frame exactly."""
+def check_frame(request_type: type, header_type: type, frame: bytes | memoryview) -> int:
+    """Walk header and body; raise InvalidRequestError if they do not fit in the frame.
+
+    Returns:
+        The number of bytes after the body. Kafka ignores such bytes, and librdkafka sends
+        some (three after a Metadata v12 body), so the caller tolerates them too.
+    """
     end = len(frame)
     pos = entity_walker(header_type, is_header=True)(frame, 0, end)
     pos = entity_walker(request_type)(frame, pos, end)
-    if pos != end:
-        raise _fail(f"{end - pos} trailing bytes", pos)
+    return end - pos

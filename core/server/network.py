@@ -162,6 +162,7 @@ class Connection:
         self._room = asyncio.Event()
         self._room.set()
         self._closing = False
+        self._last_frame: bytes | None = None
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def abort(self) -> None:
@@ -177,6 +178,8 @@ class Connection:
             log.info("closing idle connection %s (connections.max.idle.ms)", self.address)
         except InvalidRequestError as e:
             log.warning("closing connection %s on %s: %s", self.address, self.listener, e)
+            if self._last_frame is not None and log.isEnabledFor(logging.DEBUG):
+                log.debug("the frame began %s", self._last_frame[:256].hex())
         finally:
             self._closing = True
             self._wake_writer.set()
@@ -201,6 +204,7 @@ class Connection:
                     f"{server.max_request_bytes}"
                 )
             frame = await self.reader.readexactly(size)
+            self._last_frame = frame
             try:
                 context, request = server.codec.decode_request(frame, self.listener, self.address)
             except UnsupportedVersionRequestError as e:

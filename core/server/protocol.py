@@ -97,7 +97,10 @@ class ProtocolCodec:
                 correlation_id = _SIZE.unpack_from(frame, 4)[0]
                 raise UnsupportedVersionRequestError(api_key, api_version, correlation_id)
             raise InvalidRequestError(f"unknown api key {api_key}")
-        check_frame(codec.request_type, codec.request_header_type, frame)
+        try:
+            check_frame(codec.request_type, codec.request_header_type, frame)
+        except InvalidRequestError as e:
+            raise InvalidRequestError(f"{ApiKey(api_key).name} v{api_version}: {e}") from e
         try:
             header, used = codec.read_header(frame, 0)
             request, body = codec.read_request(frame, used)
@@ -105,11 +108,6 @@ class ProtocolCodec:
             raise InvalidRequestError(
                 f"malformed {ApiKey(api_key).name} v{api_version} request: {e}"
             ) from e
-        if used + body != len(frame):
-            raise InvalidRequestError(
-                f"{ApiKey(api_key).name} v{api_version} request has "
-                f"{len(frame) - used - body} trailing bytes"
-            )
         context = RequestContext(
             api_key=api_key,
             api_version=api_version,
@@ -129,6 +127,9 @@ class ProtocolCodec:
             out, codec.response_header_type(correlation_id=context.correlation_id)
         )
         codec.write_response(out, response)
-        data = out.getbuffer()
-        _SIZE.pack_into(data, 0, len(data) - 4)
-        return bytes(data)
+        size = out.tell() - 4
+        out.seek(0)
+        out.write(_SIZE.pack(size))
+        # getvalue() hands over the buffer without the copy bytes(getbuffer()) makes: a
+        # Fetch response is megabytes of records.
+        return out.getvalue()
