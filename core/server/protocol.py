@@ -103,7 +103,7 @@ class ProtocolCodec:
             raise InvalidRequestError(f"{ApiKey(api_key).name} v{api_version}: {e}") from e
         try:
             header, used = codec.read_header(frame, 0)
-            request, body = codec.read_request(frame, used)
+            request, _ = codec.read_request(frame, used)
         except Exception as e:  # kio raises assorted errors for malformed input
             raise InvalidRequestError(
                 f"malformed {ApiKey(api_key).name} v{api_version} request: {e}"

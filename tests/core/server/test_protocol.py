@@ -103,7 +103,9 @@ def test_unknown_api_key_and_unsupported_version():
     assert (info.value.api_key, info.value.api_version, info.value.correlation_id) == (18, 99, 7)
 
 
-def test_trailing_bytes_are_refused():
-    request = load_request_schema(18, 0)()
-    with pytest.raises(InvalidRequestError, match="trailing"):
-        CODEC.decode_request(frame(18, 0, request) + b"junk", "P", "x")
+def test_trailing_bytes_are_ignored_as_kafka_does():
+    # librdkafka 2.16 sends three bytes after a Metadata v12 body; Kafka ignores them.
+    frame_bytes = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    context, request = CODEC.decode_request(frame_bytes, "P", "x")
+    assert (context.api_key, context.api_version, context.client_id) == (3, 12, "rdkafka")
+    assert request.topics is None
