@@ -521,10 +521,13 @@ class PartitionLog:
         """
         segments, bases = self._view
         end = self._log_end_offset
-        if start_offset > end or start_offset < bases[0]:
+        # Below the log start offset (retention, DeleteRecords) nothing may be read, even
+        # while the segment holding it is still on disk.
+        first_readable = max(self.log_start_offset, bases[0])
+        if start_offset > end or start_offset < first_readable:
             raise OffsetOutOfRangeError(
                 f"offset {start_offset} is out of range for {self.topic}-{self.partition}: "
-                f"local log spans {bases[0]}..{end}"
+                f"the local log serves {first_readable}..{end}"
             )
         limit = end if max_offset is None else min(max_offset, end)
         if start_offset >= limit:
