@@ -1,0 +1,414 @@
+"""TopicBasedRemoteLogMetadataManager: the RLMM on the ``__remote_log_metadata`` topic.
+
+Writes: an event is serialised (Kafka's RemoteLogMetadataSerde), appended to the metadata
+partition of its user partition (Kafka's partitioner) through a ``MetadataTopicClient``,
+which returns once it is durable; the returned future completes only when this manager's
+own consumer has read the event back and applied it to the cache, so a caller sees its
+write in every later read.
+
+Reads: a consumer thread reads the metadata partitions of the user partitions this broker
+hosts and applies each event to the cache (``rlmm.cache``). ``is_ready(tp)`` turns true
+once the cache has caught up to the end offset seen when the partition was assigned.
+
+Fast restart (which Kafka dropped and tierlog keeps): per user partition, a snapshot file
+of the cache as of a metadata-partition offset, and the committed-offsets file
+``_rlmm_committed_offsets`` (``<partition> <offset>`` lines), written atomically. A restart
+loads the snapshots and replays only the events after them; a damaged snapshot is
+discarded and the partition replayed from the start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
+from rlmm.partitioner import metadata_partition
+from rlmm.serde import RemoteLogSegmentMetadataSnapshot, deserialize, serialize
+from rlmm.snapshot import (
+    CorruptSnapshotError,
+    Snapshot,
+    read_snapshot,
+    snapshot_path,
+    write_committed_offsets,
+    write_snapshot,
+)
+from rlmm.topic_client import DEFAULT_METADATA_PARTITIONS, MetadataTopicClient, MetadataTopicError
+from tiered.api import (
+    InvalidStateTransitionError,
+    RemoteLogMetadataManager,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    TopicIdPartition,
+)
+
+log = logging.getLogger(__name__)
+
+NUM_PARTITIONS_KEY = "remote.log.metadata.topic.num.partitions"
+LOG_DIR_KEY = "log.dir"
+BOOTSTRAP_KEY = "remote.log.metadata.common.client.bootstrap.servers"
+SNAPSHOT_INTERVAL_KEY = "remote.log.metadata.snapshot.interval.ms"
+RLMM_DIR = "__remote_log_metadata_snapshots"
+COMMITTED_OFFSETS_FILE = "_rlmm_committed_offsets"
+
+# How long the consumer waits for news when its partitions are idle. Writes of this
+# process wake it at once; only events from other writers wait up to this long.
+IDLE_POLL_S = 0.1
+READ_BATCH = 2000
+
+
+class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
+    """Kafka's TopicBasedRemoteLogMetadataManager, with snapshots for fast restarts.
+
+    Args:
+        client: the metadata-topic client; the composition root passes the broker's
+            in-process one. Without it, ``configure`` connects to
+            ``remote.log.metadata.common.client.bootstrap.servers`` with a Kafka client.
+        clock: milliseconds since the epoch (tests).
+    """
+
+    def __init__(
+        self,
+        client: MetadataTopicClient | None = None,
+        *,
+        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.client = client
+        self.clock = clock
+        self.store = RemotePartitionMetadataStore()
+        self.num_partitions = DEFAULT_METADATA_PARTITIONS
+        self.rlmm_dir: Path | None = None
+        self.snapshot_interval_ms = 30_000
+        self._lock = threading.Condition()
+        # Metadata partition -> next offset to read; and the user partitions assigned.
+        self._next_offset: dict[int, int] = {}
+        self._assigned: dict[TopicIdPartition, int] = {}
+        # User partition -> metadata-partition end offset to reach before it is ready.
+        self._ready_at: dict[TopicIdPartition, int] = {}
+        # User partition -> the metadata offset of the last event applied to its cache (from
+        # a snapshot or read since). A metadata partition is re-read from an earlier offset
+        # when another user partition joins it; events at or below this are skipped.
+        self._applied: dict[TopicIdPartition, int] = {}
+        self._writer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rlmm-writer")
+        self._consumer: threading.Thread | None = None
+        self._closed = False
+        self._wake = threading.Event()
+        self._last_snapshot_ms = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def attach_client(self, client: MetadataTopicClient) -> None:
+        self.client = client
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        """Settings: ``remote.log.metadata.topic.num.partitions`` (50), ``log.dir`` (where
+        snapshots and committed offsets go; none without it), the snapshot interval, and
+        the bootstrap servers when no client was attached.
+
+        Raises:
+            RemoteStorageError: an invalid setting, or a metadata topic that cannot be
+                created or has another partition count.
+        """
+        try:
+            self.num_partitions = int(configs.get(NUM_PARTITIONS_KEY, DEFAULT_METADATA_PARTITIONS))
+            self.snapshot_interval_ms = int(configs.get(SNAPSHOT_INTERVAL_KEY, 30_000))
+        except ValueError as e:
+            raise RemoteStorageError(f"invalid RLMM setting: {e}") from e
+        if self.num_partitions <= 0:
+            raise RemoteStorageError(f"{NUM_PARTITIONS_KEY} must be positive")
+        if LOG_DIR_KEY in configs:
+            self.rlmm_dir = Path(configs[LOG_DIR_KEY]) / RLMM_DIR
+            self.rlmm_dir.mkdir(parents=True, exist_ok=True)
+        if self.client is None:
+            bootstrap = configs.get(BOOTSTRAP_KEY)
+            if not bootstrap:
+                raise RemoteStorageError(
+                    f"no metadata-topic client attached and no {BOOTSTRAP_KEY} configured"
+                )
+            from rlmm.kafka_client import KafkaMetadataTopicClient
+
+            self.client = KafkaMetadataTopicClient(bootstrap)
+        self.client.ensure_topic(self.num_partitions)
+        self._consumer = threading.Thread(
+            target=self._consume_loop, name="rlmm-consumer", daemon=True
+        )
+        self._consumer.start()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._lock.notify_all()
+        self._wake.set()
+        if self._consumer is not None:
+            self._consumer.join(10)
+        self._writer.shutdown(wait=True)
+        self.write_snapshots()
+        if self.client is not None:
+            self.client.close()
+
+    # -- assignment ------------------------------------------------------------------------
+    def metadata_partition_of(self, tp: TopicIdPartition) -> int:
+        return metadata_partition(tp, self.num_partitions)
+
+    def on_partition_leadership_changes(
+        self, leader_partitions: set[TopicIdPartition], follower_partitions: set[TopicIdPartition]
+    ) -> None:
+        """Start reading the metadata of these partitions (snapshot first, then events)."""
+        assert self.client is not None
+        for tp in leader_partitions | follower_partitions:
+            with self._lock:
+                if tp in self._assigned:
+                    continue
+            mp = self.metadata_partition_of(tp)
+            snapshot_offset = self._load_snapshot(tp, mp)
+            end = self.client.end_offset(mp)
+            with self._lock:
+                self._assigned[tp] = mp
+                self._ready_at[tp] = end
+                self._applied[tp] = snapshot_offset if snapshot_offset is not None else -1
+                start = snapshot_offset + 1 if snapshot_offset is not None else 0
+                # Read the partition from the earliest point any assigned user partition
+                # still needs; events already in a snapshot are skipped when applied.
+                current = self._next_offset.get(mp)
+                self._next_offset[mp] = start if current is None else min(current, start)
+                if end <= self._next_offset[mp]:
+                    self._mark_ready(tp)
+                self._lock.notify_all()
+        self._wake.set()
+
+    def on_stop_partitions(self, partitions: set[TopicIdPartition]) -> None:
+        with self._lock:
+            for tp in partitions:
+                self._assigned.pop(tp, None)
+                self._ready_at.pop(tp, None)
+                self._applied.pop(tp, None)
+                self.store.remove(tp)
+
+    def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
+        with self._lock:
+            return topic_id_partition in self._assigned and topic_id_partition not in self._ready_at
+
+    def wait_ready(self, topic_id_partition: TopicIdPartition, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while not (
+                topic_id_partition in self._assigned and topic_id_partition not in self._ready_at
+            ):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._closed:
+                    return False
+                self._lock.wait(remaining)
+            return True
+
+    def _mark_ready(self, tp: TopicIdPartition) -> None:
+        self._ready_at.pop(tp, None)
+        self.store.get_or_create(tp).mark_initialized()
+
+    # -- writes ----------------------------------------------------------------------------
+    def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> Future[None]:
+        if metadata.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:
+            raise ValueError(
+                f"add needs state COPY_SEGMENT_STARTED, got {metadata.state.name} "
+                f"for {metadata.remote_log_segment_id}"
+            )
+        return self._publish(metadata.topic_id_partition, metadata)
+
+    def update_remote_log_segment_metadata(
+        self, update: RemoteLogSegmentMetadataUpdate
+    ) -> Future[None]:
+        tp = update.topic_id_partition
+        try:
+            current = self._current(tp, update.remote_log_segment_id.id)
+            if current is None:
+                raise RemoteResourceNotFoundError(
+                    f"no remote log segment {update.remote_log_segment_id} to update"
+                )
+            if not RemoteLogSegmentState.is_valid_transition(current.state, update.state):
+                raise InvalidStateTransitionError(
+                    f"{update.remote_log_segment_id}: invalid transition "
+                    f"{current.state.name} -> {update.state.name}"
+                )
+        except RemoteStorageError as e:
+            failed: Future[None] = Future()
+            failed.set_exception(e)
+            return failed
+        return self._publish(tp, update)
+
+    def put_remote_partition_delete_metadata(
+        self, metadata: RemotePartitionDeleteMetadata
+    ) -> Future[None]:
+        return self._publish(metadata.topic_id_partition, metadata)
+
+    def _current(self, tp: TopicIdPartition, segment_id: object) -> RemoteLogSegmentMetadata | None:
+        try:
+            cache = self.store.cache(tp)
+        except RemoteResourceNotFoundError:
+            return None
+        return cache.describe(segment_id)  # type: ignore[arg-type]
+
+    def _publish(self, tp: TopicIdPartition, event: object) -> Future[None]:
+        assert self.client is not None, "configure() first"
+        client = self.client
+        mp = self.metadata_partition_of(tp)
+        data = serialize(event)
+
+        def write() -> None:
+            offset = client.append(mp, data)
+            self._wake.set()
+            self._wait_consumed(mp, offset, tp)
+
+        return self._writer.submit(write)
+
+    def _wait_consumed(self, mp: int, offset: int, tp: TopicIdPartition) -> None:
+        deadline = time.monotonic() + 60
+        with self._lock:
+            if tp not in self._assigned:
+                # Not hosted here (a remover, a tool): durable is all that can be promised.
+                return
+            while self._next_offset.get(mp, 0) <= offset:
+                remaining = deadline - time.monotonic()
+                if self._closed or remaining <= 0:
+                    raise MetadataTopicError(
+                        f"event at {mp}:{offset} was stored but not read back in time"
+                    )
+                self._lock.wait(min(remaining, 1.0))
+
+    # -- the consumer ----------------------------------------------------------------------
+    def _consume_loop(self) -> None:
+        assert self.client is not None
+        while not self._closed:
+            progressed = False
+            with self._lock:
+                positions = dict(self._next_offset)
+            for mp, offset in positions.items():
+                try:
+                    records = self.client.read(mp, offset, READ_BATCH)
+                except MetadataTopicError:
+                    log.exception("reading %d of the metadata topic failed", mp)
+                    continue
+                if not records:
+                    self._check_ready(mp, offset)
+                    continue
+                progressed = True
+                with self._lock:
+                    for record in records:
+                        self._apply(mp, record.offset, record.value)
+                    self._next_offset[mp] = records[-1].offset + 1
+                    self._check_ready(mp, self._next_offset[mp])
+                    self._lock.notify_all()
+            if self.rlmm_dir is not None and (
+                self.clock() - self._last_snapshot_ms >= self.snapshot_interval_ms
+            ):
+                self.write_snapshots()
+            if not progressed:
+                self._wake.wait(IDLE_POLL_S)
+                self._wake.clear()
+
+    def _check_ready(self, mp: int, next_offset: int) -> None:
+        with self._lock:
+            for tp, end in list(self._ready_at.items()):
+                if self._assigned.get(tp) == mp and next_offset >= end:
+                    self._mark_ready(tp)
+                    self._lock.notify_all()
+
+    def _apply(self, mp: int, offset: int, value: bytes) -> None:
+        try:
+            event = deserialize(value)
+        except RemoteStorageError:
+            log.exception("skipping undecodable event at %d:%d of the metadata topic", mp, offset)
+            return
+        tp = event.topic_id_partition
+        if tp not in self._assigned:
+            return  # another broker's partition sharing this metadata partition
+        if offset <= self._applied.get(tp, -1):
+            return  # already applied (from the snapshot, or read before a re-read)
+        self._applied[tp] = offset
+        try:
+            if isinstance(event, RemoteLogSegmentMetadata):
+                self.store.get_or_create(tp).add_copy_in_progress_segment(event)
+            elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+                self.store.update_remote_log_segment_metadata(event)
+            else:
+                self.store.put_remote_partition_delete_metadata(event)
+        except (RemoteStorageError, ValueError) as e:
+            # Kafka logs and skips events that do not apply; the log must go on.
+            log.error("event at %d:%d of the metadata topic does not apply: %s", mp, offset, e)
+
+    # -- reads -----------------------------------------------------------------------------
+    def _ready_cache(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
+        if not self.is_ready(tp):
+            raise RemoteStorageError(f"remote log metadata of {tp} is not loaded yet")
+        return self.store.cache(tp)
+
+    def remote_log_segment_metadata(
+        self, topic_id_partition: TopicIdPartition, epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        return self._ready_cache(topic_id_partition).remote_log_segment_metadata(epoch, offset)
+
+    def highest_offset_for_epoch(
+        self, topic_id_partition: TopicIdPartition, epoch: int
+    ) -> int | None:
+        return self._ready_cache(topic_id_partition).highest_offset_for_epoch(epoch)
+
+    def list_remote_log_segments(
+        self, topic_id_partition: TopicIdPartition, leader_epoch: int | None = None
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        return iter(self._ready_cache(topic_id_partition).list_remote_log_segments(leader_epoch))
+
+    def remote_log_size(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int:
+        return self._ready_cache(topic_id_partition).remote_log_size(leader_epoch)
+
+    # -- snapshots -------------------------------------------------------------------------
+    def _load_snapshot(self, tp: TopicIdPartition, mp: int) -> int | None:
+        if self.rlmm_dir is None:
+            return None
+        path = snapshot_path(self.rlmm_dir, tp)
+        try:
+            snapshot = read_snapshot(path)
+        except CorruptSnapshotError as e:
+            log.warning("discarding damaged RLMM snapshot %s (%s): replaying %s", path, e, tp)
+            path.unlink(missing_ok=True)
+            return None
+        if snapshot is None or snapshot.metadata_partition != mp:
+            return None
+        cache = RemoteLogMetadataCache.from_entries(
+            tp, [s.to_metadata(tp) for s in snapshot.segments]
+        )
+        with self._lock:
+            self.store.install(cache)
+        return snapshot.metadata_partition_offset
+
+    def write_snapshots(self) -> None:
+        """Snapshot every assigned partition's cache and the offsets they reach."""
+        if self.rlmm_dir is None:
+            return
+        with self._lock:
+            assigned = dict(self._assigned)
+            positions = dict(self._next_offset)
+            ready = {tp for tp in assigned if tp not in self._ready_at}
+        for tp in ready:
+            mp = assigned[tp]
+            reached = positions.get(mp, 0) - 1
+            if reached < 0:
+                continue
+            try:
+                cache = self.store.cache(tp)
+            except RemoteResourceNotFoundError:
+                continue
+            with self._lock:
+                entries = [
+                    RemoteLogSegmentMetadataSnapshot.from_metadata(m) for m in cache.entries()
+                ]
+            write_snapshot(snapshot_path(self.rlmm_dir, tp), Snapshot(mp, reached, entries))
+        committed = {mp: off for mp, off in positions.items() if off > 0}
+        write_committed_offsets(self.rlmm_dir / COMMITTED_OFFSETS_FILE, committed)
+        self._last_snapshot_ms = self.clock()
