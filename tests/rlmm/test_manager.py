@@ -62,7 +62,7 @@ class MemoryTopic:
         pass
 
 
-def manager(topic: MemoryTopic, log_dir=None) -> TopicBasedRemoteLogMetadataManager:  # noqa: ANN001
+def manager(topic: MemoryTopic, log_dir=None) -> TopicBasedRemoteLogMetadataManager:
     m = TopicBasedRemoteLogMetadataManager(topic)
     configs = {"remote.log.metadata.topic.num.partitions": "5"}
     if log_dir is not None:
@@ -71,7 +71,7 @@ def manager(topic: MemoryTopic, log_dir=None) -> TopicBasedRemoteLogMetadataMana
     return m
 
 
-def segment(tp: TopicIdPartition, start: int, end: int, epochs=None) -> RemoteLogSegmentMetadata:  # noqa: ANN001
+def segment(tp: TopicIdPartition, start: int, end: int, epochs=None) -> RemoteLogSegmentMetadata:
     return RemoteLogSegmentMetadata(
         RemoteLogSegmentId.generate_new(tp),
         start,
