@@ -29,7 +29,10 @@ log = logging.getLogger(__name__)
 REGISTRY_FILE = "tierlog-metadata.json"
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__remote_log_metadata"})
+# Kafka's Topic.INTERNAL_TOPICS: clients may not produce to them. __remote_log_metadata is
+# not among them: Kafka's TopicBasedRemoteLogMetadataManager writes it with an ordinary
+# producer, and tools read it with ordinary consumers.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 PRODUCER_ID_BLOCK = 1000
 
 
