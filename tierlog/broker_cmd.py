@@ -54,9 +54,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 
 def run_start(args: argparse.Namespace) -> int:
-    from core.server.config import load_broker_config
-
     from core.errors import CoreError
+    from core.server.config import load_broker_config
     from tierlog.assembly import build_broker
 
     logging.basicConfig(
@@ -69,9 +68,11 @@ def run_start(args: argparse.Namespace) -> int:
         config = load_broker_config(args.config, overrides)
     except (CoreError, OSError, ValueError) as e:
         raise CommandError(str(e)) from e
+    from tierlog.remote_tier import RemoteTierStartError
+
     try:
         return asyncio.run(_serve(config, build_broker))
-    except CoreError as e:
+    except (CoreError, RemoteTierStartError) as e:
         raise CommandError(str(e)) from e
 
 

@@ -203,7 +203,18 @@ _BROKER_KEYS = [
     # -- tiered storage (KIP-405); used by the remote tier ----------------------------------
     ConfigKey("remote.log.storage.system.enable", B, False,
               "Enable tiered storage on this broker (KIP-405)."),
+    ConfigKey("remote.log.metadata.manager.class.name", S,
+              "rlmm.manager.TopicBasedRemoteLogMetadataManager",
+              "The RemoteLogMetadataManager plugin (dotted path)."),
+    ConfigKey("remote.log.storage.manager.class.name", S,
+              "rsm_plugins.local.LocalDirRemoteStorageManager",
+              "The RemoteStorageManager plugin (dotted path)."),
+    ConfigKey("remote.log.metadata.manager.listener.name", S, "",
+              "Listener the RLMM's clients use (in-process here: accepted, unused)."),
 ]
+# Plugin settings travel under these prefixes and reach the plugin with the prefix
+# stripped, as in Kafka (remote.log.storage.manager.impl.prefix and its RLMM twin).
+PLUGIN_CONFIG_PREFIXES = ("rsm.config.", "rlmm.config.")
 # fmt: on
 
 # Keys of Kafka's sample server.properties files (3.x KRaft, 4.x, ZooKeeper era) and other
@@ -352,7 +363,10 @@ class BrokerConfig:
         """
         props = {k.strip(): v for k, v in props.items()}
         _reject_unknown(props)
-        values = BROKER_CONFIG.parse(props)
+        plugin_props = {k: v for k, v in props.items() if k.startswith(PLUGIN_CONFIG_PREFIXES)}
+        values = BROKER_CONFIG.parse(
+            {k: v for k, v in props.items() if k not in plugin_props}
+        )
         node_id = _node_id(props, values)
         values["node.id"] = values["broker.id"] = node_id
         roles = _process_roles(values["process.roles"])
@@ -551,6 +565,8 @@ def _invalid(key: str, value: object, reason: str) -> InvalidConfigError:
 
 def _reject_unknown(props: Mapping[str, str]) -> None:
     for name in props:
+        if name.startswith(PLUGIN_CONFIG_PREFIXES):
+            continue
         if name not in BROKER_CONFIG:
             names = [k.name for k in BROKER_CONFIG]
             close = difflib.get_close_matches(name, names, n=1)
