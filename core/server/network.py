@@ -182,11 +182,14 @@ class Connection:
                 log.debug("the frame began %s", self._last_frame[:256].hex())
         finally:
             self._closing = True
+            # Nobody will read the answers: stop the requests still in progress (a parked
+            # long-poll fetch would otherwise hold the connection until its max.wait.ms).
+            # Appends already made stay; only the waiting ends.
+            for _, future in self._pending:
+                future.cancel()
             self._wake_writer.set()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await writer_task
-            for _, future in self._pending:
-                future.cancel()
             self.writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await self.writer.wait_closed()
