@@ -364,9 +364,7 @@ class BrokerConfig:
         props = {k.strip(): v for k, v in props.items()}
         _reject_unknown(props)
         plugin_props = {k: v for k, v in props.items() if k.startswith(PLUGIN_CONFIG_PREFIXES)}
-        values = BROKER_CONFIG.parse(
-            {k: v for k, v in props.items() if k not in plugin_props}
-        )
+        values = BROKER_CONFIG.parse({k: v for k, v in props.items() if k not in plugin_props})
         node_id = _node_id(props, values)
         values["node.id"] = values["broker.id"] = node_id
         roles = _process_roles(values["process.roles"])
