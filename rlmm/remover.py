@@ -1,0 +1,123 @@
+"""RemotePartitionRemover: deletes the remote data of partitions marked for deletion.
+
+KIP-405's partition deletion lifecycle. Deleting a tiered topic publishes
+DELETE_PARTITION_MARKED for each of its partitions; every
+``remote.partition.remover.task.interval.ms`` (1 h by default) the remover takes each marked
+partition, publishes DELETE_PARTITION_STARTED, deletes every segment through the RSM
+(DELETE_SEGMENT_STARTED -> ``delete_log_segment_data`` -> DELETE_SEGMENT_FINISHED) and
+publishes DELETE_PARTITION_FINISHED. A run interrupted by a crash resumes from STARTED:
+every step is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from tiered.api import (
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    RemoteStorageError,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
+
+log = logging.getLogger(__name__)
+
+INTERVAL_KEY = "remote.partition.remover.task.interval.ms"
+DEFAULT_INTERVAL_MS = 3_600_000
+WRITE_TIMEOUT_S = 60
+
+_SEG = RemoteLogSegmentState
+_PART = RemotePartitionDeleteState
+
+
+class RemotePartitionRemover:
+    """Runs the deletion lifecycle of marked partitions, periodically or on demand."""
+
+    def __init__(
+        self,
+        rlmm: TopicBasedRemoteLogMetadataManager,
+        rsm: RemoteStorageManager,
+        broker_id: int,
+        *,
+        interval_ms: int = DEFAULT_INTERVAL_MS,
+        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.rlmm = rlmm
+        self.rsm = rsm
+        self.broker_id = broker_id
+        self.interval_ms = interval_ms
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def mark(self, topic_id_partition: TopicIdPartition) -> None:
+        """Publish DELETE_PARTITION_MARKED (the topic was deleted); blocks until stored."""
+        self._publish_partition(topic_id_partition, _PART.DELETE_PARTITION_MARKED)
+
+    def marked_partitions(self) -> list[TopicIdPartition]:
+        store = self.rlmm.store
+        return [
+            tp
+            for tp in store.partitions()
+            if store.partition_delete_state(tp)
+            in (_PART.DELETE_PARTITION_MARKED, _PART.DELETE_PARTITION_STARTED)
+        ]
+
+    def run_once(self) -> int:
+        """Delete the remote data of every marked partition; returns how many finished.
+
+        A partition whose deletion fails (the store is down) stays STARTED and is retried
+        at the next run.
+        """
+        finished = 0
+        for tp in self.marked_partitions():
+            try:
+                self._delete_partition(tp)
+                finished += 1
+            except RemoteStorageError:
+                log.exception("deleting the remote data of %s failed; retrying next run", tp)
+        return finished
+
+    def _delete_partition(self, tp: TopicIdPartition) -> None:
+        self._publish_partition(tp, _PART.DELETE_PARTITION_STARTED)
+        segments = list(self.rlmm.store.cache(tp).list_remote_log_segments(None))
+        for md in segments:
+            if md.state != _SEG.DELETE_SEGMENT_STARTED:
+                self._publish_segment(md.remote_log_segment_id, _SEG.DELETE_SEGMENT_STARTED)
+            self.rsm.delete_log_segment_data(md)
+            self._publish_segment(md.remote_log_segment_id, _SEG.DELETE_SEGMENT_FINISHED)
+        self._publish_partition(tp, _PART.DELETE_PARTITION_FINISHED)
+        log.info("deleted the remote data of %s: %d segments", tp, len(segments))
+
+    def _publish_segment(self, segment_id, state: RemoteLogSegmentState) -> None:
+        update = RemoteLogSegmentMetadataUpdate(
+            segment_id, self.clock(), None, state, self.broker_id
+        )
+        self.rlmm.update_remote_log_segment_metadata(update).result(WRITE_TIMEOUT_S)
+
+    def _publish_partition(self, tp: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
+        event = RemotePartitionDeleteMetadata(tp, state, self.clock(), self.broker_id)
+        self.rlmm.put_remote_partition_delete_metadata(event).result(WRITE_TIMEOUT_S)
+
+    # -- the periodic task -----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._loop, name="remote-partition-remover", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_ms / 1000):
+            self.run_once()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
