@@ -21,6 +21,7 @@ from kio.serial._introspect import (
     PrimitiveTupleField,
     classify_field,
     get_field_tag,
+    is_optional,
 )
 
 from core.server.errors import InvalidRequestError
@@ -79,7 +80,7 @@ def _length(
     return reader.unpack_from(buf, pos)[0], pos + size
 
 
-def _primitive(kafka_type: str, flexible: bool) -> Walker:
+def _primitive(kafka_type: str, flexible: bool, nullable: bool = True) -> Walker:
     fixed = _FIXED_SIZES.get(kafka_type)
     if fixed is not None:
 
@@ -97,8 +98,9 @@ def _primitive(kafka_type: str, flexible: bool) -> Walker:
     def walk_sized(buf: bytes | memoryview, pos: int, end: int) -> int:
         start = pos
         n, pos = _length(buf, pos, end, flexible, wide)
-        if n < -1:
-            raise _fail(f"negative {kafka_type} length {n}", start)
+        if n < -1 or (n == -1 and not nullable):
+            # Kafka's generated readers refuse a null in a non-nullable field too.
+            raise _fail(f"{kafka_type} length {n} in a non-nullable field", start)
         if n > 0:
             pos += n
             if pos > end:
@@ -108,12 +110,12 @@ def _primitive(kafka_type: str, flexible: bool) -> Walker:
     return walk_sized
 
 
-def _array(element: Walker, flexible: bool) -> Walker:
+def _array(element: Walker, flexible: bool, nullable: bool) -> Walker:
     def walk_array(buf: bytes | memoryview, pos: int, end: int) -> int:
         start = pos
         count, pos = _length(buf, pos, end, flexible, wide=True)
-        if count < -1:
-            raise _fail(f"negative array count {count}", start)
+        if count < -1 or (count == -1 and not nullable):
+            raise _fail(f"array count {count} in a non-nullable field", start)
         # Every element takes at least one byte: this bound is what kio does not check.
         if count > end - pos:
             raise _fail(f"array of {count} elements in {end - pos} bytes", start)
@@ -132,15 +134,19 @@ def entity_walker(entity: type, *, is_header: bool = False) -> Walker:
     tagged: dict[int, Walker] = {}
     for field in dataclasses.fields(entity):
         kind = classify_field(field)
+        nullable = is_optional(field)
         if isinstance(kind, (EntityField, EntityTupleField)):
             inner = entity_walker(kind.type_)
-            walker = _array(inner, flexible) if isinstance(kind, EntityTupleField) else inner
+            is_array = isinstance(kind, EntityTupleField)
+            walker = _array(inner, flexible, nullable) if is_array else inner
         else:
             # The request header's client id is a plain int16 string even in header v2.
             field_flexible = flexible and not (is_header and field.name == "client_id")
-            walker = _primitive(field.metadata["kafka_type"], field_flexible)
             if isinstance(kind, PrimitiveTupleField):
-                walker = _array(walker, flexible)
+                element = _primitive(field.metadata["kafka_type"], field_flexible)
+                walker = _array(element, flexible, nullable)
+            else:
+                walker = _primitive(field.metadata["kafka_type"], field_flexible, nullable)
         tag = get_field_tag(field)
         if tag is None:
             steps.append(walker)
