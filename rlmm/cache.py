@@ -25,7 +25,7 @@ only refreshes the event timestamp, broker id and custom metadata (Kafka re-runs
 handling, which can unreference segments on a retry); listings are ordered by
 ``(start offset, segment id bytes)``, a total order that the paged listing's cursor uses.
 
-Memory layout (the point of this module: 2.6 M segments of one partition in < 100 MB).
+Memory layout (the point of this module: 2.6 M segments of one partition in ~100 MB).
 Segments are *rows*, numbered in insertion order; row ``r`` lives in block ``r >> 10`` at
 position ``r & 1023`` and keeps its number until a compaction. A block holds 1024 rows as
 columns, each delta-encoded against a block base in the narrowest array type that fits
@@ -33,24 +33,26 @@ columns, each delta-encoded against a block base in the narrowest array type tha
 
     ids     bytearray   16 B   segment uuid
     start   array i     4 B    start offset - block's first start offset
-    end     array i     4 B    end offset - start offset
     ts      array i     4 B    max timestamp - block's first max timestamp
     evt     array i     4 B    event timestamp - max timestamp
     size    array i     4 B    segment size in bytes
     flags   bytearray   1 B    state (2 bits) | dead | txn index empty | multi epoch | custom
+    end     none or array i    end - start; none while each row ends where the next begins
+                               (Kafka's segments are contiguous), then only the last is kept
     broker  int or array i     one value per block until two rows differ
     epoch   int or array i     the segment's only leader epoch (same rule)
 
 Rare shapes go to side dicts keyed by row: segments whose leader epochs are not exactly
 ``{epoch: start offset}``, and custom metadata. Segment id -> row is an open-addressing hash
 table of rows (``array('i')``, load 0.35-0.7, tombstones) that compares the uuid bytes in the
-blocks. Per epoch, the map is an ``array('i')`` of rows sorted by the epoch's start offset,
-searched with ``bisect`` (keys read from the blocks); deletions at its front only move a head
-index. Rows arrive in ``(start offset, id)`` order as a rule, so that order is the row order
-itself; an out-of-order add creates an explicit sorted row array until the next compaction.
-Deleted rows are tombstones: whole dead blocks at the front are freed at once, and when dead
-rows outnumber live ones everything is compacted (renumbered in sorted order).
-Objects are built only for what a method returns.
+blocks. Per epoch, the map is the rows sorted by the epoch's start offset: a ``range`` while
+they are consecutive rows (0 B a segment), else an ``array('i')``; deletions at its front only
+move a head index; lookups are three C-level bisects (block, row in block, member). Rows
+arrive in ``(start offset, id)`` order as a rule, so that order is the row order itself; an
+out-of-order add creates an explicit sorted row array until the next compaction. Deleted rows
+are tombstones: whole dead blocks at the front are freed at once, and when dead rows outnumber
+live ones everything is compacted (renumbered in sorted order; O(rows), amortised O(1)).
+Objects are built only for what a method returns, without re-running their validation.
 
 Threading: every public method takes the cache's lock; none calls out while holding it.
 """
@@ -62,6 +64,7 @@ import binascii
 import dataclasses
 import struct
 import threading
+import time
 import uuid
 from array import array
 from bisect import bisect_left, bisect_right, insort
@@ -158,6 +161,16 @@ def _push(arr: array[int], value: int) -> array[int]:
     return arr
 
 
+def _extend(arr: array[int], values: list[int]) -> array[int]:
+    """Extend, widening a 32-bit array to 64 bits if a value does not fit."""
+    try:
+        more = array(arr.typecode, values)
+    except OverflowError:
+        arr, more = array("q", arr), array("q", values)
+    arr.extend(more)
+    return arr
+
+
 def _put(arr: array[int], i: int, value: int) -> array[int]:
     try:
         arr[i] = value
@@ -175,6 +188,7 @@ class _Block:
         "broker_c",
         "dead",
         "end",
+        "end_last",
         "epoch",
         "epoch_c",
         "evt",
@@ -195,7 +209,10 @@ class _Block:
         self.dead = 0
         self.ids = bytearray()
         self.start: array[int] = array("i")
-        self.end: array[int] = array("i")
+        # end - start per row; None while every row ends where the next begins (then a
+        # row's end is the next row's start - 1, and the last row's is end_last).
+        self.end: array[int] | None = None
+        self.end_last = -1
         self.ts: array[int] = array("i")
         self.evt: array[int] = array("i")
         self.size: array[int] = array("i")
@@ -212,7 +229,7 @@ class _Block:
         n = self.n
         self.ids += idb
         self.start = _push(self.start, start - self.s0)
-        self.end = _push(self.end, end - start)
+        self._push_end(start, end)
         self.ts = _push(self.ts, ts - self.t0)
         self.evt = _push(self.evt, evt - ts)
         self.size = _push(self.size, size)
@@ -229,13 +246,40 @@ class _Block:
         elif epoch != self.epoch_c:
             self.epoch = _push(array("i", [self.epoch_c]) * n, epoch)
         self.n = n + 1
-        if self.n == _BLOCK:  # full: drop the arrays' growth slack
-            for name in ("start", "end", "ts", "evt", "size", "broker", "epoch"):
-                col = getattr(self, name)
-                if col is not None:
-                    setattr(self, name, array(col.typecode, col))
-            self.ids = bytearray(self.ids)
-            self.flags = bytearray(self.flags)
+        if self.n == _BLOCK:
+            self.seal()
+
+    def _push_end(self, start: int, end: int) -> None:
+        if self.end is None:
+            if self.n == 0 or start == self.end_last + 1:
+                self.end_last = end
+                return
+            self.end = self._explicit_ends()
+        self.end = _push(self.end, end - start)
+
+    def _explicit_ends(self) -> array[int]:
+        st = self.start
+        ends = [st[k + 1] - st[k] - 1 for k in range(self.n - 1)]
+        if self.n:
+            ends.append(self.end_last - self.s0 - st[self.n - 1])
+        return _extend(array("i"), ends)
+
+    def end_of(self, p: int) -> int:
+        """Row ``p``'s end offset."""
+        if self.end is not None:
+            return self.s0 + self.start[p] + self.end[p]
+        if p == self.n - 1:
+            return self.end_last
+        return self.s0 + self.start[p + 1] - 1
+
+    def seal(self) -> None:
+        """The block is full: drop the arrays' growth slack."""
+        for name in ("start", "end", "ts", "evt", "size", "broker", "epoch"):
+            col = getattr(self, name)
+            if col is not None:
+                setattr(self, name, array(col.typecode, col))
+        self.ids = bytearray(self.ids)
+        self.flags = bytearray(self.flags)
 
     def set_broker(self, pos: int, broker: int) -> None:
         if self.broker is None:
@@ -257,7 +301,8 @@ class _EpochState:
     __slots__ = ("head", "highest", "odd", "odd_keys", "rows", "unref")
 
     def __init__(self) -> None:
-        self.rows: array[int] = array("i")
+        # A range while the members are consecutive rows (0 bytes a segment), else an array.
+        self.rows: array[int] | range = range(0)
         self.head = 0
         self.odd: dict[int, int] = {}  # epoch start -> row
         self.odd_keys: list[int] = []  # sorted keys of odd
@@ -266,6 +311,53 @@ class _EpochState:
 
     def members(self) -> list[int]:
         return [*self.rows[self.head :], *self.odd.values()]
+
+    def _array(self) -> array[int]:
+        rows = self.rows
+        if isinstance(rows, range):
+            rows = self.rows = array("i", rows)
+        return rows
+
+    def append(self, r: int) -> None:
+        rows = self.rows
+        if isinstance(rows, range):
+            if self.head == len(rows):
+                self.rows, self.head = range(r, r + 1), 0
+                return
+            if r == rows[-1] + 1:
+                self.rows = range(rows.start, r + 1)
+                return
+        self._array().append(r)
+
+    def extend(self, first: int, stop: int) -> None:
+        """Append the consecutive rows ``first ... stop - 1``."""
+        rows = self.rows
+        if isinstance(rows, range) and (self.head == len(rows) or rows[-1] + 1 == first):
+            begin = first if self.head == len(rows) else rows.start + self.head
+            self.rows, self.head = range(begin, stop), 0
+        else:
+            self._array().extend(range(first, stop))
+
+    def insert(self, i: int, r: int) -> None:
+        self._array().insert(i, r)
+
+    def delete(self, i: int) -> None:
+        """Remove the member at index ``i`` (>= head)."""
+        rows = self.rows
+        if i == self.head:
+            self.head += 1
+            if isinstance(rows, range):
+                self.rows, self.head = rows[self.head :], 0
+            elif self.head >= _BLOCK and 2 * self.head >= len(rows):
+                del rows[: self.head]
+                self.head = 0
+        elif i == len(rows) - 1:
+            if isinstance(rows, range):
+                self.rows = rows[:-1]
+            else:
+                rows.pop()
+        else:
+            del self._array()[i]
 
 
 class RemoteLogMetadataCache:
@@ -313,10 +405,141 @@ class RemoteLogMetadataCache:
         cache = cls(topic_id_partition)
         entries = list(entries) if not isinstance(entries, list | tuple) else entries
         cache._resize_table(max(16, 2 * len(entries)))
-        load = cache._load
-        for md in entries:
-            load(md)
+        cache._bulk_load(entries)
         return cache
+
+    def _bulk_load(self, entries: Iterable[SegmentLike]) -> None:
+        """``_load`` each entry; the common ones (COPY_SEGMENT_FINISHED, one epoch starting
+        at the start offset, no custom metadata, after every row and every mapped segment of
+        their epoch, new id) are gathered and written a block at a time."""
+        finished = _S.COPY_SEGMENT_FINISHED
+        batch: list[tuple[SegmentLike, bytes, int]] = []
+        table_room = 7 * len(self._table) // 10
+        tail: dict[int, int] = {}  # epoch -> greatest mapped key, valid while batching
+        batch_ids: set[bytes] = set()
+        last_key = self._last
+
+        def flush() -> None:
+            if batch:
+                self._append_batch(batch)
+                batch.clear()
+            tail.clear()
+            batch_ids.clear()
+
+        for md in entries:
+            epochs = md.segment_leader_epochs
+            start = md.start_offset
+            if md.state == finished and len(epochs) == 1 and md.custom_metadata is None:
+                ((epoch, s),) = epochs.items()
+                idb = md.segment_id.bytes
+                key = (start, idb)
+                if (
+                    s == start
+                    and (last_key is None or key > last_key)
+                    and self._order is None
+                    and self._used + len(batch) < table_room
+                ):
+                    top = tail.get(epoch)
+                    if top is None:
+                        st = self._epochs.get(epoch)
+                        top = -1 if st is None else self._last_member(st)[0]
+                    if top < start and idb not in batch_ids and self._find(idb) < 0:
+                        batch_ids.add(idb)
+                        tail[epoch] = start
+                        last_key = key
+                        batch.append((md, idb, epoch))
+                        if (self._next + len(batch)) & _POS == 0:
+                            flush()
+                        continue
+            flush()
+            self._load(md)
+            last_key = self._last
+            table_room = 7 * len(self._table) // 10
+        flush()
+
+    def _append_batch(self, batch: list[tuple[SegmentLike, bytes, int]]) -> None:
+        """Append FINISHED rows that all fit in the tail block, in key order (see above)."""
+        r0 = self._next
+        if r0 & _POS == 0:
+            md = batch[0][0]
+            self._blocks.append(_Block(md.start_offset, md.max_timestamp_ms))
+            self._bstarts.append(md.start_offset)
+        b = self._blocks[-1]
+        s0, t0 = b.s0, b.t0
+        t = self._table
+        m = len(t) - 1
+        starts, ends, tss, evts, sizes, flags, brokers, epochs = ([] for _ in range(8))
+        ids = bytearray()
+        for i, (md, idb, epoch) in enumerate(batch):
+            r = r0 + i
+            j = hash(idb) & m
+            while t[j] >= 0:
+                j = (j + 1) & m
+            if t[j] == _EMPTY:
+                self._used += 1
+            t[j] = r
+            start = md.start_offset
+            ts = md.max_timestamp_ms
+            ids += idb
+            starts.append(start - s0)
+            ends.append(md.end_offset - start)
+            tss.append(ts - t0)
+            evts.append(md.event_timestamp_ms - ts)
+            sizes.append(md.segment_size_in_bytes)
+            flags.append(_S.COPY_SEGMENT_FINISHED | (_TXN_EMPTY if md.txn_index_empty else 0))
+            brokers.append(md.broker_id)
+            epochs.append(epoch)
+        # The epoch maps, one run of equal epochs at a time.
+        i = 0
+        while i < len(batch):
+            epoch = epochs[i]
+            j = i + 1
+            while j < len(batch) and epochs[j] == epoch:
+                j += 1
+            st = self._epoch(epoch)
+            st.extend(r0 + i, r0 + j)
+            end = max(batch[k][0].end_offset for k in range(i, j))
+            if st.highest is None or end > st.highest:
+                st.highest = end
+            i = j
+        if b.n == 0:
+            b.broker_c, b.epoch_c = brokers[0], epochs[0]
+        b.ids += ids
+        b.start = _extend(b.start, starts)
+        if b.end is None:
+            prev = b.end_last
+            contiguous = True
+            for (md, _, _), e in zip(batch, ends, strict=True):
+                if b.n and md.start_offset != prev + 1:
+                    contiguous = False
+                    break
+                prev = md.start_offset + e
+            if contiguous and b.n == 0:
+                contiguous = all(
+                    batch[k + 1][0].start_offset == batch[k][0].end_offset + 1
+                    for k in range(len(batch) - 1)
+                )
+            if contiguous:
+                b.end_last = batch[-1][0].end_offset
+            else:
+                b.end = b._explicit_ends()
+        if b.end is not None:
+            b.end = _extend(b.end, ends)
+        b.ts = _extend(b.ts, tss)
+        b.evt = _extend(b.evt, evts)
+        b.size = _extend(b.size, sizes)
+        b.flags += bytes(flags)
+        if b.broker is not None or brokers.count(b.broker_c) != len(brokers):
+            b.broker = _extend(b.broker or array("i", [b.broker_c]) * b.n, brokers)
+        if b.epoch is not None or epochs.count(b.epoch_c) != len(epochs):
+            b.epoch = _extend(b.epoch or array("i", [b.epoch_c]) * b.n, epochs)
+        b.n += len(batch)
+        if b.n == _BLOCK:
+            b.seal()
+        self._next = r0 + len(batch)
+        self._live += len(batch)
+        md, idb, _ = batch[-1]
+        self._last = (md.start_offset, idb)
 
     def _load(self, md: SegmentLike) -> None:
         state = md.state
@@ -505,7 +728,7 @@ class RemoteLogMetadataCache:
     # -- paged listing and snapshot hooks --------------------------------------------------
 
     def list_page(
-        self, cursor: str | None, count: int
+        self, cursor: str | None, count: int, *, budget_s: float | None = 0.04
     ) -> tuple[list[RemoteLogSegmentMetadata], str | None]:
         """One page of the listing by (start offset, segment id), in the manner of Redis SCAN.
 
@@ -513,12 +736,15 @@ class RemoteLogMetadataCache:
             cursor: None to start, else the ``next_cursor`` of the previous page.
             count: how many segments to return at most (>= 1); also bounds the work: at
                 most ``4 * count`` rows are examined, so a page may hold fewer.
+            budget_s: a page also ends once it has taken this long (checked every 256
+                rows; None for no limit), so that no call holds the lock or the caller's
+                event loop much longer; the cursor stays exact.
 
         Returns:
             ``(segments, next_cursor)``; ``next_cursor`` is None when the scan is complete.
             The cursor encodes the key of the last row examined, so it stays valid while
             segments are added and removed: every segment present for the whole scan is
-            returned exactly once, segments added or removed meanwhile at most once.
+            returned exactly once (keys never change), others at most once per key.
 
         Raises:
             ValueError: ``count`` < 1 or a cursor that is not one of ours.
@@ -531,6 +757,7 @@ class RemoteLogMetadataCache:
             i = lo if after is None else bisect_right(seq, after, lo, len(seq), key=self._key)
             out: list[RemoteLogSegmentMetadata] = []
             limit = min(len(seq), i + 4 * count)
+            deadline = None if budget_s is None else time.perf_counter() + budget_s
             last = -1
             while i < limit and len(out) < count:
                 r = seq[i]
@@ -538,6 +765,8 @@ class RemoteLogMetadataCache:
                 last = r
                 if not self._dead_row(r):
                     out.append(self._materialize(r))
+                if deadline is not None and i & 0xFF == 0 and time.perf_counter() > deadline:
+                    break
             if i >= len(seq):
                 return out, None
             return out, encode_cursor(*self._key(last))
@@ -682,7 +911,7 @@ class RemoteLogMetadataCache:
             for e, s in self._multi[r]:
                 if e > epoch:
                     return s - 1
-        return b.s0 + b.start[p] + b.end[p]
+        return b.end_of(p)
 
     def _materialize(self, r: int) -> RemoteLogSegmentMetadata:
         b = self._blocks[(r >> _BITS) - self._block0]
@@ -704,7 +933,7 @@ class RemoteLogMetadataCache:
         md = _new(RemoteLogSegmentMetadata)
         _set(md, "remote_log_segment_id", sid)
         _set(md, "start_offset", start)
-        _set(md, "end_offset", start + b.end[p])
+        _set(md, "end_offset", b.end_of(p))
         _set(md, "max_timestamp_ms", ts)
         _set(md, "broker_id", b.broker_c if b.broker is None else b.broker[p])
         _set(md, "event_timestamp_ms", ts + b.evt[p])
@@ -778,19 +1007,9 @@ class RemoteLogMetadataCache:
             st.odd_keys.pop(bisect_left(st.odd_keys, s))
             return
         rows = st.rows
-        key = self._start
-        i = bisect_left(rows, s, st.head, len(rows), key=key)
-        if i >= len(rows) or rows[i] != r:
-            return
-        if i == st.head:
-            st.head += 1
-            if st.head >= _BLOCK and 2 * st.head >= len(rows):
-                del rows[: st.head]
-                st.head = 0
-        elif i == len(rows) - 1:
-            rows.pop()
-        else:
-            del rows[i]
+        i = bisect_left(rows, s, st.head, len(rows), key=self._start)
+        if i < len(rows) and rows[i] == r:
+            st.delete(i)
 
     def _map(self, st: _EpochState, s: int, r: int) -> None:
         """Put ``s -> r`` (no member has key ``s``)."""
@@ -800,27 +1019,33 @@ class RemoteLogMetadataCache:
             return
         rows = st.rows
         if st.head == len(rows) or self._start(rows[-1]) < s:
-            rows.append(r)
+            st.append(r)
         else:
-            rows.insert(bisect_left(rows, s, st.head, len(rows), key=self._start), r)
+            st.insert(bisect_left(rows, s, st.head, len(rows), key=self._start), r)
 
     def _finished(self, r: int) -> None:
         """Kafka's handleSegmentWithCopySegmentFinishedState, for every epoch of ``r``."""
         for e, s in self._epochs_of(r):
             end = self._epoch_end(r, e)
             st = self._epoch(e)
-            # Supersede the mapped segments starting at or after s, if r reaches as far.
             last, old = self._last_member(st)
-            while old >= 0 and last >= s and st.highest <= end:  # type: ignore[operator]
-                self._unmap(st, e, last, old)
-                st.unref.add(old)
-                last, old = self._last_member(st)
-            old = self._member_at(st, s)
-            if old != r:
-                if old >= 0:
-                    self._unmap(st, e, s, old)
+            if last < s:  # the usual case: after every mapped segment
+                if s == self._start(r):
+                    st.append(r)
+                else:
+                    self._map(st, s, r)
+            else:
+                # Supersede the mapped segments starting at or after s, if r reaches as far.
+                while old >= 0 and last >= s and st.highest <= end:  # type: ignore[operator]
+                    self._unmap(st, e, last, old)
                     st.unref.add(old)
-                self._map(st, s, r)
+                    last, old = self._last_member(st)
+                old = self._member_at(st, s)
+                if old != r:
+                    if old >= 0:
+                        self._unmap(st, e, s, old)
+                        st.unref.add(old)
+                    self._map(st, s, r)
             st.unref.discard(r)
             if st.highest is None or end > st.highest:
                 st.highest = end
@@ -920,8 +1145,10 @@ class RemoteLogMetadataCache:
             md = view.segment(r)
             remap[r - first] = self._append(md, md.segment_id.bytes)
         for st in self._epochs.values():
-            st.rows = array("i", [remap[r - first] for r in st.rows[st.head :]])
-            st.head = 0
+            members = [remap[r - first] for r in st.rows[st.head :]]
+            st.rows, st.head = range(0), 0
+            for r in members:
+                st.append(r)
             st.odd = {k: remap[r - first] for k, r in st.odd.items()}
             st.unref = {remap[r - first] for r in st.unref}
 
@@ -964,7 +1191,7 @@ class _RowView:
         s = _RowSegment()
         s.segment_id = uuid.UUID(bytes=bytes(b.ids[p << 4 : (p << 4) + 16]))
         s.start_offset = b.s0 + b.start[p]
-        s.end_offset = s.start_offset + b.end[p]
+        s.end_offset = b.end_of(p)
         s.max_timestamp_ms = b.t0 + b.ts[p]
         s.event_timestamp_ms = s.max_timestamp_ms + b.evt[p]
         s.segment_size_in_bytes = b.size[p]

@@ -380,9 +380,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return None
         if snapshot is None or snapshot.metadata_partition != mp:
             return None
-        cache = RemoteLogMetadataCache.from_entries(
-            tp, [s.to_metadata(tp) for s in snapshot.segments]
-        )
+        # The snapshot records go in as they are: building validated metadata objects first
+        # would cost seconds for millions of segments.
+        cache = RemoteLogMetadataCache.from_entries(tp, snapshot.segments)
         with self._lock:
             self.store.install(cache)
         return snapshot.metadata_partition_offset

@@ -459,7 +459,8 @@ class RemoteLogMetadataManager(ABC):
         self, topic_id_partition: TopicIdPartition, leader_epoch: int | None = None
     ) -> Iterator[RemoteLogSegmentMetadata]:
         """Every known segment of the partition in any state, sorted by start offset (then by
-        event time); with ``leader_epoch``, only the segments holding offsets of that epoch.
+        segment id, a stable order that paging cursors rely on); with ``leader_epoch``, only
+        the segments holding offsets of that epoch.
         """
 
     @abstractmethod
