@@ -583,6 +583,8 @@ class PartitionLog:
             if best is None:
                 return None
             return TimestampAndOffset(best.timestamp, best.offset, epoch_for(best.offset))
+        if timestamp < 0:
+            return None  # a special value this log does not answer (e.g. -6, remote tier)
         for segment in self.segments():
             if segment.largest_timestamp < timestamp:
                 continue

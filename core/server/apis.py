@@ -348,7 +348,7 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any)
                 if partition is None:
                     error = ErrorCode.unknown_topic_or_partition
                 else:
-                    found = broker.replica_manager.list_offset(
+                    found = await broker.replica_manager.list_offset(
                         partition,
                         p.timestamp,
                         isolation,

@@ -19,6 +19,7 @@ from core.errors import CoreError, OffsetOutOfRangeError
 from core.log.log_manager import LogManager
 from core.log.partition_log import LogAppendInfo, PartitionLog, TimestampAndOffset
 from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from core.server.remote_seam import EARLIEST_PENDING_UPLOAD_TIMESTAMP, RemoteTier
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo, TopicRegistry, write_partition_metadata
 
@@ -110,6 +111,7 @@ class FetchPartitionResult:
     log_start_offset: int = -1
     records: bytes | None = None
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
+    remote: bool = False  # to be read from the remote tier
 
 
 @dataclass(slots=True)
@@ -125,6 +127,7 @@ class ReplicaManager:
     """Produce, fetch and offset queries over the partitions of this broker."""
 
     def __init__(self, log_manager: LogManager, topics: TopicRegistry, timer: Timer) -> None:
+        self.remote: RemoteTier | None = None  # plugged in by the composition root
         self.log_manager = log_manager
         self.topics = topics
         self.timer = timer
@@ -231,9 +234,13 @@ class ReplicaManager:
                     min_one_message=min_one_message,
                 )
             except OffsetOutOfRangeError:
-                result.error = OffsetOutOfRangeError.error_code
                 result.high_watermark = plog.high_watermark
                 result.log_start_offset = plog.log_start_offset
+                if self._in_remote_range(plog, req.fetch_offset):
+                    result.last_stable_offset = partition.last_stable_offset
+                    result.remote = True  # served by the remote tier, see fetch()
+                else:
+                    result.error = OffsetOutOfRangeError.error_code
                 continue
             except CoreError as e:
                 result.error = e.error_code
@@ -255,9 +262,61 @@ class ReplicaManager:
                 result.aborted = []
         return results, gathered
 
+    def _in_remote_range(self, plog: PartitionLog, offset: int) -> bool:
+        return (
+            self.remote is not None
+            and plog.config.remote_storage_enable
+            and plog.log_start_offset <= offset < plog.local_log_start_offset
+        )
+
+    async def _read_remote(self, params: FetchParams, results: list[FetchPartitionResult]) -> int:
+        """Serve the partitions marked remote, all at once (unlike Kafka before KAFKA-14915,
+        several remote partitions per fetch); a timeout or failure errors that partition
+        only. Returns the bytes gathered."""
+        assert self.remote is not None
+        remote = self.remote
+        jobs = []
+        for req, result in zip(params.partitions, results, strict=True):
+            if result.remote:
+                partition = self.partitions[(req.topic, req.partition)]
+                jobs.append(
+                    (
+                        result,
+                        remote.read(
+                            partition.topic_id,
+                            req.topic,
+                            req.partition,
+                            partition.log,
+                            req.fetch_offset,
+                            req.max_bytes,
+                        ),
+                    )
+                )
+        answers = await asyncio.gather(*(job for _, job in jobs), return_exceptions=True)
+        gathered = 0
+        for (result, _), answer in zip(jobs, answers, strict=True):
+            result.remote = False
+            if isinstance(answer, bytes):
+                result.records = answer
+                gathered += len(answer)
+                if params.isolation_level == READ_COMMITTED:
+                    result.aborted = []
+            elif isinstance(answer, TimeoutError):
+                result.error = 7  # REQUEST_TIMED_OUT: the remote tier was too slow
+            elif isinstance(answer, CoreError):
+                result.error = answer.error_code
+            else:
+                log.error("remote read failed: %r", answer)
+                result.error = 56  # KAFKA_STORAGE_ERROR
+        return gathered
+
     async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
         """Read now, or wait (long poll) until ``min_bytes`` are there or ``max_wait_ms``."""
         results, gathered = self.read(params)
+        if any(r.remote for r in results):
+            # Remote data is "available now": answer without parking the fetch.
+            await self._read_remote(params, results)
+            return results
         if (
             params.max_wait_ms <= 0
             or gathered >= params.min_bytes
@@ -274,11 +333,27 @@ class ReplicaManager:
         return await future
 
     # -- offsets ---------------------------------------------------------------------------
-    def list_offset(
+    async def list_offset(
         self, partition: Partition, timestamp: int, isolation_level: int, current_leader_epoch: int
     ) -> TimestampAndOffset | None:
         partition.check_leader_epoch(current_leader_epoch)
-        found = partition.log.fetch_offset_by_timestamp(timestamp)
+        plog = partition.log
+        found = None
+        if (
+            self.remote is not None
+            and plog.config.remote_storage_enable
+            and (timestamp >= 0 or timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP)
+            and (
+                plog.log_start_offset < plog.local_log_start_offset
+                or timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP
+            )
+        ):
+            # Older records live in the remote tier: ask it first (Kafka's order).
+            found = await self.remote.offset_for_timestamp(
+                partition.topic_id, partition.topic, partition.index, plog, timestamp
+            )
+        if found is None:
+            found = plog.fetch_offset_by_timestamp(timestamp)
         if found is None:
             return None
         # Consumers never see offsets above what they may read (Kafka clamps LATEST too).
