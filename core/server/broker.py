@@ -171,12 +171,16 @@ class Broker:
         if not validate_only:
             self.replica_manager.open_topic(info)
             log.info("created topic %s (%d partitions, id %s)", name, partitions, info.topic_id)
+            if self.replica_manager.remote is not None:
+                self.replica_manager.remote.on_topic_created(info)
         return info
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.delete(name)
         self.replica_manager.remove_topic(name)
         log.info("deleted topic %s", name)
+        if self.replica_manager.remote is not None:
+            self.replica_manager.remote.on_topic_deleted(info)
         return info
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
@@ -185,4 +189,7 @@ class Broker:
         config = self.topics.effective_config(info)
         assert self.log_manager is not None
         self.log_manager.update_topic_config(name, config)
+        if self.replica_manager.remote is not None:
+            # Enabling remote.storage.enable on an existing topic starts tiering it.
+            self.replica_manager.remote.on_topic_created(info)
         return config
