@@ -1,34 +1,51 @@
 """The remote tier around a broker: the plugins KIP-405 asks for, wired from the config.
 
-With ``remote.log.storage.system.enable=true`` the broker gets a RemoteLogMetadataManager
-(``remote.log.metadata.manager.class.name``, configured with the ``rlmm.config.*`` keys,
-prefix stripped, plus ``log.dir``). The default, TopicBasedRemoteLogMetadataManager, is
-given an in-process client of the broker's own ``__remote_log_metadata`` topic, which it
-creates at start-up or checks (a partition-count mismatch stops the broker).
+With ``remote.log.storage.system.enable=true`` the broker gets:
+
+- a RemoteStorageManager (``remote.log.storage.manager.class.name``, default the local
+  directory plugin) configured with the ``rsm.config.*`` keys, prefix stripped;
+- a RemoteLogMetadataManager (``remote.log.metadata.manager.class.name``) configured with
+  the ``rlmm.config.*`` keys plus ``log.dir``; the default, TopicBasedRemoteLogMetadataManager,
+  gets an in-process client of the broker's own ``__remote_log_metadata`` topic, which it
+  creates at start-up or checks (a partition-count mismatch stops the broker);
+- the RemoteLogManager (``remote.log.manager.*`` keys), plugged into the ReplicaManager
+  through core's remote-tier seam, leading every partition of a topic with
+  ``remote.storage.enable=true``;
+- a RemotePartitionRemover deleting the remote data of deleted topics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from core.server.config import REMOTE_TIER_PREFIXES
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.remover import DEFAULT_INTERVAL_MS, RemotePartitionRemover
 from tiered.api import (
     RLMM_CLASS_NAME,
     RLMM_CONFIG_PREFIX,
+    RSM_CLASS_NAME,
+    RSM_CONFIG_PREFIX,
     RemoteLogMetadataManager,
     RemoteStorageError,
+    RemoteStorageManager,
     TopicIdPartition,
     load_plugin,
     prefixed_configs,
 )
+from tiered.remote_log_manager import RemoteLogManager
+from tiered.rlm_config import RemoteLogManagerConfig
 from tierlog.metadata_topic import InProcessMetadataTopicClient
 
 if TYPE_CHECKING:
+    from core.log.partition_log import PartitionLog
     from core.server.broker import Broker
 
 log = logging.getLogger(__name__)
+
+REMOVER_INTERVAL_KEY = "remote.partition.remover.task.interval.ms"
 
 
 class RemoteTierStartError(Exception):
@@ -40,50 +57,114 @@ class RemoteTier:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.rsm: RemoteStorageManager | None = None
         self.rlmm: RemoteLogMetadataManager | None = None
+        self.rlm: RemoteLogManager | None = None
+        self.remover: RemotePartitionRemover | None = None
 
     @property
     def enabled(self) -> bool:
         return bool(self.broker.config.remote_log_storage_system_enable)
+
+    def _settings(self) -> tuple[dict[str, str], RemoteLogManagerConfig, int]:
+        originals = self.broker.config.originals
+        known = set(RemoteLogManagerConfig.keys()) | {REMOVER_INTERVAL_KEY}
+        for key in originals:
+            if key.startswith(REMOTE_TIER_PREFIXES) and key not in known:
+                raise RemoteTierStartError(f"Unknown configuration {key}")
+        rlm_props = {k: v for k, v in originals.items() if k in known}
+        try:
+            rlm_config = RemoteLogManagerConfig.from_props(rlm_props)
+            remover_ms = int(rlm_props.get(REMOVER_INTERVAL_KEY, DEFAULT_INTERVAL_MS))
+        except ValueError as e:
+            raise RemoteTierStartError(str(e)) from e
+        return rlm_props, rlm_config, remover_ms
+
+    def _load(self, key: str, base: type, prefix: str, extra: dict[str, str]) -> Any:
+        config = self.broker.config
+        class_name = config.get(key)
+        try:
+            plugin = load_plugin(class_name, base, key=key)
+        except RemoteStorageError as e:
+            raise RemoteTierStartError(str(e)) from e
+        settings = prefixed_configs(config.originals, prefix)
+        for k, v in extra.items():
+            settings.setdefault(k, v)
+        return plugin, settings, class_name
 
     async def start(self) -> None:
         if not self.enabled:
             return
         config = self.broker.config
         loop = asyncio.get_running_loop()
-        class_name = config.get(RLMM_CLASS_NAME)
-        try:
-            rlmm = load_plugin(class_name, RemoteLogMetadataManager, key=RLMM_CLASS_NAME)
-        except RemoteStorageError as e:
-            raise RemoteTierStartError(str(e)) from e
+        _, rlm_config, remover_ms = self._settings()
+        log_dir = str(config.log_dirs[0])
+        rsm, rsm_settings, rsm_class = self._load(
+            RSM_CLASS_NAME, RemoteStorageManager, RSM_CONFIG_PREFIX, {}
+        )
+        rlmm, rlmm_settings, rlmm_class = self._load(
+            RLMM_CLASS_NAME,
+            RemoteLogMetadataManager,
+            RLMM_CONFIG_PREFIX,
+            {"log.dir": log_dir, "broker.id": str(config.node_id)},
+        )
         if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
             rlmm.attach_client(InProcessMetadataTopicClient(self.broker, loop))
-        settings = prefixed_configs(config.originals, RLMM_CONFIG_PREFIX)
-        settings.setdefault("log.dir", str(config.log_dirs[0]))
-        settings.setdefault("broker.id", str(config.node_id))
-        try:
-            await loop.run_in_executor(None, rlmm.configure, settings)
-        except RemoteStorageError as e:
-            raise RemoteTierStartError(f"{RLMM_CLASS_NAME}={class_name}: {e}") from e
-        self.rlmm = rlmm
+        for plugin, settings, key, class_name in (
+            (rsm, rsm_settings, RSM_CLASS_NAME, rsm_class),
+            (rlmm, rlmm_settings, RLMM_CLASS_NAME, rlmm_class),
+        ):
+            try:
+                await loop.run_in_executor(None, plugin.configure, settings)
+            except RemoteStorageError as e:
+                raise RemoteTierStartError(f"{key}={class_name}: {e}") from e
+        self.rsm, self.rlmm = rsm, rlmm
+        self.rlm = RemoteLogManager(
+            rsm,
+            rlmm,
+            config.node_id,
+            rlm_config,
+            config.log_dirs[0],
+            partition_logs=self._partition_log,
+        )
+        self.broker.replica_manager.remote = self.rlm
         tiered = self.tiered_partitions()
         if tiered:
-            rlmm.on_partition_leadership_changes(tiered, set())
-        log.info("remote tier started: %s, %d tiered partitions", class_name, len(tiered))
+            await loop.run_in_executor(None, self.rlm.on_leadership, tiered)
+        self.rlm.start()
+        if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
+            self.remover = RemotePartitionRemover(rlmm, rsm, config.node_id, interval_ms=remover_ms)
+            self.remover.start()
+        log.info(
+            "remote tier started: %s, %s; %d tiered partitions", rsm_class, rlmm_class, len(tiered)
+        )
 
-    def tiered_partitions(self) -> set[TopicIdPartition]:
-        out = set()
+    def _partition_log(self, topic: str, partition: int) -> PartitionLog | None:
+        p = self.broker.replica_manager.partition(topic, partition)
+        return p.log if p is not None else None
+
+    def tiered_partitions(self) -> list[tuple[TopicIdPartition, PartitionLog]]:
+        out = []
         for info in self.broker.topics.all():
-            if self.broker.topics.effective_config(info).remote_storage_enable:
-                out.update(
-                    TopicIdPartition(info.topic_id, info.name, p) for p in range(info.partitions)
-                )
+            if not self.broker.topics.effective_config(info).remote_storage_enable:
+                continue
+            for index in range(info.partitions):
+                plog = self._partition_log(info.name, index)
+                if plog is not None:
+                    out.append((TopicIdPartition(info.topic_id, info.name, index), plog))
         return out
 
     async def stop(self) -> None:
-        if self.rlmm is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.rlmm.close)
-            self.rlmm = None
+        loop = asyncio.get_running_loop()
+        if self.remover is not None:
+            await loop.run_in_executor(None, self.remover.stop)
+        if self.rlm is not None:
+            self.broker.replica_manager.remote = None
+            await loop.run_in_executor(None, self.rlm.shutdown)
+        for plugin in (self.rlmm, self.rsm):
+            if plugin is not None:
+                await loop.run_in_executor(None, plugin.close)
+        self.rlm = self.rlmm = self.rsm = self.remover = None
 
 
 class TieredBroker:
@@ -102,6 +183,7 @@ class TieredBroker:
         try:
             await self.remote_tier.start()
         except BaseException:
+            await self.remote_tier.stop()
             await self.broker.stop()
             raise
         return bound

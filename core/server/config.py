@@ -215,6 +215,16 @@ _BROKER_KEYS = [
 # Plugin settings travel under these prefixes and reach the plugin with the prefix
 # stripped, as in Kafka (remote.log.storage.manager.impl.prefix and its RLMM twin).
 PLUGIN_CONFIG_PREFIXES = ("rsm.config.", "rlmm.config.")
+# The RemoteLogManager's own keys (remote.log.manager.task.interval.ms, ...) are declared
+# with it in tiered/rlm_config.py; core lets them through and the remote tier rejects an
+# unknown one by name at start-up.
+REMOTE_TIER_PREFIXES = (
+    "remote.log.manager.",
+    "remote.log.reader.",
+    "remote.fetch.",
+    "remote.log.index.file.cache.",
+    "remote.partition.remover.",
+)
 # fmt: on
 
 # Keys of Kafka's sample server.properties files (3.x KRaft, 4.x, ZooKeeper era) and other
@@ -363,7 +373,11 @@ class BrokerConfig:
         """
         props = {k.strip(): v for k, v in props.items()}
         _reject_unknown(props)
-        plugin_props = {k: v for k, v in props.items() if k.startswith(PLUGIN_CONFIG_PREFIXES)}
+        plugin_props = {
+            k: v
+            for k, v in props.items()
+            if k.startswith(PLUGIN_CONFIG_PREFIXES + REMOTE_TIER_PREFIXES)
+        }
         values = BROKER_CONFIG.parse({k: v for k, v in props.items() if k not in plugin_props})
         node_id = _node_id(props, values)
         values["node.id"] = values["broker.id"] = node_id
@@ -563,7 +577,7 @@ def _invalid(key: str, value: object, reason: str) -> InvalidConfigError:
 
 def _reject_unknown(props: Mapping[str, str]) -> None:
     for name in props:
-        if name.startswith(PLUGIN_CONFIG_PREFIXES):
+        if name.startswith(PLUGIN_CONFIG_PREFIXES + REMOTE_TIER_PREFIXES):
             continue
         if name not in BROKER_CONFIG:
             names = [k.name for k in BROKER_CONFIG]

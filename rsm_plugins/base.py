@@ -1,0 +1,272 @@
+"""``ObjectStoreRemoteStorageManager``: the RSM contract over a small ``ObjectStore``.
+
+Each plugin supplies its settings and a store; this class owns the object layout
+(``layout``), the manifest, integrity checks and the contract's bounds and errors:
+
+* copy: each file is streamed once into the store, which returns the size and CRC32C of what
+  it stored; the manifest goes last, so its presence means the copy completed. A repeated copy
+  of the same segment id rewrites the same objects (idempotent).
+* fetch_log_segment: a ranged read of the ``.log`` object; a read of the whole object from
+  position 0 is checked against the manifest's size and checksum as it streams.
+* fetch_index: the object is read whole and checked against the manifest before it is
+  served; a mismatch raises ``CorruptObjectError`` (a ``RemoteStorageError``).
+* delete: the manifest first (the copy no longer counts as complete), then the rest; missing
+  objects are fine (idempotent).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from abc import abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO, ClassVar
+
+from core.config import ConfigDef, ConfigKey, ConfigType, at_least
+from core.errors import InvalidConfigError
+from rsm_plugins.layout import (
+    CHECKSUM_ALGORITHM,
+    CorruptObjectError,
+    ObjectEntry,
+    ObjectSuffix,
+    SegmentManifest,
+    checksum_bytes,
+    object_key,
+    object_name,
+    partition_prefix,
+)
+from rsm_plugins.store import ObjectStore, VerifyingReader, buffered
+from tiered.api import (
+    RSM_CONFIG_PREFIX,
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
+
+KEY_PREFIX = "key.prefix"
+MANIFEST_CACHE_SIZE = "fetch.manifest.cache.size"
+
+COMMON_KEYS: tuple[ConfigKey, ...] = (
+    ConfigKey(
+        RSM_CONFIG_PREFIX + KEY_PREFIX,
+        ConfigType.STRING,
+        "",
+        "Prefix of every object key (a folder when it ends with '/').",
+    ),
+    ConfigKey(
+        RSM_CONFIG_PREFIX + MANIFEST_CACHE_SIZE,
+        ConfigType.INT,
+        1000,
+        "Segment manifests kept in memory for index fetches (0 disables the cache).",
+        at_least(0),
+    ),
+)
+
+
+def setting(name: str) -> str:
+    """The broker property a plugin setting comes from (``rsm.config.`` + name)."""
+    return RSM_CONFIG_PREFIX + name
+
+
+def parse_settings(keys: Sequence[ConfigKey], configs: Mapping[str, str]) -> dict[str, Any]:
+    """Parse prefix-stripped ``configs`` against ``keys`` (named with the ``rsm.config.`` prefix).
+
+    Unknown settings are ignored, as Kafka's ConfigDef does (other plugins may share the
+    prefix). Returns the values by stripped name.
+
+    Raises:
+        RemoteStorageError: an invalid value, naming the full ``rsm.config.*`` key.
+    """
+    try:
+        values = ConfigDef(keys).parse(
+            {setting(k): v for k, v in configs.items()}, ignore_unknown=True
+        )
+    except InvalidConfigError as e:
+        raise RemoteStorageError(str(e)) from e
+    return {k[len(RSM_CONFIG_PREFIX) :]: v for k, v in values.items()}
+
+
+def require(values: Mapping[str, Any], name: str, what: str) -> Any:
+    """``values[name]``, which must be set and not empty.
+
+    Raises:
+        RemoteStorageError: naming ``rsm.config.<name>`` and saying what it is.
+    """
+    value = values.get(name)
+    if value is None or value == "":
+        raise RemoteStorageError(f"Missing required configuration {setting(name)}: {what}")
+    return value
+
+
+class ObjectStoreRemoteStorageManager(RemoteStorageManager):
+    """A RemoteStorageManager storing each segment as objects of ``layout``.
+
+    Subclasses declare ``CONFIG_KEYS`` (named with the ``rsm.config.`` prefix) and build
+    their store in ``create_store``. Thread-safe once configured.
+    """
+
+    CONFIG_KEYS: ClassVar[tuple[ConfigKey, ...]] = ()
+
+    def __init__(self) -> None:
+        self._store_: ObjectStore | None = None
+        self._key_prefix = ""
+        self._manifests: OrderedDict[Any, SegmentManifest] = OrderedDict()
+        self._manifests_max = 0
+        self._lock = threading.Lock()
+
+    # -- plugin hooks -----------------------------------------------------------------------
+
+    @abstractmethod
+    def create_store(self, values: Mapping[str, Any]) -> ObjectStore:
+        """Build (and check) the store from the parsed settings, keyed by stripped name.
+
+        Raises:
+            RemoteStorageError: a missing setting, a missing bucket or an unreachable
+                endpoint, naming the setting.
+        """
+
+    # -- contract ---------------------------------------------------------------------------
+
+    def configure(self, configs: Mapping[str, str]) -> None:
+        values = parse_settings(COMMON_KEYS + self.CONFIG_KEYS, configs)
+        self._key_prefix = values[KEY_PREFIX]
+        self._manifests_max = values[MANIFEST_CACHE_SIZE]
+        self._store_ = self.create_store(values)
+
+    @property
+    def store(self) -> ObjectStore:
+        if self._store_ is None:
+            raise RemoteStorageError(f"{type(self).__name__} is not configured")
+        return self._store_
+
+    @property
+    def key_prefix(self) -> str:
+        return self._key_prefix
+
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        files: list[tuple[ObjectSuffix, Path]] = [
+            (ObjectSuffix.LOG, segment_data.log_segment),
+            (ObjectSuffix.OFFSET_INDEX, segment_data.offset_index),
+            (ObjectSuffix.TIME_INDEX, segment_data.time_index),
+            (ObjectSuffix.PRODUCER_SNAPSHOT, segment_data.producer_snapshot_index),
+        ]
+        if segment_data.transaction_index is not None:
+            files.append((ObjectSuffix.TRANSACTION_INDEX, segment_data.transaction_index))
+        store = self.store
+        objects: dict[ObjectSuffix, ObjectEntry] = {}
+        for suffix, path in files:
+            if not path.is_file():
+                raise RemoteStorageError(f"{metadata.remote_log_segment_id}: no local file {path}")
+            size, crc = store.put_file(self._key(metadata, suffix), path)
+            objects[suffix] = ObjectEntry(object_name(metadata, suffix), size, crc)
+        epochs = bytes(segment_data.leader_epoch_index)
+        store.put_bytes(self._key(metadata, ObjectSuffix.LEADER_EPOCH), epochs)
+        objects[ObjectSuffix.LEADER_EPOCH] = ObjectEntry(
+            object_name(metadata, ObjectSuffix.LEADER_EPOCH), *_size_crc(epochs)
+        )
+        manifest = SegmentManifest(metadata, objects)
+        store.put_bytes(self._key(metadata, ObjectSuffix.MANIFEST), manifest.to_json())
+        self._remember(metadata, manifest)
+        return None
+
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> BinaryIO:
+        if start_position < 0:
+            raise ValueError(f"start position {start_position} must not be negative")
+        if end_position is not None and end_position < start_position:
+            raise ValueError(f"end position {end_position} is below start {start_position}")
+        key = self._key(metadata, ObjectSuffix.LOG)
+        if start_position == 0 and end_position is None:
+            entry = self.manifest(metadata).objects.get(ObjectSuffix.LOG)
+            if entry is None:
+                raise CorruptObjectError(f"{key}: the manifest has no log entry")
+            raw = self.store.get_range(key, 0, None)
+            return buffered(VerifyingReader(raw, entry.size, entry.checksum, _mismatch(key, entry)))
+        return self.store.get_range(key, start_position, end_position)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> BinaryIO:
+        suffix = ObjectSuffix.of_index(index_type)
+        manifest = self.manifest(metadata)
+        entry = manifest.objects.get(suffix)
+        if entry is None:
+            raise RemoteResourceNotFoundError(
+                f"{metadata.remote_log_segment_id}: no {index_type.name} index "
+                f"(the segment was copied without one)"
+            )
+        key = partition_prefix(self._key_prefix, metadata.topic_id_partition) + entry.key
+        data = self.store.get_bytes(key)
+        entry.verify(data, key)
+        return io.BytesIO(data)
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        with self._lock:
+            self._manifests.pop(metadata.remote_log_segment_id, None)
+        # The manifest first: from then on the copy no longer counts as complete.
+        rest = [s for s in ObjectSuffix if s is not ObjectSuffix.MANIFEST]
+        self.store.delete([self._key(metadata, s) for s in (ObjectSuffix.MANIFEST, *rest)])
+
+    def close(self) -> None:
+        if self._store_ is not None:
+            self._store_.close()
+
+    # -- manifests --------------------------------------------------------------------------
+
+    def manifest(self, metadata: RemoteLogSegmentMetadata) -> SegmentManifest:
+        """The segment's manifest (cached).
+
+        Raises:
+            RemoteResourceNotFoundError: no manifest: the segment was never copied completely
+                or was deleted.
+            RemoteStorageError: the manifest is not valid (``ManifestError``).
+        """
+        segment_id = metadata.remote_log_segment_id
+        with self._lock:
+            cached = self._manifests.get(segment_id)
+            if cached is not None:
+                self._manifests.move_to_end(segment_id)
+                return cached
+        key = self._key(metadata, ObjectSuffix.MANIFEST)
+        manifest = SegmentManifest.from_json(self.store.get_bytes(key), key)
+        if manifest.metadata.remote_log_segment_id != segment_id:
+            raise CorruptObjectError(
+                f"{key}: holds segment {manifest.metadata.remote_log_segment_id}"
+            )
+        self._remember(metadata, manifest)
+        return manifest
+
+    def _remember(self, metadata: RemoteLogSegmentMetadata, manifest: SegmentManifest) -> None:
+        if self._manifests_max <= 0:
+            return
+        with self._lock:
+            self._manifests[metadata.remote_log_segment_id] = manifest
+            self._manifests.move_to_end(metadata.remote_log_segment_id)
+            while len(self._manifests) > self._manifests_max:
+                self._manifests.popitem(last=False)
+
+    def _key(self, metadata: RemoteLogSegmentMetadata, suffix: ObjectSuffix) -> str:
+        return object_key(self._key_prefix, metadata, suffix)
+
+
+def _size_crc(data: bytes) -> tuple[int, str]:
+    return len(data), checksum_bytes(data)
+
+
+def _mismatch(key: str, entry: ObjectEntry) -> Callable[[int, str], RemoteStorageError]:
+    def error(size: int, crc: str) -> RemoteStorageError:
+        return CorruptObjectError(
+            f"{key}: read {size} bytes with {CHECKSUM_ALGORITHM} {crc}; the manifest says "
+            f"{entry.size} bytes, {entry.checksum}"
+        )
+
+    return error

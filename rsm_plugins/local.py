@@ -1,0 +1,178 @@
+"""``LocalDirRemoteStorageManager``: a local directory standing in for a bucket.
+
+The broker's embedded default (``make demo``, tests). Settings (``rsm.config.`` stripped):
+
+* ``storage.root`` (required): the directory; created if missing. Aiven's filesystem
+  backend names it ``root``; the issue's ``storage.root`` is what tierlog reads.
+* ``key.prefix``: see ``base``.
+
+Objects are files under the root at their keys. Each object is written to a temp name in its
+folder, fsynced, renamed over the key and the folder fsynced (STYLE.md point 10), so a reader
+never sees a partial object and a completed copy survives a crash. Missing means
+``FileNotFoundError`` (the file or a folder of its key does not exist); every other
+``OSError`` is a ``RemoteStorageError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from core.config import ConfigKey, ConfigType
+from core.fs import fsync_dir
+from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
+from rsm_plugins.layout import RunningChecksum
+from rsm_plugins.store import BoundedReader, ObjectStore, buffered
+from tiered.api import RemoteResourceNotFoundError, RemoteStorageError
+
+STORAGE_ROOT = "storage.root"
+_CHUNK = 1024 * 1024
+_TMP_MARK = ".tmp-"
+
+
+class LocalDirObjectStore(ObjectStore):
+    """Objects as files under ``root``; keys are ``/``-separated relative paths."""
+
+    def __init__(self, root: Path, *, durable: bool = True) -> None:
+        self.root = root
+        self.durable = durable
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise RemoteStorageError(f"invalid object key {key!r}")
+        return self.root.joinpath(*parts)
+
+    def _write(self, key: str, chunks: Iterator[bytes]) -> tuple[int, str]:
+        target = self._path(key)
+        self._make_parents(target.parent)
+        tmp = target.with_name(f"{target.name}{_TMP_MARK}{uuid.uuid4().hex}")
+        checksum = RunningChecksum()
+        try:
+            with open(tmp, "xb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+                    checksum.update(chunk)
+                if self.durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, target)
+            if self.durable:
+                fsync_dir(target.parent)
+        except OSError as e:
+            raise RemoteStorageError(f"cannot write {target}: {e}") from e
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        return checksum.result()
+
+    def _make_parents(self, folder: Path) -> None:
+        missing: list[Path] = []
+        p = folder
+        while not p.exists() and p != self.root:
+            missing.append(p)
+            p = p.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if self.durable:
+                for created in reversed(missing):
+                    fsync_dir(created.parent)
+        except OSError as e:
+            raise RemoteStorageError(f"cannot create {folder}: {e}") from e
+
+    def put_file(self, key: str, path: Path) -> tuple[int, str]:
+        try:
+            source = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError as e:
+            raise RemoteStorageError(f"cannot read {path}: {e}") from e
+        with source:
+            return self._write(key, iter(lambda: source.read(_CHUNK), b""))
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._write(key, iter([data]))
+
+    def _open(self, key: str) -> BinaryIO:
+        path = self._path(key)
+        try:
+            return open(path, "rb")
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"no object {key} under {self.root}") from e
+        except OSError as e:
+            raise RemoteStorageError(f"cannot read {path}: {e}") from e
+
+    def get_range(self, key: str, start: int, end: int | None) -> BinaryIO:
+        f = self._open(key)
+        try:
+            f.seek(start)
+        except OSError as e:
+            f.close()
+            raise RemoteStorageError(f"cannot seek {key} to {start}: {e}") from e
+        if end is None:
+            return f
+        return buffered(BoundedReader(f, end - start))
+
+    def get_bytes(self, key: str) -> bytes:
+        with self._open(key) as f:
+            try:
+                return f.read()
+            except OSError as e:
+                raise RemoteStorageError(f"cannot read {key}: {e}") from e
+
+    def delete(self, keys: list[str]) -> None:
+        folders: set[Path] = set()
+        for key in keys:
+            path = self._path(key)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as e:
+                raise RemoteStorageError(f"cannot delete {path}: {e}") from e
+            folders.add(path.parent)
+        for folder in folders:
+            if self.durable:
+                with contextlib.suppress(FileNotFoundError):
+                    fsync_dir(folder)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list_keys(self, prefix: str) -> Iterator[str]:
+        for dirpath, _dirs, files in os.walk(self.root):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            base = "" if rel == "." else rel + "/"
+            for name in files:
+                key = base + name
+                if key.startswith(prefix) and _TMP_MARK not in name:
+                    yield key
+
+
+class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
+    """The RSM over a local directory (``rsm.config.storage.root``)."""
+
+    CONFIG_KEYS = (
+        ConfigKey(
+            setting(STORAGE_ROOT),
+            ConfigType.STRING,
+            None,
+            "The directory standing in for a bucket; created if missing.",
+        ),
+    )
+
+    def create_store(self, values: Mapping[str, Any]) -> ObjectStore:
+        root = Path(require(values, STORAGE_ROOT, "the directory standing in for a bucket"))
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RemoteStorageError(
+                f"Invalid value {root} for configuration {setting(STORAGE_ROOT)}: {e}"
+            ) from e
+        if not os.access(root, os.W_OK | os.X_OK):
+            raise RemoteStorageError(
+                f"Invalid value {root} for configuration {setting(STORAGE_ROOT)}: "
+                f"{os.strerror(errno.EACCES)}"
+            )
+        return LocalDirObjectStore(root.resolve())

@@ -1,0 +1,147 @@
+"""The small object-store interface every plugin implements, and stream helpers.
+
+A store maps keys (``/``-separated strings, see ``layout``) to immutable byte objects. Stores
+convert their client's errors at this boundary: a missing object is
+``RemoteResourceNotFoundError``, a transient failure ``RetriableRemoteStorageError``, anything
+else ``RemoteStorageError`` (``raise ... from e``). Implementations must be thread-safe.
+"""
+
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import crc32c
+
+from tiered.api import RemoteStorageError
+
+
+class ObjectStore(ABC):
+    """Put, get (whole or a half-open range), delete and list objects."""
+
+    @abstractmethod
+    def put_file(self, key: str, path: Path) -> tuple[int, str]:
+        """Store the file at ``path`` as ``key``, replacing any object there.
+
+        Readers see the old object or the whole new one, never a part. The file is read once;
+        the size and CRC32C returned are of the bytes stored (``layout.crc32c_hex`` form).
+        """
+
+    @abstractmethod
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Store ``data`` as ``key``, replacing any object there (atomically, as put_file)."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, end: int | None) -> BinaryIO:
+        """A stream over bytes ``[start, end)`` of ``key`` (``end`` None: to the object's end).
+
+        A range past the end yields fewer bytes, or none; ``start`` and ``end`` are already
+        validated (``0 <= start <= end``).
+
+        Raises:
+            RemoteResourceNotFoundError: no object ``key``.
+        """
+
+    @abstractmethod
+    def get_bytes(self, key: str) -> bytes:
+        """The whole object.
+
+        Raises:
+            RemoteResourceNotFoundError: no object ``key``.
+        """
+
+    @abstractmethod
+    def delete(self, keys: list[str]) -> None:
+        """Delete the objects, in order; a missing one is not an error."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """True if object ``key`` exists."""
+
+    @abstractmethod
+    def list_keys(self, prefix: str) -> Iterator[str]:
+        """The keys starting with ``prefix``, in no particular order."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients and threads."""
+
+
+class BoundedReader(io.RawIOBase):
+    """At most ``limit`` bytes of ``raw`` from its current position; closes ``raw``."""
+
+    def __init__(self, raw: BinaryIO, limit: int) -> None:
+        self._raw = raw
+        self._left = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._left <= 0:
+            return 0
+        view = memoryview(buffer).cast("B")[: self._left]
+        data = self._raw.read(len(view))
+        n = len(data)
+        view[:n] = data
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class VerifyingReader(io.RawIOBase):
+    """Passes ``raw`` through and checks size and CRC32C when it reaches the end.
+
+    A mismatch raises ``on_mismatch(size, crc)`` from the read that hits the end, so a
+    corrupted object is never served in full as if it were sound.
+    """
+
+    def __init__(
+        self,
+        raw: BinaryIO,
+        expected_size: int,
+        expected_crc: str,
+        on_mismatch: Callable[[int, str], RemoteStorageError],
+    ) -> None:
+        self._raw = raw
+        self._size = 0
+        self._crc = 0
+        self._expected = (expected_size, expected_crc)
+        self._on_mismatch = on_mismatch
+        self._checked = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        data = self._raw.read(len(view))
+        n = len(data)
+        if n:
+            view[:n] = data
+            self._size += n
+            self._crc = crc32c.crc32c(data, value=self._crc)
+            if self._size > self._expected[0]:
+                raise self._on_mismatch(self._size, f"{self._crc:08x}")
+        elif not self._checked:
+            self._checked = True
+            actual = (self._size, f"{self._crc:08x}")
+            if actual != self._expected:
+                raise self._on_mismatch(*actual)
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+def buffered(raw: io.RawIOBase) -> BinaryIO:
+    """A buffered binary stream over ``raw`` (what the contract's callers get)."""
+    return io.BufferedReader(raw, buffer_size=256 * 1024)  # type: ignore[return-value]

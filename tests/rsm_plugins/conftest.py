@@ -1,0 +1,17 @@
+"""Fixtures shared by the RSM plugin tests: real segment files (see segment_files.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from segment_files import SegmentFiles, write_segments
+
+
+@pytest.fixture(scope="session")
+def segments(tmp_path_factory: pytest.TempPathFactory) -> list[SegmentFiles]:
+    """Three rolled segments; the first has a transaction index."""
+    return write_segments(tmp_path_factory.mktemp("segments"))

@@ -1,0 +1,378 @@
+"""RemoteLogManager: copy, local retention, remote reads, expiration, lineage."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from harness import T0, Env, local_dir_rsm, produce, tiered_config
+
+from core.errors import OffsetOutOfRangeError
+from core.log.leader_epoch import LeaderEpochCheckpointFile
+from tiered.api import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemoteStorageError,
+    TopicIdPartition,
+)
+from tiered.quota import REMOTE_COPY_ERRORS, REMOTE_COPY_REQUESTS, REMOTE_DELETE_REQUESTS
+from tiered.remote_log_manager import filtered_leader_epochs, is_within_lineage
+
+S = RemoteLogSegmentState
+
+
+def local_reads(env: Env, upto: int, max_bytes: int) -> dict[int, bytes]:
+    out = {}
+    for offset in range(env.plog.log_start_offset, upto):
+        info = env.plog.read(offset, max_bytes)
+        assert info.records is not None
+        out[offset] = info.records.read_bytes()
+    return out
+
+
+def test_copy_picks_rolled_segments_up_to_the_high_watermark(env):
+    produce(env.plog, 40)
+    segments = env.plog.segments()
+    assert len(segments) >= 5
+    # The high watermark inside the fourth segment: only the first two qualify (their next
+    # segment starts at or below it); the third's next base is above it.
+    hw = segments[3].base_offset - 1
+    env.plog.update_high_watermark(hw)
+    assert env.rlm.copy_once(env.tp, env.plog) == 2
+    copied = sorted((md.start_offset, md.end_offset) for md in env.segments())
+    assert copied == [
+        (segments[0].base_offset, segments[1].base_offset - 1),
+        (segments[1].base_offset, segments[2].base_offset - 1),
+    ]
+    assert env.plog.highest_offset_in_remote_storage == segments[2].base_offset - 1
+    assert all(md.state == S.COPY_SEGMENT_FINISHED for md in env.segments())
+    assert all(md.custom_metadata == b"custom" for md in env.segments())
+
+    env.plog.update_high_watermark(env.plog.log_end_offset)
+    copied_now = env.rlm.copy_once(env.tp, env.plog)
+    assert copied_now == len(segments) - 1 - 2  # never the active segment
+    ends = {md.end_offset for md in env.segments()}
+    assert env.plog.active_segment.base_offset - 1 in ends
+    assert all(md.end_offset < env.plog.active_segment.base_offset for md in env.segments())
+    assert env.rlm.copy_once(env.tp, env.plog) == 0  # nothing new: idempotent runs
+    assert env.rlm.metrics.get(REMOTE_COPY_REQUESTS) == len(segments) - 1
+
+
+def test_segment_metadata_and_files_shipped(env, memory_rsm):
+    produce(env.plog, 12, epoch=0)
+    produce(env.plog, 12, epoch=3)
+    env.rlm.copy_once(env.tp, env.plog)
+    cache = env.plog.leader_epoch_cache
+    for md in env.segments():
+        assert dict(md.segment_leader_epochs) == cache.entries_for_range(
+            md.start_offset, md.end_offset
+        )
+        checkpoint = LeaderEpochCheckpointFile.decode(
+            memory_rsm.objects[(md.segment_id, "leader-epoch-checkpoint")]
+        )
+        assert checkpoint == cache.epoch_entries_in_range(-1, md.end_offset + 1)
+        assert md.txn_index_empty
+        assert (md.segment_id, "txnindex") not in memory_rsm.objects
+        assert (md.segment_id, "snapshot") in memory_rsm.objects
+    straddling = [md for md in env.segments() if len(md.segment_leader_epochs) == 2]
+    assert straddling, "one segment holds both epochs"
+
+
+def test_local_retention_then_reads_below_local_start_come_from_remote(env, memory_rsm):
+    produce(env.plog, 40)
+    before = local_reads(env, env.plog.active_segment.base_offset, 700)
+    env.rlm.copy_once(env.tp, env.plog)
+    deleted = env.plog.delete_old_segments()
+    assert deleted == len(env.segments())
+    assert env.plog.local_log_start_offset == env.plog.active_segment.base_offset
+    assert env.plog.log_start_offset == 0
+    for offset, expected in before.items():
+        assert env.rlm.read_remote(env.tp, env.plog, offset, 700) == expected, offset
+    # A max_bytes below the first batch still returns that whole batch.
+    first = env.rlm.read_remote(env.tp, env.plog, 0, 1)
+    assert first == before[0][: len(first)] and len(first) > 1
+    # The async seam used by the broker.
+    got = asyncio.run(env.rlm.read(env.tp.topic_id, "t", 0, env.plog, 7, 700))
+    assert got == before[7]
+    with pytest.raises(OffsetOutOfRangeError):
+        env.rlm.read_remote(env.tp, env.plog, env.plog.log_end_offset + 5, 100)
+
+
+def test_local_dir_rsm_end_to_end(tmp_path):
+    rsm = local_dir_rsm(tmp_path / "bucket")
+    if rsm is None:
+        pytest.skip("rsm_plugins.local has not landed yet")
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 30)
+        before = local_reads(env, env.plog.active_segment.base_offset, 1000)
+        env.rlm.copy_once(env.tp, env.plog)
+        env.plog.delete_old_segments()
+        for offset, expected in before.items():
+            assert env.rlm.read_remote(env.tp, env.plog, offset, 1000) == expected
+        env.plog.update_config(tiered_config(retention_bytes=0, local_retention_bytes=0))
+        env.rlm.expire_once(env.tp, env.plog)
+        assert env.plog.log_start_offset == env.plog.local_log_start_offset
+    finally:
+        env.close()
+
+
+def test_failed_copy_is_cleaned_up_and_retried(env, memory_rsm):
+    produce(env.plog, 20)
+    memory_rsm.fail_copies = 1
+    with pytest.raises(RemoteStorageError):
+        env.rlm.copy_once(env.tp, env.plog)
+    assert env.segments() == []  # DELETE_SEGMENT_FINISHED segments are forgotten
+    assert memory_rsm.segment_ids() == set()  # the partial copy is gone
+    assert env.plog.highest_offset_in_remote_storage == -1
+    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS, env.tp) == 1
+    copied = env.rlm.copy_once(env.tp, env.plog)
+    assert copied == len(env.plog.segments()) - 1
+    finished = env.segments(S.COPY_SEGMENT_FINISHED)
+    assert finished[0].start_offset == 0
+    assert memory_rsm.segment_ids() == {md.segment_id for md in finished}
+
+
+def test_copy_left_started_by_a_crash_is_deleted_next_run(env, memory_rsm):
+    produce(env.plog, 20)
+    seg = env.plog.segments()[0]
+    leftover = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate_new(env.tp),
+        0,
+        env.plog.segments()[1].base_offset - 1,
+        max_timestamp_ms=T0,
+        broker_id=1,
+        event_timestamp_ms=1,
+        segment_size_in_bytes=seg.size,
+        segment_leader_epochs={0: 0},
+    )
+    env.rlmm.add_remote_log_segment_metadata(leftover).result(10)
+    memory_rsm.objects[(leftover.segment_id, "log")] = b"partial"
+    env.rlm.copy_once(env.tp, env.plog)
+    assert leftover.segment_id not in {md.segment_id for md in env.segments()}
+    assert leftover.segment_id not in memory_rsm.segment_ids()
+    assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
+
+
+def test_copy_disabled_and_not_ready(env, memory_rsm):
+    produce(env.plog, 20)
+    env.plog.update_config(tiered_config(remote_log_copy_disable=True))
+    assert env.rlm.copy_once(env.tp, env.plog) == 0
+    assert memory_rsm.copies == 0
+    env.rlmm.on_stop_partitions({env.tp})
+    env.plog.update_config(tiered_config())
+    assert env.rlm.copy_once(env.tp, env.plog) == 0  # metadata not loaded: wait
+
+
+def tier_everything(env: Env, batches: int = 40) -> list[RemoteLogSegmentMetadata]:
+    for i in range(batches // 10):
+        produce(env.plog, 10, ts=T0 + i * 10_000)
+    env.rlm.copy_once(env.tp, env.plog)
+    env.plog.delete_old_segments()
+    return sorted(env.segments(), key=lambda m: m.start_offset)
+
+
+def test_expiration_by_time_moves_log_start_and_deletes_objects(env, memory_rsm):
+    remote = tier_everything(env)
+    cutoff = remote[1].max_timestamp_ms
+    env.clock.now = cutoff + 60_000
+    env.plog.update_config(tiered_config(retention_ms=60_000, local_retention_ms=1))
+    deleted = env.rlm.expire_once(env.tp, env.plog)
+    gone = [md for md in remote if md.max_timestamp_ms <= cutoff]
+    assert deleted == len(gone) >= 2
+    assert env.plog.log_start_offset == gone[-1].end_offset + 1
+    assert not any(md.segment_id in memory_rsm.segment_ids() for md in gone)
+    assert env.rlm.metrics.get(REMOTE_DELETE_REQUESTS) == len(gone)
+    with pytest.raises(OffsetOutOfRangeError):
+        env.rlm.read_remote(env.tp, env.plog, 0, 100)
+    kept = remote[len(gone)]
+    assert env.rlm.read_remote(env.tp, env.plog, kept.start_offset, 100)
+
+
+def test_expiration_by_size_counts_remote_and_local_only_bytes(env, memory_rsm):
+    remote = tier_everything(env)
+    produce(env.plog, 6)  # local-only bytes, not yet copied
+    local_only = sum(
+        s.size
+        for s in env.plog.segments()
+        if s.base_offset > env.plog.highest_offset_in_remote_storage
+    )
+    keep = sum(md.segment_size_in_bytes for md in remote[-2:])
+    env.plog.update_config(tiered_config(retention_bytes=keep + local_only))
+    env.rlm.expire_once(env.tp, env.plog)
+    left = env.segments(S.COPY_SEGMENT_FINISHED)
+    assert [md.segment_id for md in left] == [md.segment_id for md in remote[-2:]]
+    assert env.plog.log_start_offset == remote[-3].end_offset + 1
+    assert memory_rsm.segment_ids() == {md.segment_id for md in left}
+
+
+def test_delete_records_below_remote_segments(env, memory_rsm):
+    remote = tier_everything(env)
+    target = remote[2].start_offset + 1  # inside the third segment
+    env.plog.maybe_increment_log_start_offset(target, "DeleteRecords")
+    env.rlm.expire_once(env.tp, env.plog)
+    left = env.segments(S.COPY_SEGMENT_FINISHED)
+    assert [md.segment_id for md in left] == [md.segment_id for md in remote[2:]]
+    assert env.plog.log_start_offset == target
+    # The straddling segment still serves the offsets at and above the log start.
+    data = env.rlm.read_remote(env.tp, env.plog, target, 100)
+    assert data
+
+
+def test_delete_on_disable(env, memory_rsm):
+    tier_everything(env, 20)
+    env.plog.update_config(
+        tiered_config(remote_storage_enable=False, remote_log_delete_on_disable=True)
+    )
+    env.rlm.expire_once(env.tp, env.plog)
+    assert memory_rsm.segment_ids() == set()
+
+
+def test_segments_outside_the_leader_epoch_lineage_are_deleted(env, memory_rsm):
+    """KIP-405 scenario 5 by hand: a former leader copied a segment of epoch 1 that the
+    current lineage (epoch 0 then epoch 2 from the same offset) does not contain."""
+    produce(env.plog, 10, epoch=0)
+    diverge = env.plog.log_end_offset
+    produce(env.plog, 20, epoch=2)
+    env.rlm.copy_once(env.tp, env.plog)
+    valid = {md.segment_id for md in env.segments()}
+    stray = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate_new(env.tp),
+        diverge,
+        diverge + 9,
+        max_timestamp_ms=T0,
+        broker_id=9,
+        event_timestamp_ms=1,
+        segment_size_in_bytes=10,
+        segment_leader_epochs={1: diverge},
+    )
+    env.rlmm.add_remote_log_segment_metadata(stray).result(10)
+    env.rlmm.update_remote_log_segment_metadata(
+        RemoteLogSegmentMetadataUpdate(
+            stray.remote_log_segment_id, 2, None, S.COPY_SEGMENT_FINISHED, 9
+        )
+    ).result(10)
+    memory_rsm.objects[(stray.segment_id, "log")] = b"x" * 10
+    start = env.plog.log_start_offset
+    env.rlm.expire_once(env.tp, env.plog)
+    assert {md.segment_id for md in env.segments(S.COPY_SEGMENT_FINISHED)} == valid
+    assert stray.segment_id not in memory_rsm.segment_ids()
+    assert env.plog.log_start_offset == start  # lineage deletions do not move it
+
+
+def _md(start, end, epochs):
+    sid = RemoteLogSegmentId.generate_new(TopicIdPartition(uuid.UUID(int=1), "t", 0))
+    return RemoteLogSegmentMetadata(sid, start, end, 0, 0, 0, 1, epochs)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "epochs", "expected"),
+    [
+        (0, 9, {0: 0}, True),
+        (10, 29, {0: 10, 1: 20}, True),  # inner boundary matches the lineage
+        (10, 29, {0: 10, 1: 25}, False),  # inner boundary differs
+        (30, 45, {1: 30}, False),  # epoch 1 ends at 39 in the lineage
+        (40, 49, {3: 40}, False),  # epoch 3 is not in the lineage
+        (40, 49, {2: 40}, True),
+        (95, 105, {2: 95}, False),  # at or past the log end (100)
+        (40, 49, {1: 40, 2: 40}, True),  # an empty epoch is filtered out
+    ],
+)
+def test_is_within_lineage(start, end, epochs, expected):
+    lineage = {0: 0, 1: 20, 2: 40}
+    assert is_within_lineage(_md(start, end, epochs), 100, lineage) is expected
+
+
+def test_filtered_leader_epochs():
+    assert filtered_leader_epochs({0: 0, 1: 10, 2: 10, 3: 30}) == {0: 0, 2: 10, 3: 30}
+
+
+def test_timestamp_lookups_across_tiers(env):
+    remote = tier_everything(env)
+    local_start = env.plog.local_log_start_offset
+    # Each batch i of round r has timestamps ts = T0 + r*10000 + i .. + 4
+    target = remote[1].max_timestamp_ms  # a timestamp inside the remote tier
+    found = env.rlm.find_offset_by_timestamp(env.tp, env.plog, target)
+    assert found is not None and found.timestamp >= target
+    assert found.offset <= remote[1].end_offset
+    # The same answer the local log gave before the data went remote: recompute from reads.
+    data = env.rlm.read_remote(env.tp, env.plog, found.offset, 1 << 20)
+    assert data
+    assert env.rlm.find_offset_by_timestamp(env.tp, env.plog, T0).offset == 0
+    # Beyond the remote tier: the remote answer is None, the local log answers.
+    late = T0 + 10 * 10_000
+    produce(env.plog, 3, ts=late)
+    assert env.rlm.find_offset_by_timestamp(env.tp, env.plog, late) is None
+    local = env.plog.fetch_offset_by_timestamp(late)
+    assert local is not None and local.offset >= local_start
+    # Through the async seam.
+    seam = asyncio.run(env.rlm.offset_for_timestamp(env.tp.topic_id, "t", 0, env.plog, T0))
+    assert seam is not None and seam.offset == 0
+
+
+def test_earliest_pending_upload(env):
+    produce(env.plog, 20)
+    first = env.rlm.earliest_pending_upload(env.tp, env.plog)
+    assert first is not None and first.offset == 0
+    env.rlm.copy_once(env.tp, env.plog)
+    pending = asyncio.run(env.rlm.offset_for_timestamp(env.tp.topic_id, "t", 0, env.plog, -6))
+    assert pending is not None
+    assert pending.offset == env.plog.highest_offset_in_remote_storage + 1
+
+
+def test_scheduled_tasks_copy_and_retry_after_failure(env, memory_rsm):
+    env.rlm.shutdown()
+    env.rlm = env.new_rlm(
+        **{
+            "remote.log.manager.task.interval.ms": 50,
+            "remote.log.manager.task.retry.backoff.ms": 10,
+        }
+    )
+    produce(env.plog, 20)
+    memory_rsm.fail_copies = 2
+    env.rlm.start()
+    deadline = time.monotonic() + 10
+    target = env.plog.active_segment.base_offset - 1
+    while env.plog.highest_offset_in_remote_storage < target and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert env.plog.highest_offset_in_remote_storage == target
+    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 2
+
+
+def test_reader_rejects_beyond_pending_bound(env):
+    tier_everything(env, 20)
+    env.rlm.shutdown()
+    env.rlm = env.new_rlm(
+        **{"remote.log.reader.threads": 1, "remote.log.reader.max.pending.tasks": 1}
+    )
+    gate = threading.Event()
+    blocker = env.rlm.reader._submit(gate.wait)
+    with pytest.raises(RemoteStorageError):
+        env.rlm.reader.submit_read(env.tp, env.plog, 0, 100)
+    gate.set()
+    blocker.result(5)
+    assert env.rlm.reader.submit_read(env.tp, env.plog, 0, 100).result(5)
+
+
+def test_read_timeout_is_a_timeout_error(env):
+    tier_everything(env, 20)
+    env.rlm.shutdown()
+    env.rlm = env.new_rlm(**{"remote.fetch.max.wait.ms": 20})
+    original = env.rlm.reader.read
+
+    def slow(*args):
+        time.sleep(0.3)
+        return original(*args)
+
+    env.rlm.reader.read = slow  # type: ignore[method-assign]
+    with pytest.raises(TimeoutError):
+        asyncio.run(env.rlm.read(env.tp.topic_id, "t", 0, env.plog, 0, 100))

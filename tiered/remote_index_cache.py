@@ -1,0 +1,317 @@
+"""RemoteIndexCache: the offset and time indexes of remote segments, kept on local disk.
+
+Kafka's RemoteIndexCache. Remote reads need a segment's byte position for an offset, and
+ListOffsets its time index; fetching those from the remote tier on every read would cost a
+round trip each, so the first use downloads them into ``<log dir>/remote-log-index-cache/``
+and later uses read the parsed copy kept in memory.
+
+Files are named ``<20-digit start offset>_<segment uuid>.index`` / ``.timeindex``, written
+atomically (temp file, fsync, rename, fsync of the directory). The cache is bounded by the
+total size of its files (``remote.log.index.file.cache.total.size.bytes``) and evicts the
+least recently used segment first (size-weighted LRU). On start, leftovers of an interrupted
+write (``*.tmp``) and half-present pairs are deleted; complete pairs are kept, so a restart
+does not download them again.
+
+Index layouts (Kafka's, big-endian)::
+
+    .index      8-byte entries:  int32 relativeOffset, int32 position
+    .timeindex  12-byte entries: int64 timestamp,      int32 relativeOffset
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import struct
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from tiered.api import (
+    IndexType,
+    RemoteLogSegmentMetadata,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
+
+log = logging.getLogger(__name__)
+
+DIR_NAME = "remote-log-index-cache"
+OFFSET_SUFFIX = ".index"
+TIME_SUFFIX = ".timeindex"
+TMP_SUFFIX = ".tmp"
+
+_OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
+_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetIndexView:
+    """A parsed remote offset index: sorted relative offsets and their positions."""
+
+    base_offset: int
+    relatives: list[int]
+    positions: list[int]
+
+    @classmethod
+    def parse(cls, base_offset: int, data: bytes) -> OffsetIndexView:
+        relatives: list[int] = []
+        positions: list[int] = []
+        usable = len(data) - len(data) % _OFFSET_ENTRY.size
+        for rel, pos in _OFFSET_ENTRY.iter_unpack(data[:usable]):
+            # A preallocated tail reads as zeros: stop where offsets stop increasing.
+            if relatives and rel <= relatives[-1]:
+                break
+            relatives.append(rel)
+            positions.append(pos)
+        return cls(base_offset, relatives, positions)
+
+    def lookup(self, offset: int) -> int:
+        """The position of the last entry at or below ``offset`` (0 when there is none)."""
+        i = bisect.bisect_right(self.relatives, offset - self.base_offset) - 1
+        return self.positions[i] if i >= 0 else 0
+
+
+@dataclass(frozen=True, slots=True)
+class TimeIndexView:
+    """A parsed remote time index: non-decreasing timestamps and their relative offsets."""
+
+    base_offset: int
+    timestamps: list[int]
+    relatives: list[int]
+
+    @classmethod
+    def parse(cls, base_offset: int, data: bytes) -> TimeIndexView:
+        timestamps: list[int] = []
+        relatives: list[int] = []
+        usable = len(data) - len(data) % _TIME_ENTRY.size
+        for ts, rel in _TIME_ENTRY.iter_unpack(data[:usable]):
+            if timestamps and (ts < timestamps[-1] or rel <= relatives[-1]):
+                break
+            timestamps.append(ts)
+            relatives.append(rel)
+        return cls(base_offset, timestamps, relatives)
+
+    def lookup(self, timestamp: int) -> int:
+        """The offset of the last entry with a timestamp <= ``timestamp``, else the base
+        offset: a scan for the first record at or after ``timestamp`` may start there."""
+        i = bisect.bisect_right(self.timestamps, timestamp) - 1
+        return self.base_offset + self.relatives[i] if i >= 0 else self.base_offset
+
+
+@dataclass(slots=True)
+class _Entry:
+    start_offset: int
+    size: int
+    offsets: OffsetIndexView | None = None
+    times: TimeIndexView | None = None
+
+
+def _file_stem(start_offset: int, segment_id: uuid.UUID) -> str:
+    return f"{start_offset:020d}_{segment_id}"
+
+
+def _parse_stem(name: str) -> tuple[int, uuid.UUID] | None:
+    stem, _, _ = name.partition(".")
+    offset, _, sid = stem.partition("_")
+    try:
+        return int(offset), uuid.UUID(sid)
+    except ValueError:
+        return None
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _read_all(stream: BinaryIO) -> bytes:
+    chunks = []
+    while chunk := stream.read(1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class RemoteIndexCache:
+    """Offset and time indexes of remote segments, on disk and in memory, LRU by bytes.
+
+    Thread-safe. Downloads happen outside the cache lock; two threads asking for the same
+    segment at once may both download it (the second write replaces the first atomically).
+    """
+
+    def __init__(self, log_dir: Path, rsm: RemoteStorageManager, max_bytes: int) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"cache size must be positive, got {max_bytes}")
+        self.directory = Path(log_dir) / DIR_NAME
+        self.rsm = rsm
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[uuid.UUID, _Entry] = OrderedDict()
+        self._size = 0
+        self.hits = 0
+        self.misses = 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._load_existing()
+
+    # -- start-up ------------------------------------------------------------------------
+    def _load_existing(self) -> None:
+        pairs: dict[uuid.UUID, dict[str, Path]] = {}
+        starts: dict[uuid.UUID, int] = {}
+        for path in sorted(self.directory.iterdir(), key=lambda p: p.stat().st_mtime):
+            parsed = _parse_stem(path.name)
+            if path.name.endswith((TMP_SUFFIX, ".deleted")) or parsed is None:
+                log.info("remote index cache: removing leftover %s", path)
+                path.unlink(missing_ok=True)
+                continue
+            start, sid = parsed
+            starts[sid] = start
+            pairs.setdefault(sid, {})[path.suffix] = path
+        for sid, files in pairs.items():
+            if set(files) != {OFFSET_SUFFIX, TIME_SUFFIX}:
+                log.info("remote index cache: removing incomplete entry %s", sid)
+                for p in files.values():
+                    p.unlink(missing_ok=True)
+                continue
+            size = sum(p.stat().st_size for p in files.values())
+            self._entries[sid] = _Entry(starts[sid], size)
+            self._size += size
+        self._evict()
+
+    # -- lookups -------------------------------------------------------------------------
+    def offset_index(self, md: RemoteLogSegmentMetadata) -> OffsetIndexView:
+        """The segment's offset index, downloaded on first use.
+
+        Raises:
+            RemoteStorageError: the index could not be fetched.
+        """
+        entry = self._entry(md)
+        assert entry.offsets is not None
+        return entry.offsets
+
+    def time_index(self, md: RemoteLogSegmentMetadata) -> TimeIndexView:
+        """The segment's time index, downloaded on first use.
+
+        Raises:
+            RemoteStorageError: the index could not be fetched.
+        """
+        entry = self._entry(md)
+        assert entry.times is not None
+        return entry.times
+
+    def lookup_position(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
+        """A byte position in the segment's log at or before the batch holding ``offset``."""
+        return self.offset_index(md).lookup(offset)
+
+    def lookup_timestamp(self, md: RemoteLogSegmentMetadata, timestamp: int) -> int:
+        """An offset from which to scan for the first record at or after ``timestamp``."""
+        return self.time_index(md).lookup(timestamp)
+
+    def _paths(self, md: RemoteLogSegmentMetadata) -> tuple[Path, Path]:
+        stem = _file_stem(md.start_offset, md.segment_id)
+        return self.directory / (stem + OFFSET_SUFFIX), self.directory / (stem + TIME_SUFFIX)
+
+    def _entry(self, md: RemoteLogSegmentMetadata) -> _Entry:
+        sid = md.segment_id
+        offset_path, time_path = self._paths(md)
+        with self._lock:
+            entry = self._entries.get(sid)
+            if entry is not None:
+                self._entries.move_to_end(sid)
+                if entry.offsets is not None and entry.times is not None:
+                    self.hits += 1
+                    return entry
+        if entry is not None:
+            try:  # on disk from an earlier run: parse it
+                offsets = OffsetIndexView.parse(md.start_offset, offset_path.read_bytes())
+                times = TimeIndexView.parse(md.start_offset, time_path.read_bytes())
+            except FileNotFoundError:
+                entry = None  # evicted meanwhile: download again
+            else:
+                with self._lock:
+                    entry.offsets, entry.times = offsets, times
+                    self.hits += 1
+                return entry
+        offset_bytes = self._fetch(md, IndexType.OFFSET)
+        time_bytes = self._fetch(md, IndexType.TIMESTAMP)
+        entry = _Entry(
+            md.start_offset,
+            len(offset_bytes) + len(time_bytes),
+            OffsetIndexView.parse(md.start_offset, offset_bytes),
+            TimeIndexView.parse(md.start_offset, time_bytes),
+        )
+        with self._lock:
+            # Files are written under the lock so that an eviction never races a write.
+            _atomic_write(offset_path, offset_bytes)
+            _atomic_write(time_path, time_bytes)
+            old = self._entries.pop(sid, None)
+            if old is not None:
+                self._size -= old.size
+            self._entries[sid] = entry
+            self._size += entry.size
+            self.misses += 1
+            self._evict()
+        return entry
+
+    def _fetch(self, md: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        try:
+            with self.rsm.fetch_index(md, index_type) as stream:
+                return _read_all(stream)
+        except OSError as e:
+            raise RemoteStorageError(
+                f"cannot fetch {index_type.value} of {md.remote_log_segment_id}: {e}"
+            ) from e
+
+    # -- eviction ------------------------------------------------------------------------
+    def _evict(self) -> None:
+        """Drop least recently used entries until the files fit (lock held). The newest
+        entry stays even when it alone is larger than the bound."""
+        while self._size > self.max_bytes and len(self._entries) > 1:
+            sid, entry = self._entries.popitem(last=False)
+            self._delete_files(sid, entry)
+
+    def _delete_files(self, sid: uuid.UUID, entry: _Entry) -> None:
+        self._size -= entry.size
+        stem = _file_stem(entry.start_offset, sid)
+        for suffix in (OFFSET_SUFFIX, TIME_SUFFIX):
+            (self.directory / (stem + suffix)).unlink(missing_ok=True)
+
+    def remove(self, segment_id: uuid.UUID) -> None:
+        """Forget a segment (it was deleted from the remote tier)."""
+        with self._lock:
+            entry = self._entries.pop(segment_id, None)
+            if entry is not None:
+                self._delete_files(segment_id, entry)
+
+    @property
+    def size_bytes(self) -> int:
+        with self._lock:
+            return self._size
+
+    def __contains__(self, segment_id: object) -> bool:
+        with self._lock:
+            return segment_id in self._entries
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
