@@ -171,16 +171,14 @@ class Broker:
         if not validate_only:
             self.replica_manager.open_topic(info)
             log.info("created topic %s (%d partitions, id %s)", name, partitions, info.topic_id)
-            if self.replica_manager.remote is not None:
-                self.replica_manager.remote.on_topic_created(info)
+            self._tell_remote_tier("on_topic_created", info)
         return info
 
     def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.delete(name)
         self.replica_manager.remove_topic(name)
         log.info("deleted topic %s", name)
-        if self.replica_manager.remote is not None:
-            self.replica_manager.remote.on_topic_deleted(info)
+        self._tell_remote_tier("on_topic_deleted", info)
         return info
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
@@ -189,7 +187,20 @@ class Broker:
         config = self.topics.effective_config(info)
         assert self.log_manager is not None
         self.log_manager.update_topic_config(name, config)
-        if self.replica_manager.remote is not None:
-            # Enabling remote.storage.enable on an existing topic starts tiering it.
-            self.replica_manager.remote.on_topic_created(info)
+        # Enabling remote.storage.enable on an existing topic starts tiering it.
+        self._tell_remote_tier("on_topic_created", info)
         return config
+
+    def _tell_remote_tier(self, event: str, info: TopicInfo) -> None:
+        """Pass a topic event to the remote tier on a thread: it writes metadata events
+        and waits for them, which must never happen on the event loop."""
+        remote = self.replica_manager.remote
+        if remote is None:
+            return
+        future = asyncio.get_running_loop().run_in_executor(None, getattr(remote, event), info)
+
+        def report(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                log.error("remote tier %s(%s) failed: %s", event, info.name, done.exception())
+
+        future.add_done_callback(report)

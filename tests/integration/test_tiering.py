@@ -1,0 +1,186 @@
+"""Tiered storage end to end with a real broker: copy, local retention, remote reads.
+
+The remote tier here is the local-directory RSM (the embedded default); the S3 runs are in
+the RSM plugin suites and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from broker_process import BrokerProcess, restart, start_broker, wait_until
+
+N = 20_000
+TOPIC = "tiered"
+
+
+def settings(tmp: Path) -> dict[str, str]:
+    return {
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.storage.root": str(tmp / "bucket"),
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "300",
+        "remote.partition.remover.task.interval.ms": "300",
+    }
+
+
+def value(i: int) -> bytes:
+    return (b"%08d" % i) * 30
+
+
+def create_and_fill(broker: BrokerProcess) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    config = {
+        "segment.bytes": "200000",
+        "local.retention.bytes": "200000",
+        "remote.storage.enable": "true",
+        "retention.ms": "-1",
+    }
+    for future in admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)]).values():
+        future.result(30)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    )
+    for i in range(N):
+        producer.produce(TOPIC, key=str(i).encode(), value=value(i))
+        if i % 2000 == 0:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def local_start(broker: BrokerProcess) -> int:
+    d = Path(broker.settings["log.dirs"]) / f"{TOPIC}-0"
+    logs = sorted(p.name for p in d.glob("*.log"))
+    return int(logs[0].split(".")[0]) if logs else 0
+
+
+def remote_objects(tmp: Path) -> list[str]:
+    return [f for _, _, files in os.walk(tmp / "bucket") for f in files]
+
+
+def consume_all(bootstrap: str) -> list[tuple[int, bytes, bytes]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tiering-test",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    got: list[tuple[int, bytes, bytes]] = []
+    deadline = time.monotonic() + 90
+    try:
+        while len(got) < N:
+            assert time.monotonic() < deadline, f"read {len(got)} of {N} records"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert not msg.error(), msg.error()
+            got.append((msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return got
+
+
+def assert_identical(got: list[tuple[int, bytes, bytes]]) -> None:
+    assert len(got) == N
+    for i, (offset, key, val) in enumerate(got):
+        assert (offset, key, val) == (i, str(i).encode(), value(i)), f"record {i}"
+
+
+def test_old_segments_move_to_the_remote_tier_and_read_back_identical(tmp_path):
+    broker = start_broker(tmp_path / "b", settings(tmp_path))
+    try:
+        create_and_fill(broker)
+        # Local retention frees the disk once segments are copied.
+        wait_until(lambda: local_start(broker) > N // 2, 60, what="local segments deleted")
+        assert any(name.endswith(".manifest.json") for name in remote_objects(tmp_path))
+        assert_identical(consume_all(broker.bootstrap))
+        # kcat (librdkafka 2.0) reads the same history from offset 0.
+        out = subprocess.run(
+            [
+                "kcat",
+                "-b",
+                broker.bootstrap,
+                "-C",
+                "-t",
+                TOPIC,
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+                "-f",
+                "%o %k\\n",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout.split("\n")
+        lines = [line for line in out if line]
+        assert len(lines) == N
+        assert lines[0] == "0 0" and lines[-1] == f"{N - 1} {N - 1}"
+    finally:
+        broker.kill()
+
+
+def test_remote_history_survives_a_restart_and_metadata_is_listed(tmp_path):
+    broker = start_broker(tmp_path / "b", settings(tmp_path))
+    try:
+        create_and_fill(broker)
+        wait_until(lambda: local_start(broker) > N // 2, 60, what="local segments deleted")
+        assert broker.stop() == 0
+        broker = restart(broker)
+        assert_identical(consume_all(broker.bootstrap))
+        listing = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tierlog",
+                "metadata",
+                "list",
+                "--bootstrap-server",
+                broker.bootstrap,
+                "--topic",
+                TOPIC,
+                "--state",
+                "COPY_SEGMENT_FINISHED",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        segments = json.loads(listing.stdout)["segments"]
+        assert segments, "copied segments are listed"
+        assert segments[0]["start_offset"] == 0
+    finally:
+        broker.kill()
+
+
+def test_deleting_a_tiered_topic_empties_the_bucket(tmp_path):
+    broker = start_broker(tmp_path / "b", settings(tmp_path))
+    try:
+        create_and_fill(broker)
+        wait_until(lambda: len(remote_objects(tmp_path)) > 10, 60, what="segments copied")
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in admin.delete_topics([TOPIC]).values():
+            future.result(30)
+        wait_until(lambda: remote_objects(tmp_path) == [], 60, what="remote data deleted")
+    finally:
+        broker.kill()
