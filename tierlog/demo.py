@@ -1,9 +1,14 @@
-"""``make demo``: what tierlog can do today, end to end on the local disk.
+"""``make demo``: tierlog end to end on the embedded default.
 
-1. A writer process appends record batches to a partition log (small segments, so it rolls).
-2. The demo SIGKILLs the writer in the middle of its appends.
-3. The log is reopened: recovery validates every unflushed batch and drops a torn tail.
-4. Every flushed record is read back, and ``tierlog dump-log`` shows the files.
+Part one works on the log itself: a writer process appends record batches to a partition
+log (small segments, so it rolls), the demo SIGKILLs it mid-append, reopens the log
+(recovery validates every unflushed batch and drops a torn tail), shows that an idempotent
+retry is deduplicated, and dumps the files with ``tierlog dump-log``.
+
+Part two is the main job: a broker with tiered storage on and a local directory as the
+remote tier; a tiered topic; data produced with confluent-kafka; rolled segments copied to
+the remote tier and deleted locally; everything consumed from offset 0 (saying how much
+came from the remote tier); ``tierlog metadata list``; a clean stop.
 
 Run with ``python -m tierlog.demo [--dir DIR]``.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import shutil
 import signal
 import subprocess
@@ -173,28 +179,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def broker_demo(data_dir: Path) -> int:
-    """Part two: a broker process, real Kafka clients, a clean stop."""
-    from confluent_kafka import Producer
+    """Part two, the main job: a broker with a remote tier, real clients, history from it."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    _say("8. start a broker: tierlog broker start (a Kafka-protocol server on the same log)")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tierlog",
-            "broker",
-            "start",
-            "--log-level",
-            "WARNING",
-            "--set",
-            f"log.dirs={data_dir}",
-            "--set",
-            "listeners=PLAINTEXT://127.0.0.1:0",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    bucket = data_dir / "remote-tier"
+    _say(
+        "8. start a broker with tiered storage on (the embedded default remote tier: a "
+        f"local directory, {bucket})"
     )
+    settings = {
+        "log.dirs": str(data_dir / "logs"),
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.storage.root": str(bucket),
+        "remote.log.manager.task.interval.ms": "500",
+        "log.retention.check.interval.ms": "1000",
+    }
+    args = [sys.executable, "-m", "tierlog", "broker", "start", "--log-level", "WARNING"]
+    for key, val in settings.items():
+        args += ["--set", f"{key}={val}"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     print(line)
@@ -202,66 +207,106 @@ def broker_demo(data_dir: Path) -> int:
         proc.kill()
         return 1
     bootstrap = line.rsplit("//", 1)[1]
+    topic, records = "clicks", 60_000
     try:
-        _say("9. create topic 'clicks' (3 partitions) with confluent-kafka's AdminClient")
+        _say(f"9. create the tiered topic '{topic}' with confluent-kafka's AdminClient")
+        config = {
+            "segment.bytes": "1048576",
+            "local.retention.bytes": "1048576",
+            "remote.storage.enable": "true",
+            "retention.ms": "-1",
+        }
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        for topic, future in admin.create_topics(
-            [NewTopic("clicks", 3, 1, config={"segment.bytes": "1048576"})]
-        ).items():
+        for future in admin.create_topics([NewTopic(topic, 1, 1, config=config)]).values():
             future.result(30)
-            print(f"created {topic}")
-        _say("10. produce 30,000 records with confluent-kafka (idempotent, zstd)")
+        print(f"created {topic}: {config}")
+        _say(f"10. produce {records:,} records (~9 MB) with confluent-kafka (idempotent, lz4)")
         producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
                 "enable.idempotence": True,
-                "compression.type": "zstd",
+                "compression.type": "lz4",
                 "linger.ms": 10,
             }
         )
-        for n in range(30_000):
+        for n in range(records):
+            session = os.urandom(48).hex()  # random, so the data does not compress away
             producer.produce(
-                "clicks", key=f"user-{n % 13}".encode(), value=f'{{"click": {n}}}'.encode()
+                topic,
+                key=f"user-{n % 13}".encode(),
+                value=f'{{"click": {n}, "session": "{session}"}}'.encode(),
             )
             if n % 5000 == 0:
                 producer.poll(0)
-        left = producer.flush(30)
-        print(f"acknowledged: {30_000 - left} records")
-        _say("11. consume partition 0 from the beginning with kcat (a librdkafka tool)")
-        result = subprocess.run(
-            [
-                "kcat",
-                "-b",
-                bootstrap,
-                "-C",
-                "-t",
-                "clicks",
-                "-p",
-                "0",
-                "-o",
-                "beginning",
-                "-e",
-                "-q",
-                "-f",
-                "%p %o %k %s\n",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        print(f"acknowledged: {records - producer.flush(60)} records")
+        _say(
+            "11. wait for the RemoteLogManager to copy rolled segments and for local "
+            "retention to delete them"
         )
-        lines = result.stdout.splitlines()
-        print("\n".join([*lines[:3], "...", *lines[-2:]]))
-        print(f"kcat read {len(lines)} records from partition 0")
+        partition_dir = data_dir / "logs" / f"{topic}-0"
+        deadline = time.monotonic() + 60
+        local_start = 0
+        while time.monotonic() < deadline:
+            bases = sorted(int(p.name.split(".")[0]) for p in partition_dir.glob("*.log"))
+            local_start = bases[0] if bases else 0
+            if local_start > records // 2:
+                break
+            time.sleep(0.5)
+        objects = sorted(p for p in bucket.rglob("*") if p.is_file())
+        print(
+            f"local log now starts at offset {local_start}; the remote tier holds "
+            f"{len(objects)} objects ({sum(p.stat().st_size for p in objects) / 1e6:.1f} MB)"
+        )
+        _say(
+            "12. consume from offset 0 with confluent-kafka: old offsets come from the remote "
+            "tier, recent ones from the local log"
+        )
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "demo",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got, remote, deadline = 0, 0, time.monotonic() + 120
+        while got < records and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            assert msg.offset() == got, (msg.offset(), got)
+            got += 1
+            remote += msg.offset() < local_start
+        consumer.close()
+        print(f"read {got:,} records in order, {remote:,} of them from the remote tier")
+        _say("13. tierlog metadata list: the remote segments recorded in __remote_log_metadata")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tierlog",
+                "metadata",
+                "list",
+                "--bootstrap-server",
+                bootstrap,
+                "--topic",
+                topic,
+                "--count",
+                "8",
+            ],
+            check=False,
+            timeout=120,
+        )
         # Close the clients before the broker goes, so they do not log its departure.
-        del producer, admin
+        del producer, admin, consumer
         gc.collect()
     finally:
-        _say("12. stop the broker with SIGTERM: flush, snapshot, clean-shutdown marker")
+        _say("14. stop the broker with SIGTERM: flush, snapshot, clean-shutdown marker")
         proc.send_signal(signal.SIGTERM)
         status = proc.wait(60)
         print(f"broker exited with status {status}")
-    return 0 if status == 0 else 1
+    return 0 if status == 0 and got == records else 1
 
 
 if __name__ == "__main__":
