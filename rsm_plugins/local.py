@@ -2,8 +2,8 @@
 
 The broker's embedded default (``make demo``, tests). Settings (``rsm.config.`` stripped):
 
-* ``storage.root`` (required): the directory; created if missing. Aiven's filesystem
-  backend names it ``root``; the issue's ``storage.root`` is what tierlog reads.
+* ``storage.root`` (required): the directory; created if missing (Aiven's filesystem
+  backend's ``root``, under its ``storage.`` prefix).
 * ``key.prefix``: see ``base``.
 
 Objects are files under the root at their keys. Each object is written to a temp name in its

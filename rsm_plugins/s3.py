@@ -1,0 +1,440 @@
+"""``S3RemoteStorageManager``: segments as S3 objects, through boto3.
+
+Settings (``rsm.config.`` stripped), named as in Aiven's tiered-storage plugin where it has
+the setting (its S3 backend's keys live under ``storage.``):
+
+==============================================  ===========  ================================
+``storage.s3.bucket.name``                      required     the bucket; checked at configure
+``storage.s3.region``                           boto3 chain  (``us-east-1`` with an endpoint)
+``storage.s3.endpoint.url``                     AWS          e.g. ``http://127.0.0.1:4566``
+``storage.s3.path.style.access.enabled``        auto         path-style addressing
+``storage.s3.multipart.upload.part.size``       25 MiB       5 MiB .. 2 GiB
+``storage.s3.storage.class``                    STANDARD     S3 storage class of new objects
+``storage.aws.access.key.id``                   chain        static credentials (both or none)
+``storage.aws.secret.access.key``               chain
+``storage.aws.certificate.check.enabled``       true         TLS certificate verification
+``storage.s3.api.call.attempt.timeout``         60000        ms per attempt (connect and read)
+==============================================  ===========  ================================
+
+tierlog's own (Aiven has no equivalent): ``storage.s3.multipart.upload.concurrency`` (4:
+parts uploaded at once, shared by all copies, so at most concurrency x part size bytes are
+buffered), ``storage.s3.retry.max.attempts`` (5, botocore "standard" retries: throttling,
+5xx and connection errors), ``storage.s3.sse.algorithm`` (``AES256``, ``aws:kms`` or
+``aws:kms:dsse``) and ``storage.s3.sse.kms.key.id``. Without static keys, credentials come
+from boto3's usual chain (environment, profile, container or instance role).
+
+What counts as missing: ``NoSuchKey``, ``NotFound`` and HTTP 404 on an object. Throttling
+(``SlowDown``, ``Throttling``...), HTTP 5xx, timeouts and connection failures that outlive
+botocore's retries are ``RetriableRemoteStorageError``; anything else is
+``RemoteStorageError`` (a missing bucket or denied access is not "missing").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from core.config import ConfigKey, ConfigType, at_least, between, one_of
+from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
+from rsm_plugins.layout import RunningChecksum
+from rsm_plugins.store import ObjectStore, buffered
+from tiered.api import (
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    RetriableRemoteStorageError,
+)
+
+BUCKET = "storage.s3.bucket.name"
+REGION = "storage.s3.region"
+ENDPOINT = "storage.s3.endpoint.url"
+PATH_STYLE = "storage.s3.path.style.access.enabled"
+PART_SIZE = "storage.s3.multipart.upload.part.size"
+CONCURRENCY = "storage.s3.multipart.upload.concurrency"
+STORAGE_CLASS = "storage.s3.storage.class"
+ACCESS_KEY = "storage.aws.access.key.id"
+SECRET_KEY = "storage.aws.secret.access.key"
+CERT_CHECK = "storage.aws.certificate.check.enabled"
+ATTEMPT_TIMEOUT = "storage.s3.api.call.attempt.timeout"
+MAX_ATTEMPTS = "storage.s3.retry.max.attempts"
+SSE_ALGORITHM = "storage.s3.sse.algorithm"
+SSE_KMS_KEY = "storage.s3.sse.kms.key.id"
+
+MIB = 1024 * 1024
+STORAGE_CLASSES = (
+    "STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING",
+    "GLACIER", "DEEP_ARCHIVE", "OUTPOSTS", "GLACIER_IR", "SNOW", "EXPRESS_ONEZONE",
+)  # fmt: skip
+
+_MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
+_RETRIABLE_CODES = frozenset(
+    {
+        "SlowDown", "Throttling", "ThrottlingException", "RequestThrottled",
+        "TooManyRequestsException", "RequestTimeout", "RequestTimeoutException",
+        "InternalError", "ServiceUnavailable", "PriorRequestNotComplete",
+    }
+)  # fmt: skip
+
+
+_SESSION_LOCK = threading.Lock()
+_SESSION: boto3.session.Session | None = None
+
+
+def _session() -> boto3.session.Session:
+    """One boto3 session for every client (loading a session's data costs ~0.1 s)."""
+    global _SESSION  # noqa: PLW0603 - a lazily built, lock-guarded cache
+    if _SESSION is None:
+        _SESSION = boto3.session.Session()
+    return _SESSION
+
+
+def _convert(e: Exception, what: str) -> RemoteStorageError:
+    """Our error for a boto3/botocore error; the caller raises it ``from e``."""
+    if isinstance(e, ClientError):
+        error = e.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        message = f"{what}: {code or status} {error.get('Message', '')}".rstrip()
+        if code in _MISSING_CODES:
+            return RemoteResourceNotFoundError(message)
+        if code in _RETRIABLE_CODES or status >= 500 or status == 429:
+            return RetriableRemoteStorageError(message)
+        return RemoteStorageError(message)
+    if isinstance(e, BotoConnectionError | HTTPClientError):
+        return RetriableRemoteStorageError(f"{what}: {e}")
+    return RemoteStorageError(f"{what}: {e}")
+
+
+class _Body(io.RawIOBase):
+    """A GET response body as a raw stream whose read errors are ours."""
+
+    def __init__(self, body: Any, what: str) -> None:
+        self._body = body
+        self._what = what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        try:
+            data = self._body.read(len(view))
+        except (BotoCoreError, OSError) as e:
+            raise RetriableRemoteStorageError(f"{self._what}: read failed: {e}") from e
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._body.close()
+        super().close()
+
+
+class S3ObjectStore(ObjectStore):
+    """Objects in one bucket. Files above ``part_size`` go up as parallel multipart uploads."""
+
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        *,
+        part_size: int,
+        concurrency: int,
+        put_args: Mapping[str, str],
+    ) -> None:
+        self.client = client
+        self.bucket = bucket
+        self.part_size = part_size
+        self._put_args = dict(put_args)
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="s3-upload")
+        # Parts read but not yet uploaded, over all uploads: bounds the memory used.
+        self._buffers = threading.BoundedSemaphore(concurrency)
+
+    def _call(self, what: str, method: str, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.client, method)(Bucket=self.bucket, **kwargs)
+        except (ClientError, BotoCoreError) as e:
+            raise _convert(e, f"{what} s3://{self.bucket}/{kwargs.get('Key', '')}") from e
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._call("put", "put_object", Key=key, Body=data, **self._put_args)
+
+    def put_file(self, key: str, path: Path) -> tuple[int, str]:
+        checksum = RunningChecksum()
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError as e:
+            raise RemoteStorageError(f"cannot read {path}: {e}") from e
+        with f:
+            try:
+                first = f.read(self.part_size)
+            except OSError as e:
+                raise RemoteStorageError(f"cannot read {path}: {e}") from e
+            if len(first) < self.part_size:
+                checksum.update(first)
+                self.put_bytes(key, first)
+                return checksum.result()
+            self._multipart(key, path, f, first, checksum)
+        return checksum.result()
+
+    def _multipart(
+        self, key: str, path: Path, f: BinaryIO, first: bytes, checksum: RunningChecksum
+    ) -> None:
+        upload_id = self._call(
+            "create multipart upload", "create_multipart_upload", Key=key, **self._put_args
+        )["UploadId"]
+        futures: list[Future[dict[str, Any]]] = []
+        try:
+            # Each part holds a slot of ``_buffers`` from before it is read until it is sent.
+            self._buffers.acquire()
+            part, number = first, 1
+            while part:
+                checksum.update(part)
+                try:
+                    futures.append(
+                        self._pool.submit(self._upload_part, key, upload_id, number, part)
+                    )
+                except BaseException:
+                    self._buffers.release()
+                    raise
+                del part
+                number += 1
+                self._buffers.acquire()
+                try:
+                    part = f.read(self.part_size)
+                except OSError as e:
+                    self._buffers.release()
+                    raise RemoteStorageError(f"cannot read {path}: {e}") from e
+                if not part:
+                    self._buffers.release()
+            parts = [fut.result() for fut in futures]
+            self._call(
+                "complete multipart upload",
+                "complete_multipart_upload",
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+            )
+        except BaseException:
+            for fut in futures:
+                if fut.cancel():  # never ran: give its buffer slot back
+                    self._buffers.release()
+            for fut in futures:
+                with contextlib.suppress(Exception):
+                    fut.result()
+            with contextlib.suppress(ClientError, BotoCoreError):
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            raise
+
+    def _upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> dict[str, Any]:
+        try:
+            response = self._call(
+                f"upload part {number} of",
+                "upload_part",
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+            )
+        finally:
+            self._buffers.release()
+        return {"PartNumber": number, "ETag": response["ETag"]}
+
+    def get_range(self, key: str, start: int, end: int | None) -> BinaryIO:
+        if end == start:
+            self._call("head", "head_object", Key=key)
+            return io.BytesIO(b"")
+        byte_range = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+        try:
+            response = self._call("get", "get_object", Key=key, Range=byte_range)
+        except RemoteStorageError as e:
+            cause = e.__cause__
+            if isinstance(cause, ClientError) and cause.response["Error"].get("Code") in (
+                "InvalidRange",
+                "416",
+            ):
+                self._call("head", "head_object", Key=key)  # past the end: nothing to read
+                return io.BytesIO(b"")
+            raise
+        return buffered(_Body(response["Body"], f"s3://{self.bucket}/{key}"))
+
+    def get_bytes(self, key: str) -> bytes:
+        with self.get_range(key, 0, None) as f:
+            return f.read()
+
+    def delete(self, keys: list[str]) -> None:
+        if not keys:
+            return
+        self._call("delete", "delete_object", Key=keys[0])
+        rest = [{"Key": k} for k in keys[1:]]
+        if rest:
+            response = self._call(
+                "delete", "delete_objects", Delete={"Objects": rest, "Quiet": True}
+            )
+            errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                raise RemoteStorageError(f"delete from s3://{self.bucket}: {errors}")
+        # A copy that died mid-upload leaves parts that cost money: abort them too.
+        wanted = set(keys)
+        prefix = os.path.commonprefix(keys)  # noqa: RUF071 - a key prefix, not a path
+        uploads = self._call("list multipart uploads", "list_multipart_uploads", Prefix=prefix)
+        for upload in uploads.get("Uploads", []):
+            if upload["Key"] in wanted:
+                with contextlib.suppress(RemoteResourceNotFoundError):
+                    self._call(
+                        "abort multipart upload",
+                        "abort_multipart_upload",
+                        Key=upload["Key"],
+                        UploadId=upload["UploadId"],
+                    )
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._call("head", "head_object", Key=key)
+        except RemoteResourceNotFoundError:
+            return False
+        return True
+
+    def list_keys(self, prefix: str) -> Iterator[str]:
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    yield item["Key"]
+        except (ClientError, BotoCoreError) as e:
+            raise _convert(e, f"list s3://{self.bucket}/{prefix}") from e
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.client.close()
+
+
+def _config_keys() -> tuple[ConfigKey, ...]:
+    s, t = setting, ConfigType
+    return (
+        ConfigKey(s(BUCKET), t.STRING, None, "S3 bucket holding the segments (must exist)."),
+        ConfigKey(s(REGION), t.STRING, None, "AWS region of the bucket."),
+        ConfigKey(s(ENDPOINT), t.STRING, None, "Custom S3 endpoint URL (LocalStack, moto...)."),
+        ConfigKey(s(PATH_STYLE), t.BOOLEAN, None, "Path-style addressing; unset: auto."),
+        ConfigKey(
+            s(PART_SIZE), t.INT, 25 * MIB, "Multipart upload part size in bytes.",
+            between(5 * MIB, 2 * 1024 * MIB),
+        ),
+        ConfigKey(
+            s(CONCURRENCY), t.INT, 4, "Parts uploaded in parallel (all copies together).",
+            between(1, 64),
+        ),
+        ConfigKey(
+            s(STORAGE_CLASS), t.STRING, "STANDARD", "Storage class of new objects.",
+            one_of(*STORAGE_CLASSES),
+        ),
+        ConfigKey(s(ACCESS_KEY), t.PASSWORD, None, "AWS access key id (static credentials)."),
+        ConfigKey(s(SECRET_KEY), t.PASSWORD, None, "AWS secret access key."),
+        ConfigKey(s(CERT_CHECK), t.BOOLEAN, True, "Verify TLS certificates."),
+        ConfigKey(
+            s(ATTEMPT_TIMEOUT), t.LONG, 60_000, "Connect and read timeout of one attempt, ms.",
+            at_least(1),
+        ),
+        ConfigKey(
+            s(MAX_ATTEMPTS), t.INT, 5, "Attempts per call (botocore standard retries).",
+            between(1, 20),
+        ),
+        ConfigKey(
+            s(SSE_ALGORITHM), t.STRING, "", "Server-side encryption; empty: the bucket's default.",
+            one_of("", "AES256", "aws:kms", "aws:kms:dsse"),
+        ),
+        ConfigKey(s(SSE_KMS_KEY), t.STRING, None, "KMS key id for aws:kms encryption."),
+    )  # fmt: skip
+
+
+class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
+    """The RSM over an S3 bucket (``rsm.config.storage.s3.bucket.name``)."""
+
+    CONFIG_KEYS = _config_keys()
+
+    def create_store(self, values: Mapping[str, Any]) -> ObjectStore:
+        bucket = require(values, BUCKET, "the S3 bucket holding the segments")
+        endpoint = values[ENDPOINT] or None
+        region = values[REGION] or ("us-east-1" if endpoint else None)
+        access, secret = values[ACCESS_KEY], values[SECRET_KEY]
+        if (access is None) != (secret is None):
+            missing = SECRET_KEY if secret is None else ACCESS_KEY
+            raise RemoteStorageError(
+                f"Missing required configuration {setting(missing)}: static credentials need "
+                f"both {setting(ACCESS_KEY)} and {setting(SECRET_KEY)}"
+            )
+        if values[SSE_KMS_KEY] and not values[SSE_ALGORITHM].startswith("aws:kms"):
+            raise RemoteStorageError(
+                f"Invalid value for configuration {setting(SSE_KMS_KEY)}: it needs "
+                f"{setting(SSE_ALGORITHM)}=aws:kms or aws:kms:dsse"
+            )
+        timeout = values[ATTEMPT_TIMEOUT] / 1000
+        s3_options = {} if values[PATH_STYLE] is None else {
+            "addressing_style": "path" if values[PATH_STYLE] else "virtual"
+        }  # fmt: skip
+
+        def client(attempts: int, connect_timeout: float) -> Any:
+            config = Config(
+                region_name=region,
+                retries={"max_attempts": attempts, "mode": "standard"},
+                connect_timeout=connect_timeout,
+                read_timeout=timeout,
+                max_pool_connections=max(10, values[CONCURRENCY] * 2),
+                s3=s3_options or None,
+            )
+            try:
+                with _SESSION_LOCK:  # creating clients from one session is not thread-safe
+                    return _session().client(
+                        "s3",
+                        endpoint_url=endpoint,
+                        aws_access_key_id=access,
+                        aws_secret_access_key=secret,
+                        verify=values[CERT_CHECK],
+                        config=config,
+                    )
+            except (BotoCoreError, ValueError) as e:
+                raise RemoteStorageError(
+                    f"Invalid S3 settings ({setting(ENDPOINT)}={endpoint}, "
+                    f"{setting(REGION)}={region}): {e}"
+                ) from e
+
+        # Report a missing bucket or an unreachable endpoint now, by name, and quickly.
+        probe = client(1, min(timeout, 10.0))
+        try:
+            probe.head_bucket(Bucket=bucket)
+        except ClientError as e:
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            reason = {404: "does not exist", 403: "access denied"}.get(status, str(e))
+            raise RemoteStorageError(
+                f"Invalid value {bucket} for configuration {setting(BUCKET)}: bucket {reason} "
+                f"at {endpoint or 'AWS'}"
+            ) from e
+        except BotoCoreError as e:
+            raise RemoteStorageError(
+                f"Invalid value {endpoint} for configuration {setting(ENDPOINT)}: cannot reach "
+                f"S3 to check bucket {bucket} ({e})"
+            ) from e
+        finally:
+            probe.close()
+        put_args = {"StorageClass": values[STORAGE_CLASS]}
+        if values[SSE_ALGORITHM]:
+            put_args["ServerSideEncryption"] = values[SSE_ALGORITHM]
+        if values[SSE_KMS_KEY]:
+            put_args["SSEKMSKeyId"] = values[SSE_KMS_KEY]
+        return S3ObjectStore(
+            client(values[MAX_ATTEMPTS], timeout),
+            bucket,
+            part_size=values[PART_SIZE],
+            concurrency=values[CONCURRENCY],
+            put_args=put_args,
+        )
