@@ -1,104 +1,69 @@
 """The RemoteLogManager's broker settings, each declared once with Kafka's key and default.
 
 Kafka's ``RemoteLogManagerConfig`` defines the same keys; values come from the broker's
-properties (strings) or from Python values in tests. ``RemoteLogManagerConfig.from_props``
+properties (strings) or from Python values in tests. The keys are declared with core's
+``ConfigDef`` like every other config in tierlog; ``RemoteLogManagerConfig.from_props``
 raises ``ValueError`` naming the key for an unparsable or out-of-range value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-LONG_MAX = 2**63 - 1
+from core.config import INT64_MAX, ConfigDef, ConfigKey, ConfigType, at_least, between
+from core.errors import InvalidConfigError
+
+LONG_MAX = INT64_MAX
+_L, _D = ConfigType.LONG, ConfigType.DOUBLE
+
+RLM_CONFIG = ConfigDef(
+    [
+        ConfigKey("remote.log.manager.task.interval.ms", _L, 30_000,
+                  "Interval between runs of each partition's copy and expiration tasks.",
+                  at_least(1)),
+        ConfigKey("remote.log.manager.task.retry.backoff.ms", _L, 500,
+                  "First delay before a failed task runs again.", at_least(1)),
+        ConfigKey("remote.log.manager.task.retry.backoff.max.ms", _L, 30_000,
+                  "Upper bound of the exponential retry delay.", at_least(1)),
+        ConfigKey("remote.log.manager.task.retry.jitter", _D, 0.2,
+                  "Relative random jitter added to retry delays.", between(0.0, 0.5)),
+        ConfigKey("remote.log.manager.copier.thread.pool.size", _L, 10,
+                  "Threads copying segments to remote storage.", at_least(1)),
+        ConfigKey("remote.log.manager.expiration.thread.pool.size", _L, 10,
+                  "Threads expiring remote segments.", at_least(1)),
+        ConfigKey("remote.log.reader.threads", _L, 10,
+                  "Threads serving remote fetches and remote ListOffsets.", at_least(1)),
+        ConfigKey("remote.log.reader.max.pending.tasks", _L, 100,
+                  "Remote reads queued or running before new ones are rejected.", at_least(1)),
+        ConfigKey("remote.fetch.max.wait.ms", _L, 500,
+                  "How long a fetch waits for the remote tier before timing out that partition.",
+                  at_least(1)),
+        ConfigKey("remote.log.manager.copy.max.bytes.per.second", _L, LONG_MAX,
+                  "Broker-wide bound on bytes copied to remote storage per second.",
+                  at_least(1)),
+        ConfigKey("remote.log.manager.fetch.max.bytes.per.second", _L, LONG_MAX,
+                  "Broker-wide bound on bytes read from remote storage per second.",
+                  at_least(1)),
+        ConfigKey("remote.log.index.file.cache.total.size.bytes", _L, 1024 * 1024 * 1024,
+                  "Disk bound of the remote index cache.", at_least(1)),
+    ]
+)  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class _Key:
-    name: str
-    kind: type
-    default: Any
-    valid: Callable[[Any], bool]
-    rule: str
-    doc: str
-
-
-def _at_least(n: float) -> Callable[[Any], bool]:
-    return lambda v: v >= n
-
-
-_KEYS: dict[str, _Key] = {
-    k.name: k
-    for k in (
-        _Key(
-            "remote.log.manager.task.interval.ms", int, 30_000, _at_least(1), ">= 1",
-            "Interval between runs of each partition's copy and expiration tasks.",
-        ),
-        _Key(
-            "remote.log.manager.task.retry.backoff.ms", int, 500, _at_least(1), ">= 1",
-            "First delay before a failed task runs again.",
-        ),
-        _Key(
-            "remote.log.manager.task.retry.backoff.max.ms", int, 30_000, _at_least(1), ">= 1",
-            "Upper bound of the exponential retry delay.",
-        ),
-        _Key(
-            "remote.log.manager.task.retry.jitter", float, 0.2,
-            lambda v: 0.0 <= v <= 0.5, "in [0, 0.5]",
-            "Relative random jitter added to retry delays.",
-        ),
-        _Key(
-            "remote.log.manager.copier.thread.pool.size", int, 10, _at_least(1), ">= 1",
-            "Threads copying segments to remote storage.",
-        ),
-        _Key(
-            "remote.log.manager.expiration.thread.pool.size", int, 10, _at_least(1), ">= 1",
-            "Threads expiring remote segments.",
-        ),
-        _Key(
-            "remote.log.reader.threads", int, 10, _at_least(1), ">= 1",
-            "Threads serving remote fetches and remote ListOffsets.",
-        ),
-        _Key(
-            "remote.log.reader.max.pending.tasks", int, 100, _at_least(1), ">= 1",
-            "Remote reads queued or running before new ones are rejected.",
-        ),
-        _Key(
-            "remote.fetch.max.wait.ms", int, 500, _at_least(1), ">= 1",
-            "How long a fetch waits for the remote tier before timing out that partition.",
-        ),
-        _Key(
-            "remote.log.manager.copy.max.bytes.per.second", int, LONG_MAX, _at_least(1),
-            ">= 1", "Broker-wide bound on bytes copied to remote storage per second.",
-        ),
-        _Key(
-            "remote.log.manager.fetch.max.bytes.per.second", int, LONG_MAX, _at_least(1),
-            ">= 1", "Broker-wide bound on bytes read from remote storage per second.",
-        ),
-        _Key(
-            "remote.log.index.file.cache.total.size.bytes", int, 1024 * 1024 * 1024,
-            _at_least(1), ">= 1", "Disk bound of the remote index cache.",
-        ),
-    )
-}  # fmt: skip
-
-
-def _parse(key: _Key, raw: Any) -> Any:
-    try:
-        if key.kind is int:
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError
-            value: Any = int(raw)
-        else:
-            value = float(raw)
-    except (TypeError, ValueError) as e:
+def _parse(name: str, raw: Any) -> Any:
+    if isinstance(raw, bool) or (
+        isinstance(raw, float) and RLM_CONFIG[name].type is _L and not raw.is_integer()
+    ):
         raise ValueError(
-            f"Invalid value {raw!r} for configuration {key.name}: not a {key.kind.__name__}"
-        ) from e
-    if not key.valid(value):
-        raise ValueError(f"Invalid value {raw!r} for configuration {key.name}: must be {key.rule}")
-    return value
+            f"Invalid value {raw!r} for configuration {name}: expected a "
+            f"{RLM_CONFIG[name].type.value}"
+        )
+    try:
+        return RLM_CONFIG.parse_value(name, raw)
+    except InvalidConfigError as e:
+        raise ValueError(str(e)) from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,16 +93,16 @@ class RemoteLogManagerConfig:
         """
         props = props or {}
         values = {
-            name.replace(".", "_"): _parse(key, props[name])
-            for name, key in _KEYS.items()
-            if name in props
+            key.name.replace(".", "_"): _parse(key.name, props[key.name])
+            for key in RLM_CONFIG
+            if key.name in props
         }
         return cls(**values)
 
     @staticmethod
     def keys() -> list[str]:
-        return list(_KEYS)
+        return [key.name for key in RLM_CONFIG]
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            _parse(_KEYS[f.name.replace("_", ".")], getattr(self, f.name))
+            _parse(f.name.replace("_", "."), getattr(self, f.name))
