@@ -54,6 +54,17 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for options that take a count."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
 def error_line(message: str) -> str:
     """The one-line form every user-facing error takes on stderr."""
     return f"{PROG}: error: {message}"

@@ -63,7 +63,7 @@ from core.records.record import (
     decode_records,
     parse_control_type,
 )
-from tierlog.cli import EXIT_BAD_DATA, EXIT_OK, Subparsers
+from tierlog.cli import EXIT_BAD_DATA, EXIT_OK, Subparsers, positive_int
 from tierlog.dump_log_index import dump_offset_index, dump_time_index
 from tierlog.dump_output import JsonReport, Report, TextReport, text_bytes
 
@@ -176,7 +176,7 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--max-bytes",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="read at most the first N bytes of each .log (whole batches only)",
     )
@@ -186,16 +186,6 @@ def register(subparsers: Subparsers) -> None:
         help="one JSON document per file on stdout, one per line (see tierlog.dump_output)",
     )
     parser.set_defaults(handler=run)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,7 +63,14 @@ from tiered.api import (
     RemoteStorageError,
     TopicIdPartition,
 )
-from tierlog.cli import EXIT_BAD_DATA, EXIT_OK, EXIT_USAGE, CommandError, Subparsers
+from tierlog.cli import (
+    EXIT_BAD_DATA,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    Subparsers,
+    positive_int,
+)
 
 DEFAULT_COUNT = 10_000
 READ_BATCH = 10_000  # records per read of a metadata partition
@@ -124,7 +131,7 @@ def register(subparsers: Subparsers) -> None:
     )
     group.add_argument(
         "--num-partitions",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="partitions of the metadata topic (default: the topic's partition count)",
     )
@@ -223,16 +230,6 @@ def register(subparsers: Subparsers) -> None:
         ),
     )
     p.set_defaults(handler=run_summary)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
 
 
 # -- the source --------------------------------------------------------------------------------
