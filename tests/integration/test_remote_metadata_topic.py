@@ -14,6 +14,10 @@ TIERED = {
 }
 
 
+def tiered(tmp_path) -> dict[str, str]:
+    return {**TIERED, "rsm.config.storage.root": str(tmp_path / "bucket")}
+
+
 def metadata_partitions(bootstrap: str) -> int:
     from confluent_kafka.admin import AdminClient
 
@@ -22,7 +26,7 @@ def metadata_partitions(bootstrap: str) -> int:
 
 
 def test_metadata_topic_created_at_start_and_kept_across_restarts(tmp_path):
-    broker = start_broker(tmp_path / "b", TIERED)
+    broker = start_broker(tmp_path / "b", tiered(tmp_path))
     try:
         assert metadata_partitions(broker.bootstrap) == 5
         assert broker.stop() == 0
@@ -33,7 +37,7 @@ def test_metadata_topic_created_at_start_and_kept_across_restarts(tmp_path):
 
 
 def test_a_partition_count_mismatch_stops_start_up_naming_the_key(tmp_path):
-    broker = start_broker(tmp_path / "b", TIERED)
+    broker = start_broker(tmp_path / "b", tiered(tmp_path))
     assert broker.stop() == 0
     settings = dict(broker.settings)
     settings["rlmm.config.remote.log.metadata.topic.num.partitions"] = "7"
@@ -64,3 +68,19 @@ def test_an_unloadable_rlmm_class_stops_start_up(tmp_path, value):
     result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1
     assert "remote.log.metadata.manager.class.name" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_missing_rsm_setting_stops_start_up_naming_it(tmp_path):
+    settings = {
+        **TIERED,
+        "node.id": "1",
+        "log.dirs": str(tmp_path / "d"),
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+    }
+    args = [sys.executable, "-m", "tierlog", "broker", "start"]
+    for key, v in settings.items():
+        args += ["--set", f"{key}={v}"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1
+    assert "listening on" not in result.stdout
+    assert "rsm.config.storage.root" in result.stderr.strip().splitlines()[-1]
