@@ -241,8 +241,15 @@ class PartitionLog:
                 break
 
     def _assign_epoch(self, header: RecordBatchHeader) -> None:
+        # Kafka's LogSegment.recover rule: only an epoch newer than the cached latest is
+        # assigned. Re-assigning an older or equal epoch at a later batch's base offset would
+        # move that epoch's start forward and drop the later epochs, rewriting the lineage
+        # that remote segments and followers were validated against.
         epoch = header.partition_leader_epoch
-        if epoch != NO_PARTITION_LEADER_EPOCH:
+        if epoch == NO_PARTITION_LEADER_EPOCH:
+            return
+        latest = self.leader_epoch_cache.latest_epoch
+        if latest is None or epoch > latest:
             self.leader_epoch_cache.assign(epoch, header.base_offset)
 
     def _rebuild_producer_state(self) -> None:

@@ -179,6 +179,25 @@ def test_unclean_reopen_truncates_at_a_corrupt_batch_and_drops_later_segments(tm
     assert read_all(again) == good
 
 
+def test_unclean_reopen_keeps_the_leader_epoch_lineage(tmp_path, batch):
+    # Recovery rescans segments that hold batches of epochs the checkpoint already knows.
+    # Re-assigning them would move each epoch's start to the rescanned segment's first batch
+    # of that epoch, which is the lineage remote segments are checked against.
+    cfg = LogConfig(segment_bytes=400)
+    plog = open_log(tmp_path / "t-0", cfg)
+    for i in range(60):
+        plog.append_as_leader(batch([f"value-{i}".encode() * 3]), i // 20)
+    lineage = plog.leader_epoch_cache.entries()
+    assert [(e.epoch, e.start_offset) for e in lineage] == [(0, 0), (1, 20), (2, 40)]
+    middle = next(s for s in plog.segments() if s.base_offset > 20 and s.base_offset < 40)
+    plog.close()
+    again = open_log(
+        tmp_path / "t-0", cfg, had_clean_shutdown=False, recovery_point=middle.base_offset
+    )
+    assert again.log_end_offset == 60
+    assert again.leader_epoch_cache.entries() == lineage
+
+
 def test_missing_index_is_rebuilt(tmp_path, batch):
     cfg = LogConfig(segment_bytes=400, index_interval_bytes=50)
     plog = open_log(tmp_path / "t-0", cfg)
