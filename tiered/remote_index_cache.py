@@ -1,21 +1,25 @@
-"""RemoteIndexCache: the offset and time indexes of remote segments, kept on local disk.
+"""RemoteIndexCache: the offset, time and transaction indexes of remote segments, on disk.
 
 Kafka's RemoteIndexCache. Remote reads need a segment's byte position for an offset, and
 ListOffsets its time index; fetching those from the remote tier on every read would cost a
 round trip each, so the first use downloads them into ``<log dir>/remote-log-index-cache/``
-and later uses read the parsed copy kept in memory.
+and later uses read the parsed copy kept in memory. As in Kafka the three indexes of a segment
+are fetched together; READ_COMMITTED fetches need the transaction index, and a segment
+without one (no aborted transaction) is cached as an empty file.
 
-Files are named ``<20-digit start offset>_<segment uuid>.index`` / ``.timeindex``, written
+Files are named ``<20-digit start offset>_<segment uuid>.index`` / ``.timeindex`` /
+``.txnindex``, written
 atomically (temp file, fsync, rename, fsync of the directory). The cache is bounded by the
 total size of its files (``remote.log.index.file.cache.total.size.bytes``) and evicts the
 least recently used segment first (size-weighted LRU). On start, leftovers of an interrupted
 write (``*.tmp``) and half-present pairs are deleted; complete pairs are kept, so a restart
-does not download them again.
+does not download them again. A segment missing one of its three files is incomplete.
 
 Index layouts (Kafka's, big-endian)::
 
     .index      8-byte entries:  int32 relativeOffset, int32 position
     .timeindex  12-byte entries: int64 timestamp,      int32 relativeOffset
+    .txnindex   34-byte entries: see core.log.txn_index
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from core.log.txn_index import TransactionIndex
 from tiered.api import (
     IndexType,
     RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
 )
@@ -43,6 +49,8 @@ log = logging.getLogger(__name__)
 DIR_NAME = "remote-log-index-cache"
 OFFSET_SUFFIX = ".index"
 TIME_SUFFIX = ".timeindex"
+TXN_SUFFIX = ".txnindex"
+SUFFIXES = (OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX)
 TMP_SUFFIX = ".tmp"
 
 _OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
@@ -109,6 +117,11 @@ class _Entry:
     size: int
     offsets: OffsetIndexView | None = None
     times: TimeIndexView | None = None
+    txns: TransactionIndex | None = None
+
+    @property
+    def parsed(self) -> bool:
+        return self.offsets is not None and self.times is not None and self.txns is not None
 
 
 def _file_stem(start_offset: int, segment_id: uuid.UUID) -> str:
@@ -146,6 +159,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def _loaded_txn_index(path: Path, start_offset: int) -> TransactionIndex:
+    """core's TransactionIndex over a cached file, read into memory at once so that an
+    eviction of the file later does not affect readers holding it.
+
+    Raises:
+        FileNotFoundError: the file is gone.
+    """
+    if not path.exists():
+        raise FileNotFoundError(path)
+    index = TransactionIndex(path, start_offset)
+    index.all_aborted_txns()
+    return index
+
+
 def _read_all(stream: BinaryIO) -> bytes:
     chunks = []
     while chunk := stream.read(1 << 20):
@@ -154,7 +181,8 @@ def _read_all(stream: BinaryIO) -> bytes:
 
 
 class RemoteIndexCache:
-    """Offset and time indexes of remote segments, on disk and in memory, LRU by bytes.
+    """Offset, time and transaction indexes of remote segments, on disk and in memory, LRU
+    by bytes.
 
     Thread-safe. Downloads happen outside the cache lock; two threads asking for the same
     segment at once may both download it (the second write replaces the first atomically).
@@ -188,7 +216,7 @@ class RemoteIndexCache:
             starts[sid] = start
             pairs.setdefault(sid, {})[path.suffix] = path
         for sid, files in pairs.items():
-            if set(files) != {OFFSET_SUFFIX, TIME_SUFFIX}:
+            if set(files) != set(SUFFIXES):
                 log.info("remote index cache: removing incomplete entry %s", sid)
                 for p in files.values():
                     p.unlink(missing_ok=True)
@@ -219,6 +247,17 @@ class RemoteIndexCache:
         assert entry.times is not None
         return entry.times
 
+    def txn_index(self, md: RemoteLogSegmentMetadata) -> TransactionIndex:
+        """The segment's aborted transactions (empty when the segment had none), downloaded
+        on first use.
+
+        Raises:
+            RemoteStorageError: the index could not be fetched.
+        """
+        entry = self._entry(md)
+        assert entry.txns is not None
+        return entry.txns
+
     def lookup_position(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
         """A byte position in the segment's log at or before the batch holding ``offset``."""
         return self.offset_index(md).lookup(offset)
@@ -227,43 +266,51 @@ class RemoteIndexCache:
         """An offset from which to scan for the first record at or after ``timestamp``."""
         return self.time_index(md).lookup(timestamp)
 
-    def _paths(self, md: RemoteLogSegmentMetadata) -> tuple[Path, Path]:
+    def _paths(self, md: RemoteLogSegmentMetadata) -> tuple[Path, Path, Path]:
         stem = _file_stem(md.start_offset, md.segment_id)
-        return self.directory / (stem + OFFSET_SUFFIX), self.directory / (stem + TIME_SUFFIX)
+        offset_path, time_path, txn_path = (self.directory / (stem + sx) for sx in SUFFIXES)
+        return offset_path, time_path, txn_path
 
     def _entry(self, md: RemoteLogSegmentMetadata) -> _Entry:
         sid = md.segment_id
-        offset_path, time_path = self._paths(md)
+        offset_path, time_path, txn_path = self._paths(md)
         with self._lock:
             entry = self._entries.get(sid)
             if entry is not None:
                 self._entries.move_to_end(sid)
-                if entry.offsets is not None and entry.times is not None:
+                if entry.parsed:
                     self.hits += 1
                     return entry
         if entry is not None:
             try:  # on disk from an earlier run: parse it
                 offsets = OffsetIndexView.parse(md.start_offset, offset_path.read_bytes())
                 times = TimeIndexView.parse(md.start_offset, time_path.read_bytes())
+                txns = _loaded_txn_index(txn_path, md.start_offset)
             except FileNotFoundError:
                 entry = None  # evicted meanwhile: download again
             else:
                 with self._lock:
-                    entry.offsets, entry.times = offsets, times
+                    entry.offsets, entry.times, entry.txns = offsets, times, txns
                     self.hits += 1
                 return entry
         offset_bytes = self._fetch(md, IndexType.OFFSET)
         time_bytes = self._fetch(md, IndexType.TIMESTAMP)
-        entry = _Entry(
-            md.start_offset,
-            len(offset_bytes) + len(time_bytes),
-            OffsetIndexView.parse(md.start_offset, offset_bytes),
-            TimeIndexView.parse(md.start_offset, time_bytes),
-        )
+        try:
+            txn_bytes = self._fetch(md, IndexType.TRANSACTION)
+        except RemoteResourceNotFoundError:
+            txn_bytes = b""  # no aborted transaction in the segment (Kafka's contract)
         with self._lock:
             # Files are written under the lock so that an eviction never races a write.
             _atomic_write(offset_path, offset_bytes)
             _atomic_write(time_path, time_bytes)
+            _atomic_write(txn_path, txn_bytes)
+            entry = _Entry(
+                md.start_offset,
+                len(offset_bytes) + len(time_bytes) + len(txn_bytes),
+                OffsetIndexView.parse(md.start_offset, offset_bytes),
+                TimeIndexView.parse(md.start_offset, time_bytes),
+                _loaded_txn_index(txn_path, md.start_offset),
+            )
             old = self._entries.pop(sid, None)
             if old is not None:
                 self._size -= old.size
@@ -277,6 +324,8 @@ class RemoteIndexCache:
         try:
             with self.rsm.fetch_index(md, index_type) as stream:
                 return _read_all(stream)
+        except RemoteResourceNotFoundError:
+            raise
         except OSError as e:
             raise RemoteStorageError(
                 f"cannot fetch {index_type.value} of {md.remote_log_segment_id}: {e}"
@@ -293,7 +342,7 @@ class RemoteIndexCache:
     def _delete_files(self, sid: uuid.UUID, entry: _Entry) -> None:
         self._size -= entry.size
         stem = _file_stem(entry.start_offset, sid)
-        for suffix in (OFFSET_SUFFIX, TIME_SUFFIX):
+        for suffix in SUFFIXES:
             (self.directory / (stem + suffix)).unlink(missing_ok=True)
 
     def remove(self, segment_id: uuid.UUID) -> None:

@@ -43,6 +43,7 @@ from core.errors import CoreError, KafkaStorageError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
 from core.log.partition_log import TimestampAndOffset
 from core.log.producer_state import encode_snapshot
+from core.server.remote_seam import EARLIEST_PENDING_UPLOAD_TIMESTAMP, RemoteFetchResult
 from tiered.api import (
     LogSegmentData,
     RemoteLogMetadataManager,
@@ -80,7 +81,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6  # ListOffsets (KIP-1023)
 RLMM_WRITE_TIMEOUT_S = 60.0
 _S = RemoteLogSegmentState
 
@@ -663,21 +663,38 @@ class RemoteLogManager:
         return TimestampAndOffset(-1, offset, plog.leader_epoch_cache.epoch_for_offset(offset))
 
     # -- core's RemoteTier seam (async; the event loop only awaits) -----------------------
-    async def read_async(
-        self, tp: TopicIdPartition, plog: PartitionLog, fetch_offset: int, max_bytes: int
-    ) -> bytes:
-        """``read`` on the reader pool, bounded by ``remote.fetch.max.wait.ms``.
+    @property
+    def fetch_max_wait_ms(self) -> int:
+        """core's ``RemoteTier.fetch_max_wait_ms``: ``remote.fetch.max.wait.ms``."""
+        return self.config.remote_fetch_max_wait_ms
+
+    def start_read(
+        self,
+        topic_id: object,
+        topic: str,
+        partition: int,
+        log: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        read_committed: bool,
+    ) -> asyncio.Future[RemoteFetchResult]:
+        """core's ``RemoteTier.start_read``: ``RemoteLogReader.fetch`` on the reader pool.
+
+        Cancelling the returned future cancels the read if it has not started yet.
 
         Raises:
-            TimeoutError: the remote tier did not answer in time.
-            OffsetOutOfRangeError: no remote segment holds the offset.
-            KafkaStorageError: the remote tier failed or the reader queue is full.
+            KafkaStorageError: at once, when ``remote.log.reader.max.pending.tasks`` reads
+                are already queued.
         """
+        tp = TopicIdPartition(topic_id, topic, partition)  # type: ignore[arg-type]
         try:
-            future = self.reader.submit_read(tp, plog, fetch_offset, max_bytes)
+            future = self.reader.submit_fetch(
+                tp, log, fetch_offset, max_bytes, read_committed=read_committed
+            )
         except RemoteReadRejectedError as e:
             raise KafkaStorageError(str(e)) from e
-        return await self._await(future)
+        return asyncio.wrap_future(future)
 
     async def _await(self, future: Future[Any]) -> Any:
         timeout = self.config.remote_fetch_max_wait_ms / 1000
@@ -689,19 +706,6 @@ class RemoteLogManager:
             if isinstance(e, TimeoutError):
                 raise
             raise KafkaStorageError(f"remote tier failed: {e}") from e
-
-    async def read(
-        self,
-        topic_id: object,
-        topic: str,
-        partition: int,
-        log: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-    ) -> bytes:
-        """core's ``RemoteTier.read``: see ``read_async``."""
-        tp = TopicIdPartition(topic_id, topic, partition)  # type: ignore[arg-type]
-        return await self.read_async(tp, log, fetch_offset, max_bytes)
 
     async def offset_for_timestamp(
         self, topic_id: object, topic: str, partition: int, log: PartitionLog, timestamp: int

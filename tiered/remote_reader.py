@@ -3,23 +3,36 @@
 Kafka's ``RemoteLogManager.read`` / ``findOffsetByTimestamp`` and its RemoteLogReader pool.
 A fetch finds the segment through the RLMM by (leader epoch of the offset, offset), the byte
 position through the RemoteIndexCache, then reads ranges of the segment's log from the RSM
-until the batch holding the offset and ``max_bytes`` after it are in hand. Every call here
-blocks: the broker uses ``submit_read`` / ``submit_offset_for_timestamp``, which run on a
-bounded pool and return ``concurrent.futures.Future`` objects for ``asyncio.wrap_future``.
+until the batch holding the offset and ``max_bytes`` after it are in hand. READ_COMMITTED
+fetches also get the aborted transactions overlapping what was read, from the remote
+transaction indexes and then the local log's (Kafka's ``collectAbortedTransactions``).
+
+Sequential consumers are read ahead: after serving a range, the next range of the same
+segment is fetched in the background (when a pool thread is idle) and kept, keyed by the
+segment and the offset a consumer will ask for next, in a small memory-bounded cache; the
+next fetch starts from those bytes instead of a fresh round trip to the remote tier.
+
+Every call here blocks: the broker uses ``submit_fetch`` / ``submit_offset_for_timestamp``,
+which run on a bounded pool and return ``concurrent.futures.Future`` objects for
+``asyncio.wrap_future``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
+from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from core.errors import OffsetOutOfRangeError
 from core.log.partition_log import TimestampAndOffset
+from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from core.records.record import decode_records
+from core.server.remote_seam import RemoteFetchResult
 from tiered.api import (
     RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
@@ -48,23 +61,35 @@ T = TypeVar("T")
 # an offset lies up to index.interval.bytes (4096 by default) before its batch.
 READ_SLACK_BYTES = 16 * 1024
 
+# Read-ahead: ranges kept for sequential consumers, bounded in count and bytes.
+READ_AHEAD_MAX_ENTRIES = 64
+READ_AHEAD_MAX_BYTES = 64 * 1024 * 1024
+
 
 class RemoteReadRejectedError(RemoteStorageError):
     """``remote.log.reader.max.pending.tasks`` reads are already queued or running."""
 
 
 class _SegmentRanges:
-    """Sequential ranged reads of one segment's log, fetched from the RSM on demand."""
+    """Sequential ranged reads of one segment's log, fetched from the RSM on demand.
+
+    ``prefix`` is bytes already in hand from ``start`` on (a read-ahead range).
+    """
 
     def __init__(
-        self, rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, start: int, chunk: int
+        self,
+        rsm: RemoteStorageManager,
+        md: RemoteLogSegmentMetadata,
+        start: int,
+        chunk: int,
+        prefix: bytes = b"",
     ) -> None:
         self.rsm = rsm
         self.md = md
         self.start = start
         self.chunk = max(chunk, HEADER_SIZE)
-        self.buf = bytearray()
-        self.fetched = 0  # bytes asked for, from ``start``
+        self.buf = bytearray(prefix)
+        self.fetched = len(prefix)  # bytes asked for, from ``start``
 
     @property
     def remaining_in_segment(self) -> int:
@@ -89,6 +114,82 @@ class _SegmentRanges:
         return len(self.buf)
 
 
+class _ReadAhead:
+    """Ranges fetched ahead for sequential consumers: (segment id, next fetch offset) ->
+    (byte position of that offset's batch, the bytes from there). A range is handed out
+    once. LRU, bounded by READ_AHEAD_MAX_ENTRIES and READ_AHEAD_MAX_BYTES (counted when a
+    range arrives). Thread-safe; futures are never cancelled under the lock, because a
+    cancellation runs the future's callbacks (``_arrived``) at once in the same thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ranges: OrderedDict[tuple[uuid.UUID, int], tuple[int, Future[bytes]]] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._ranges
+
+    def put(self, key: tuple[uuid.UUID, int], position: int, future: Future[bytes]) -> None:
+        with self._lock:
+            self._ranges[key] = (position, future)
+            evicted = self._evict()
+        _cancel(evicted)
+        future.add_done_callback(lambda f: self._arrived(key, f))
+
+    def _arrived(self, key: tuple[uuid.UUID, int], future: Future[bytes]) -> None:
+        with self._lock:
+            held = self._ranges.get(key)
+            if held is None or held[1] is not future:
+                return
+            if future.cancelled() or future.exception() is not None:
+                del self._ranges[key]  # a failed range is read again on demand
+                return
+            self._bytes += len(future.result())
+            evicted = self._evict()
+        _cancel(evicted)
+
+    def take(self, key: tuple[uuid.UUID, int]) -> tuple[int, bytes] | None:
+        """The range for ``key`` if one was fetched (waiting for it if it is being fetched
+        right now); None otherwise. A range still queued is cancelled instead of waited
+        for, so that a reader thread never waits on a task behind it in the queue."""
+        with self._lock:
+            held = self._ranges.pop(key, None)
+            if held is None:
+                return None
+            position, future = held
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._bytes -= len(future.result())
+        if not future.done() and future.cancel():
+            return None
+        try:
+            data = future.result()
+        except (CancelledError, RemoteStorageError, OSError):
+            return None
+        self.hits += 1
+        return position, data
+
+    def _evict(self) -> list[Future[bytes]]:
+        """Drop the least recently added ranges beyond the bounds (lock held); returns the
+        futures to cancel once the lock is released."""
+        evicted = []
+        while len(self._ranges) > READ_AHEAD_MAX_ENTRIES or (
+            self._bytes > READ_AHEAD_MAX_BYTES and len(self._ranges) > 1
+        ):
+            _, (_, future) = self._ranges.popitem(last=False)
+            if future.done() and not future.cancelled() and future.exception() is None:
+                self._bytes -= len(future.result())
+            else:
+                evicted.append(future)
+        return evicted
+
+
+def _cancel(futures: list[Future[bytes]]) -> None:
+    for future in futures:
+        future.cancel()
+
+
 class RemoteLogReader:
     """Serves reads of tiered partitions from the remote tier."""
 
@@ -109,20 +210,30 @@ class RemoteLogReader:
         self.fetch_quota = fetch_quota
         self.metrics = metrics or TieringMetrics()
         self.max_pending_tasks = max_pending_tasks
+        self.threads = threads
         self._pending = 0
         self._pending_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="remote-log-reader")
+        self.read_ahead = _ReadAhead()
 
     # -- async-friendly entries --------------------------------------------------------
-    def submit_read(
-        self, tp: TopicIdPartition, plog: PartitionLog, fetch_offset: int, max_bytes: int
-    ) -> Future[bytes]:
-        """``read`` on the reader pool.
+    def submit_fetch(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        read_committed: bool = False,
+    ) -> Future[RemoteFetchResult]:
+        """``fetch`` on the reader pool.
 
         Raises:
             RemoteReadRejectedError: the pending-task bound is reached (raised at once).
         """
-        return self._submit(lambda: self.read(tp, plog, fetch_offset, max_bytes))
+        return self._submit(
+            lambda: self.fetch(tp, plog, fetch_offset, max_bytes, read_committed=read_committed)
+        )
 
     def submit_offset_for_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
@@ -154,6 +265,62 @@ class RemoteLogReader:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     # -- fetch -------------------------------------------------------------------------
+    def fetch(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        read_committed: bool = False,
+    ) -> RemoteFetchResult:
+        """``read``, plus for READ_COMMITTED the aborted transactions overlapping the
+        records read (see ``collect_aborted_txns``).
+
+        Raises:
+            As ``read`` and ``collect_aborted_txns``.
+        """
+        data = self.read(tp, plog, fetch_offset, max_bytes)
+        if not read_committed:
+            return RemoteFetchResult(data)
+        upper = _upper_bound_offset(data, fetch_offset)
+        txns = self.collect_aborted_txns(tp, plog, fetch_offset, upper)
+        return RemoteFetchResult(data, tuple((t.producer_id, t.first_offset) for t in txns))
+
+    def collect_aborted_txns(
+        self, tp: TopicIdPartition, plog: PartitionLog, start_offset: int, upper_bound: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound)``.
+
+        Kafka's ``RemoteLogManager.collectAbortedTransactions``: the transaction indexes of
+        the remote segments of the current lineage from the one holding ``start_offset``
+        on, until one says the search is complete (a transaction whose LSO reaches
+        ``upper_bound``); then the local log's, when the remote segments run out first.
+        Segments whose metadata says their transaction index is empty are skipped without
+        a fetch (KIP-1058), so a topic without aborted transactions costs metadata lookups
+        only.
+
+        Raises:
+            RemoteStorageError: a transaction index could not be fetched.
+            CorruptIndexError: a transaction index is corrupt.
+        """
+        out: list[AbortedTxn] = []
+        offset = start_offset
+        while offset < plog.local_log_start_offset:
+            md = self._segment_for(tp, plog, offset)
+            if md is None:
+                break
+            if not md.txn_index_empty:  # KIP-1058: no fetch for a segment without aborts
+                txns, complete = self.index_cache.txn_index(md).collect_aborted_txns(
+                    start_offset, upper_bound
+                )
+                out.extend(txns)
+                if complete:
+                    return out
+            offset = md.end_offset + 1
+        out.extend(plog.collect_aborted_txns(max(offset, start_offset), upper_bound))
+        return out
+
     def read(
         self, tp: TopicIdPartition, plog: PartitionLog, fetch_offset: int, max_bytes: int
     ) -> bytes:
@@ -208,9 +375,15 @@ class RemoteLogReader:
         self, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int
     ) -> bytes | None:
         """The bytes from the batch holding ``fetch_offset``, or None when the segment has
-        no batch at or after it."""
-        position = self.index_cache.lookup_position(md, fetch_offset)
-        ranges = _SegmentRanges(self.rsm, md, position, max_bytes + READ_SLACK_BYTES)
+        no batch at or after it. Starts from a read-ahead range when one is there, and
+        reads the next range ahead when the segment goes on."""
+        chunk = max_bytes + READ_SLACK_BYTES
+        ahead = self.read_ahead.take((md.segment_id, fetch_offset))
+        if ahead is not None:
+            ranges = _SegmentRanges(self.rsm, md, ahead[0], chunk, ahead[1])
+        else:
+            position = self.index_cache.lookup_position(md, fetch_offset)
+            ranges = _SegmentRanges(self.rsm, md, position, chunk)
         at = 0
         while True:
             if ranges.ensure(at + HEADER_SIZE) < at + HEADER_SIZE:
@@ -220,8 +393,50 @@ class RemoteLogReader:
             if RecordBatchHeader(ranges.buf, at).last_offset >= fetch_offset:
                 end = at + max(max_bytes, size)
                 held = ranges.ensure(end)
-                return bytes(ranges.buf[at : min(end, held)])
+                data = bytes(ranges.buf[at : min(end, held)])
+                self._read_ahead(md, ranges.start + at, data, chunk)
+                return data
             at += size
+
+    def _read_ahead(
+        self, md: RemoteLogSegmentMetadata, position: int, data: bytes, chunk: int
+    ) -> None:
+        """Fetch the range a sequential consumer asks for next, if a pool thread is idle:
+        from the first batch not wholly in ``data`` (its offset is the next fetch offset)."""
+        at, next_offset = 0, None
+        while at + HEADER_SIZE <= len(data):
+            size = peek_batch_size(data, at)
+            if size is None or size < HEADER_SIZE or at + size > len(data):
+                break
+            next_offset = RecordBatchHeader(data, at).next_offset
+            at += size
+        start = position + at
+        if next_offset is None or start >= md.segment_size_in_bytes:
+            return
+        key = (md.segment_id, next_offset)
+        if key in self.read_ahead:
+            return
+        with self._pending_lock:
+            if self._pending >= min(self.threads, self.max_pending_tasks):
+                return  # no idle thread: reading ahead would delay reads asked for
+        end = min(start + chunk, md.segment_size_in_bytes)
+        try:
+            future = self._submit(lambda: self._fetch_range(md, start, end))
+        except (RemoteReadRejectedError, RuntimeError):
+            return
+        self.read_ahead.put(key, start, future)
+
+    def _fetch_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+        with self.rsm.fetch_log_segment(md, start, end) as stream:
+            parts = []
+            got = 0
+            while got < end - start:
+                part = stream.read(end - start - got)
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+        return b"".join(parts)
 
     # -- ListOffsets ---------------------------------------------------------------------
     def find_offset_by_timestamp(
@@ -271,3 +486,16 @@ class RemoteLogReader:
                         return record.timestamp, record.offset
             at += size
         return None
+
+
+def _upper_bound_offset(data: bytes, fetch_offset: int) -> int:
+    """One past the last offset of the batches in ``data`` (a partial last batch counts:
+    its header is enough, and a wider bound only makes the aborted list longer)."""
+    at, upper = 0, fetch_offset + 1
+    while at + HEADER_SIZE <= len(data):
+        size = peek_batch_size(data, at)
+        upper = RecordBatchHeader(data, at).last_offset + 1
+        if size is None or size < HEADER_SIZE:
+            break
+        at += size
+    return upper

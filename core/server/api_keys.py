@@ -38,7 +38,7 @@ class ApiKey(enum.IntEnum):
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 11),
     ApiKey.FETCH: (4, 16),
-    ApiKey.LIST_OFFSETS: (1, 10),
+    ApiKey.LIST_OFFSETS: (1, 11),  # v11: -6 earliest pending upload (KIP-1023)
     ApiKey.METADATA: (0, 12),
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),

@@ -7,9 +7,12 @@ composition root (``tierlog``) plugs it into the ReplicaManager when
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    import asyncio
+
     from core.log.partition_log import PartitionLog, TimestampAndOffset
     from core.server.topics import TopicInfo
 
@@ -17,10 +20,28 @@ if TYPE_CHECKING:
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteFetchResult:
+    """What one remote read returns for one partition.
+
+    ``records`` start at the batch holding the fetch offset and may end inside a batch
+    (clients drop a partial tail). ``aborted_txns`` are the (producer id, first offset) of
+    the aborted transactions overlapping the records, for READ_COMMITTED fetches; None for
+    READ_UNCOMMITTED ones.
+    """
+
+    records: bytes
+    aborted_txns: tuple[tuple[int, int], ...] | None = None
+
+
 class RemoteTier(Protocol):
     """What the broker asks of the remote tier."""
 
-    async def read(
+    @property
+    def fetch_max_wait_ms(self) -> int:
+        """``remote.fetch.max.wait.ms``: how long a fetch waits for its remote reads."""
+
+    def start_read(
         self,
         topic_id: object,
         topic: str,
@@ -28,16 +49,24 @@ class RemoteTier(Protocol):
         log: PartitionLog,
         fetch_offset: int,
         max_bytes: int,
-    ) -> bytes:
-        """Batches from the remote copy, starting at the batch holding ``fetch_offset``.
+        *,
+        read_committed: bool,
+    ) -> asyncio.Future[RemoteFetchResult]:
+        """Start reading from the remote copy at the batch holding ``fetch_offset``.
 
-        For ``log.log_start_offset <= fetch_offset < log.local_log_start_offset``. At least
-        one whole batch is returned; the bytes may end inside a batch (clients drop it).
+        For ``log.log_start_offset <= fetch_offset < log.local_log_start_offset``. Returns at
+        once (the read runs on the remote tier's reader pool); the future completes on the
+        event loop that called this. At least one whole batch is read even when larger than
+        ``max_bytes``. Cancelling the future abandons the read (Kafka cancels the remote
+        fetch task of an expired DelayedRemoteFetch the same way).
 
         Raises:
+            CoreError: at once, when the read cannot be queued (KAFKA_STORAGE_ERROR).
+
+        The future fails with:
             OffsetOutOfRangeError: no remote segment holds the offset.
-            TimeoutError: the remote tier did not answer within remote.fetch.max.wait.ms.
-            CoreError: any other failure, with its Kafka error code.
+            CoreError: a failure with its Kafka error code.
+            Exception: any other failure of the remote tier (KAFKA_STORAGE_ERROR).
         """
 
     async def offset_for_timestamp(

@@ -19,7 +19,11 @@ from core.errors import CoreError, OffsetOutOfRangeError
 from core.log.log_manager import LogManager
 from core.log.partition_log import LogAppendInfo, PartitionLog, TimestampAndOffset
 from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
-from core.server.remote_seam import EARLIEST_PENDING_UPLOAD_TIMESTAMP, RemoteTier
+from core.server.remote_seam import (
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    RemoteFetchResult,
+    RemoteTier,
+)
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo, TopicRegistry, write_partition_metadata
 
@@ -29,6 +33,8 @@ TopicPartition = tuple[str, int]
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+REQUEST_TIMED_OUT = 7
+KAFKA_STORAGE_ERROR = 56
 
 
 class NotLeaderError(CoreError):
@@ -137,6 +143,9 @@ class ReplicaManager:
         )
         self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = (
             DelayedOperationPurgatory("Produce", timer)
+        )
+        self.remote_fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = (
+            DelayedOperationPurgatory("RemoteFetch", timer)
         )
 
     # -- partitions ------------------------------------------------------------------------
@@ -269,54 +278,67 @@ class ReplicaManager:
             and plog.log_start_offset <= offset < plog.local_log_start_offset
         )
 
-    async def _read_remote(self, params: FetchParams, results: list[FetchPartitionResult]) -> int:
-        """Serve the partitions marked remote, all at once (unlike Kafka before KAFKA-14915,
-        several remote partitions per fetch); a timeout or failure errors that partition
-        only. Returns the bytes gathered."""
-        assert self.remote is not None
+    async def _fetch_remote(
+        self, params: FetchParams, results: list[FetchPartitionResult], gathered: int
+    ) -> list[FetchPartitionResult]:
+        """Kafka's DelayedRemoteFetch: start the reads of the partitions marked remote, then
+        wait in the remote-fetch purgatory until all are done or ``remote.fetch.max.wait.ms``
+        passes. Unlike Kafka before KAFKA-14915, every remote partition of the fetch is read,
+        in parallel, within what is left of the response's ``max_bytes``. A read that fails
+        or does not finish in time errors its partition only; the others keep their data."""
         remote = self.remote
-        jobs = []
+        assert remote is not None
+        loop = asyncio.get_running_loop()
+        read_committed = params.isolation_level == READ_COMMITTED
+        budget = params.max_bytes - gathered
+        reads: list[tuple[FetchPartitionResult, asyncio.Future[RemoteFetchResult]]] = []
         for req, result in zip(params.partitions, results, strict=True):
-            if result.remote:
-                partition = self.partitions[(req.topic, req.partition)]
-                jobs.append(
-                    (
-                        result,
-                        remote.read(
-                            partition.topic_id,
-                            req.topic,
-                            req.partition,
-                            partition.log,
-                            req.fetch_offset,
-                            req.max_bytes,
-                        ),
-                    )
-                )
-        answers = await asyncio.gather(*(job for _, job in jobs), return_exceptions=True)
-        gathered = 0
-        for (result, _), answer in zip(jobs, answers, strict=True):
+            if not result.remote:
+                continue
             result.remote = False
-            if isinstance(answer, bytes):
-                result.records = answer
-                gathered += len(answer)
-                if params.isolation_level == READ_COMMITTED:
-                    result.aborted = []
-            elif isinstance(answer, TimeoutError):
-                result.error = 7  # REQUEST_TIMED_OUT: the remote tier was too slow
-            elif isinstance(answer, CoreError):
-                result.error = answer.error_code
-            else:
-                log.error("remote read failed: %r", answer)
-                result.error = 56  # KAFKA_STORAGE_ERROR
-        return gathered
+            if budget <= 0 and (gathered > 0 or reads):
+                continue  # the response is full: an empty answer, as for a local partition
+            partition = self.partitions[(req.topic, req.partition)]
+            max_bytes = max(min(req.max_bytes, budget), 1)
+            budget -= max_bytes
+            try:
+                future = remote.start_read(
+                    partition.topic_id,
+                    req.topic,
+                    req.partition,
+                    partition.log,
+                    req.fetch_offset,
+                    max_bytes,
+                    read_committed=read_committed,
+                )
+            except CoreError as e:
+                result.error = e.error_code
+                continue
+            tp = partition.tp
+            future.add_done_callback(
+                lambda _, tp=tp: self.remote_fetch_purgatory.check_and_complete(tp)
+            )
+            reads.append((result, future))
+        if not reads:
+            return results
+        done: asyncio.Future[None] = loop.create_future()
+        op = DelayedRemoteFetch(reads, remote.fetch_max_wait_ms, done)
+        keys = {(p.topic, p.partition) for p in params.partitions}
+        self.remote_fetch_purgatory.try_complete_else_watch(op, keys)
+        try:
+            await done
+        except asyncio.CancelledError:
+            op.force_complete()  # the connection went away: abandon the reads
+            raise
+        return results
 
     async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
         """Read now, or wait (long poll) until ``min_bytes`` are there or ``max_wait_ms``."""
         results, gathered = self.read(params)
         if any(r.remote for r in results):
-            # Remote data is "available now": answer without parking the fetch.
-            await self._read_remote(params, results)
-            return results
+            # Remote data is "available now": the fetch waits for the remote reads only,
+            # never for fetch.min.bytes (Kafka's order).
+            return await self._fetch_remote(params, results, gathered)
         if (
             params.max_wait_ms <= 0
             or gathered >= params.min_bytes
@@ -380,6 +402,7 @@ class ReplicaManager:
     def shutdown(self) -> None:
         self.fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
+        self.remote_fetch_purgatory.shutdown()
 
 
 class DelayedFetch(DelayedOperation):
@@ -416,6 +439,57 @@ class DelayedFetch(DelayedOperation):
         if results is None:
             results, _ = self.manager.read(self.params)
         self.future.set_result(results)
+
+
+class DelayedRemoteFetch(DelayedOperation):
+    """A fetch waiting for its remote reads (Kafka's DelayedRemoteFetch).
+
+    Completes when every read is done (each read's completion calls ``check_and_complete``
+    for its partition) or when ``remote.fetch.max.wait.ms`` expires; on completion each
+    remote partition gets its records, or the error of its read, or REQUEST_TIMED_OUT for a
+    read still running, which is cancelled. Kafka answers a timed-out remote partition with
+    no records and no error; tierlog names the timeout so that operators and clients see
+    a slow remote tier for what it is.
+    """
+
+    def __init__(
+        self,
+        reads: list[tuple[FetchPartitionResult, asyncio.Future[RemoteFetchResult]]],
+        timeout_ms: int,
+        done: asyncio.Future[None],
+    ) -> None:
+        super().__init__(max(timeout_ms, 0))
+        self.reads = reads
+        self.done = done
+
+    def try_complete(self) -> bool:
+        if self.done.done() or all(future.done() for _, future in self.reads):
+            return self.force_complete()
+        return False
+
+    def on_expiration(self) -> None:
+        pass
+
+    def on_complete(self) -> None:
+        for result, future in self.reads:
+            if not future.done() or future.cancelled():
+                future.cancel()
+                result.error = REQUEST_TIMED_OUT
+                continue
+            error = future.exception()
+            if error is None:
+                answer = future.result()
+                result.records = answer.records
+                if answer.aborted_txns is not None:
+                    result.aborted = list(answer.aborted_txns)
+            elif isinstance(error, CoreError):
+                result.error = error.error_code
+            else:
+                # The remote tier logged the failure with its details where it happened.
+                log.warning("remote read failed: %s", error)
+                result.error = KAFKA_STORAGE_ERROR
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 def topic_partitions(infos: Iterable[TopicInfo]) -> list[TopicPartition]:

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 from broker_process import BrokerProcess, restart, start_broker, wait_until
 from kafka_clients import Got, Rec, consume_confluent, consume_kcat, produce_confluent
+from kafka_wire import list_offset_v11
 from s3_harness import (
     Bucket,
     FaultProxy,
@@ -121,7 +122,7 @@ def tiered_config(**overrides: str) -> dict[str, str]:
 
 def list_offsets(bootstrap: str, topic: str, spec: int) -> int:
     """ListOffsets for partition 0 with a wire-level spec: -2 earliest, -4 earliest local,
-    -5 latest tiered (KIP-1005). kafka-python sends -4 and -5; librdkafka refuses them."""
+    -5 latest tiered (KIP-1005). kafka-python sends them; librdkafka refuses them."""
     from kafka import KafkaAdminClient, TopicPartition
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -132,7 +133,7 @@ def list_offsets(bootstrap: str, topic: str, spec: int) -> int:
         admin.close()
 
 
-EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -4, -5, -6
 
 
 # -- 1. produce, tier, read back --------------------------------------------------------------
@@ -164,7 +165,13 @@ def test_s3_tiered_topic_reads_back_identical_from_offset_0(
     local_start = local_log_start(broker, topic)
     earliest_local = list_offsets(broker.bootstrap, topic, EARLIEST_LOCAL)
     assert earliest_local == local_start, "ListOffsets -4 is the first local segment's base"
-    assert list_offsets(broker.bootstrap, topic, LATEST_TIERED) >= local_start - 1
+    tiered_before = list_offsets(broker.bootstrap, topic, LATEST_TIERED)
+    assert tiered_before >= local_start - 1
+    # -6 (KIP-1023, ListOffsets v11): the first offset not yet copied, whatever copies run
+    # between the three requests.
+    pending = list_offset_v11(broker.bootstrap, topic, 0, EARLIEST_PENDING_UPLOAD)
+    tiered_after = list_offsets(broker.bootstrap, topic, LATEST_TIERED)
+    assert tiered_before + 1 <= pending <= tiered_after + 1
     assert local_start > N1 * 0.9, "local retention freed the disk"
     assert watermarks(broker.bootstrap, topic) == (0, N1)
 

@@ -101,8 +101,14 @@ def test_local_retention_then_reads_below_local_start_come_from_remote(env, memo
     first = env.rlm.read_remote(env.tp, env.plog, 0, 1)
     assert first == before[0][: len(first)] and len(first) > 1
     # The async seam used by the broker.
-    got = asyncio.run(env.rlm.read(env.tp.topic_id, "t", 0, env.plog, 7, 700))
-    assert got == before[7]
+
+    async def via_seam() -> bytes:
+        result = await env.rlm.start_read(
+            env.tp.topic_id, "t", 0, env.plog, 7, 700, read_committed=False
+        )
+        return result.records
+
+    assert asyncio.run(via_seam()) == before[7]
     with pytest.raises(OffsetOutOfRangeError):
         env.rlm.read_remote(env.tp, env.plog, env.plog.log_end_offset + 5, 100)
 
@@ -357,22 +363,36 @@ def test_reader_rejects_beyond_pending_bound(env):
     gate = threading.Event()
     blocker = env.rlm.reader._submit(gate.wait)
     with pytest.raises(RemoteStorageError):
-        env.rlm.reader.submit_read(env.tp, env.plog, 0, 100)
+        env.rlm.reader.submit_fetch(env.tp, env.plog, 0, 100)
     gate.set()
     blocker.result(5)
-    assert env.rlm.reader.submit_read(env.tp, env.plog, 0, 100).result(5)
+    assert env.rlm.reader.submit_fetch(env.tp, env.plog, 0, 100).result(5)
 
 
-def test_read_timeout_is_a_timeout_error(env):
+def test_a_cancelled_read_that_has_not_started_never_runs(env):
+    # An expired DelayedRemoteFetch cancels its reads: queued ones must not cost a round trip.
     tier_everything(env, 20)
     env.rlm.shutdown()
-    env.rlm = env.new_rlm(**{"remote.fetch.max.wait.ms": 20})
+    env.rlm = env.new_rlm(**{"remote.log.reader.threads": 1})
+    calls = []
     original = env.rlm.reader.read
 
-    def slow(*args):
-        time.sleep(0.3)
+    def counted(*args):
+        calls.append(args)
         return original(*args)
 
-    env.rlm.reader.read = slow  # type: ignore[method-assign]
-    with pytest.raises(TimeoutError):
-        asyncio.run(env.rlm.read(env.tp.topic_id, "t", 0, env.plog, 0, 100))
+    env.rlm.reader.read = counted  # type: ignore[method-assign]
+    gate = threading.Event()
+    blocker = env.rlm.reader._submit(gate.wait)
+
+    async def start_then_cancel() -> bool:
+        future = env.rlm.start_read(env.tp.topic_id, "t", 0, env.plog, 0, 100, read_committed=False)
+        future.cancel()
+        await asyncio.sleep(0)  # let the cancellation reach the pool's future
+        return future.cancelled()
+
+    assert asyncio.run(start_then_cancel())
+    gate.set()
+    blocker.result(5)
+    env.rlm.reader._pool.submit(lambda: None).result(5)  # everything queued before has run
+    assert calls == []
