@@ -21,6 +21,7 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -28,6 +29,7 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
 
@@ -51,4 +53,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    # v0 continues with bare SASL tokens, v1 with SaslAuthenticate; librdkafka needs v0 in
+    # the advertised range to believe that the broker speaks SASL at all.
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }

@@ -24,6 +24,8 @@ from core.server.group_offsets import GroupOffsetStore
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_manager import ReplicaManager
+from core.server.sasl_apis import HANDLERS as SASL_HANDLERS
+from core.server.security import listener_security
 from core.server.timing_wheel import Timer
 from core.server.topics import (
     InvalidReplicationFactorError,
@@ -41,7 +43,7 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS)
-        self.handlers = {**HANDLERS, **ADMIN_HANDLERS, **GROUP_HANDLERS}
+        self.handlers = {**HANDLERS, **ADMIN_HANDLERS, **GROUP_HANDLERS, **SASL_HANDLERS}
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         assert not missing, f"advertised apis without a handler: {missing}"
         self.group_offsets: GroupOffsetStore | None = None
@@ -57,6 +59,9 @@ class Broker:
     async def start(self) -> list[BoundListener]:
         """Open the logs and listen; returns the bound listeners (real ports)."""
         loop = asyncio.get_running_loop()
+        # TLS material and SASL accounts first: a bad setting stops start-up naming its key
+        # before any disk work.
+        security = {x.name: listener_security(self.config, x) for x in self.config.broker_listeners}
         # Loading and recovery do blocking disk work: keep them off the event loop.
         await loop.run_in_executor(None, self._open_storage)
         self.timer = Timer(loop)
@@ -73,7 +78,10 @@ class Broker:
             max_connections=self.config.max_connections,
             idle_timeout_s=self.config.connections_max_idle_ms / 1000,
         )
-        specs = [ListenerSpec(x.name, x.host, x.port) for x in self.config.broker_listeners]
+        specs = [
+            ListenerSpec(x.name, x.host, x.port, security[x.name])
+            for x in self.config.broker_listeners
+        ]
         self.bound = await self.server.start(specs)
         return self.bound
 

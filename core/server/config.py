@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 HOUR_MS = 60 * 60 * 1000
 MINUTE_MS = 60 * 1000
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
 DEFAULT_SECURITY_PROTOCOL_MAP = ",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
 
@@ -72,6 +71,7 @@ L = ConfigType.LONG
 B = ConfigType.BOOLEAN
 S = ConfigType.STRING
 LS = ConfigType.LIST
+P = ConfigType.PASSWORD
 SHORT_MAX = (1 << 15) - 1
 
 # The table is laid out by hand, one key per entry (ruff format would spread each key over
@@ -90,7 +90,7 @@ _BROKER_KEYS = [
     # -- listeners --------------------------------------------------------------------------
     ConfigKey("listeners", LS, [DEFAULT_LISTENERS],
               "NAME://host:port to bind; empty host binds all interfaces, port 0 an ephemeral "
-              "port. Only PLAINTEXT listeners are supported."),
+              "port. Security protocols PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL."),
     ConfigKey("advertised.listeners", LS, None,
               "NAME://host:port given to clients; defaults to listeners. Port 0 advertises "
               "the port actually bound."),
@@ -108,6 +108,47 @@ _BROKER_KEYS = [
               "id@host:port of KRaft voters. Accepted and validated; tierlog runs no quorum."),
     ConfigKey("controller.quorum.bootstrap.servers", LS, [],
               "host:port of KRaft controllers. Accepted and validated; tierlog runs no quorum."),
+    # -- TLS and SASL (PEM only; see core/server/security.py) -------------------------------
+    # Each may also be given per listener as listener.name.<listener lower-case>.<key>.
+    ConfigKey("ssl.keystore.type", S, "PEM", "Format of the key store: PEM (tierlog reads no "
+              "JKS or PKCS12 stores).", one_of("PEM")),
+    ConfigKey("ssl.keystore.location", S, None,
+              "PEM file with the listener's private key and certificate chain."),
+    ConfigKey("ssl.keystore.certificate.chain", P, None,
+              "The certificate chain in PEM, inline (instead of ssl.keystore.location)."),
+    ConfigKey("ssl.keystore.key", P, None,
+              "The private key in PEM, inline (with ssl.keystore.certificate.chain)."),
+    ConfigKey("ssl.key.password", P, None, "Password of an encrypted private key."),
+    ConfigKey("ssl.keystore.password", P, None,
+              "Accepted for Kafka compatibility; PEM stores use ssl.key.password."),
+    ConfigKey("ssl.truststore.type", S, "PEM", "Format of the trust store: PEM.",
+              one_of("PEM")),
+    ConfigKey("ssl.truststore.location", S, None,
+              "PEM file of the CAs trusted for client certificates."),
+    ConfigKey("ssl.truststore.certificates", P, None,
+              "Trusted CA certificates in PEM, inline."),
+    ConfigKey("ssl.truststore.password", P, None, "Accepted for Kafka compatibility."),
+    ConfigKey("ssl.client.auth", S, "none",
+              "Client certificates: required, requested or none.",
+              one_of("required", "requested", "none")),
+    ConfigKey("ssl.enabled.protocols", LS, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted.",
+              one_of("TLSv1.2", "TLSv1.3")),
+    ConfigKey("ssl.protocol", S, "TLSv1.3", "Accepted for Kafka compatibility."),
+    ConfigKey("ssl.cipher.suites", LS, [], "OpenSSL cipher names for TLSv1.2; empty keeps "
+              "the defaults."),
+    ConfigKey("ssl.endpoint.identification.algorithm", S, "https",
+              "Accepted for Kafka compatibility (a client-side check)."),
+    ConfigKey("ssl.principal.mapping.rules", S, "DEFAULT",
+              "How a client certificate becomes a principal; DEFAULT (the subject's "
+              "distinguished name) only.", one_of("DEFAULT")),
+    ConfigKey("sasl.enabled.mechanisms", LS, ["GSSAPI"],
+              "SASL mechanisms served on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
+              "(Kafka's default GSSAPI is not available)."),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", S, "GSSAPI",
+              "Accepted for Kafka compatibility (one broker)."),
+    ConfigKey("sasl.jaas.config", P, None,
+              "JAAS login module entry with the accounts (user_<name>=\"<password>\"), for "
+              "every SASL listener and mechanism without a listener.name.* one."),
     # -- socket server ----------------------------------------------------------------------
     ConfigKey("num.network.threads", I, 3, "Threads for network I/O.", at_least(1)),
     ConfigKey("num.io.threads", I, 8, "Threads for request processing and disk I/O.",
@@ -225,6 +266,9 @@ REMOTE_TIER_PREFIXES = (
     "remote.log.index.file.cache.",
     "remote.partition.remover.",
 )
+# Per-listener overrides of ssl.* and sasl.* keys (Kafka's listener prefix), checked by
+# core.server.security when the listeners start.
+LISTENER_PREFIX = "listener.name."
 # fmt: on
 
 # Keys of Kafka's sample server.properties files (3.x KRaft, 4.x, ZooKeeper era) and other
@@ -281,7 +325,7 @@ BROKER_CONFIG = ConfigDef(
     + _topic_default_keys()
     + [ConfigKey(name, S, None, _COMPAT_DOC) for name in COMPATIBILITY_KEYS]
 )
-del I, L, B, S, LS
+del I, L, B, S, LS, P
 
 # topic key -> broker key, for the defaults and for naming broker keys in errors
 _TOPIC_TO_BROKER = {
@@ -376,7 +420,7 @@ class BrokerConfig:
         plugin_props = {
             k: v
             for k, v in props.items()
-            if k.startswith(PLUGIN_CONFIG_PREFIXES + REMOTE_TIER_PREFIXES)
+            if k.startswith(PLUGIN_CONFIG_PREFIXES + REMOTE_TIER_PREFIXES + (LISTENER_PREFIX,))
         }
         values = BROKER_CONFIG.parse({k: v for k, v in props.items() if k not in plugin_props})
         node_id = _node_id(props, values)
@@ -577,7 +621,7 @@ def _invalid(key: str, value: object, reason: str) -> InvalidConfigError:
 
 def _reject_unknown(props: Mapping[str, str]) -> None:
     for name in props:
-        if name.startswith(PLUGIN_CONFIG_PREFIXES + REMOTE_TIER_PREFIXES):
+        if name.startswith(PLUGIN_CONFIG_PREFIXES + REMOTE_TIER_PREFIXES + (LISTENER_PREFIX,)):
             continue
         if name not in BROKER_CONFIG:
             names = [k.name for k in BROKER_CONFIG]
@@ -666,13 +710,6 @@ def _parse_listeners(
                 entry,
                 f"no security protocol is defined for listener {name} in "
                 "listener.security.protocol.map",
-            )
-        if protocol not in SUPPORTED_SECURITY_PROTOCOLS:
-            raise _invalid(
-                key,
-                entry,
-                f"security protocol {protocol} is not supported by tierlog "
-                f"(supported: {', '.join(SUPPORTED_SECURITY_PROTOCOLS)})",
             )
         out.append(Listener(name, protocol, host, port))
     return tuple(out)

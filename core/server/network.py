@@ -25,6 +25,8 @@ from typing import Any
 from core.server.api_keys import ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.sasl_apis import SaslSession
+from core.server.security import ANONYMOUS, ListenerSecurity, principal_of_certificate
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,11 @@ class ListenerSpec:
     name: str
     host: str
     port: int
+    security: ListenerSecurity | None = None  # None: PLAINTEXT
+
+
+class AuthenticationEndedError(Exception):
+    """A SASL exchange failed; its answer has been queued and the connection closes."""
 
 
 class SocketServer:
@@ -88,12 +95,14 @@ class SocketServer:
 
     async def start(self, listeners: list[ListenerSpec]) -> list[BoundListener]:
         for spec in listeners:
+            security = spec.security
             server = await asyncio.start_server(
-                lambda r, w, name=spec.name: self._accept(r, w, name),
+                lambda r, w, name=spec.name, sec=security: self._accept(r, w, name, sec),
                 spec.host,
                 spec.port,
                 reuse_address=True,
                 limit=1 << 20,
+                ssl=security.ssl_context if security is not None else None,
             )
             port = server.sockets[0].getsockname()[1]
             self._servers.append(server)
@@ -118,7 +127,11 @@ class SocketServer:
             await server.wait_closed()
 
     async def _accept(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener: str
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        listener: str,
+        security: ListenerSecurity | None = None,
     ) -> None:
         if len(self._connections) >= self.max_connections:
             log.warning(
@@ -130,7 +143,7 @@ class SocketServer:
             return
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        connection = Connection(self, reader, writer, listener, address)
+        connection = Connection(self, reader, writer, listener, address, security)
         self._connections.add(connection)
         try:
             await connection.run()
@@ -149,13 +162,21 @@ class Connection:
         writer: asyncio.StreamWriter,
         listener: str,
         address: str,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.server = server
         self.reader = reader
         self.writer = writer
         self.listener = listener
         self.address = address
-        self._pending: collections.deque[tuple[RequestContext, asyncio.Future[Any]]] = (
+        ssl_object = writer.get_extra_info("ssl_object")
+        certificate = ssl_object.getpeercert() if ssl_object is not None else None
+        self.principal = principal_of_certificate(certificate) or ANONYMOUS
+        self.sasl: SaslSession | None = None
+        if security is not None and security.sasl is not None:
+            self.sasl = SaslSession(security.sasl, server.codec, address)
+        # A None context marks raw SASL bytes (SaslHandshake v0), written as they are.
+        self._pending: collections.deque[tuple[RequestContext | None, asyncio.Future[Any]]] = (
             collections.deque()
         )
         self._wake_writer = asyncio.Event()
@@ -176,6 +197,8 @@ class Connection:
             pass  # the client went away
         except TimeoutError:
             log.info("closing idle connection %s (connections.max.idle.ms)", self.address)
+        except AuthenticationEndedError:
+            pass  # logged by the SASL session, answered before closing
         except InvalidRequestError as e:
             log.warning("closing connection %s on %s: %s", self.address, self.listener, e)
             if self._last_frame is not None and log.isEnabledFor(logging.DEBUG):
@@ -208,8 +231,13 @@ class Connection:
                 )
             frame = await self.reader.readexactly(size)
             self._last_frame = frame
+            if self.sasl is not None and self.sasl.raw_tokens:
+                self._raw_token(frame)
+                continue
             try:
-                context, request = server.codec.decode_request(frame, self.listener, self.address)
+                context, request = server.codec.decode_request(
+                    frame, self.listener, self.address, self.principal
+                )
             except UnsupportedVersionRequestError as e:
                 if e.api_key != ApiKey.API_VERSIONS:
                     raise
@@ -218,10 +246,51 @@ class Connection:
                 )
                 self._enqueue(context, _done(server.unsupported_version(context)))
                 continue
+            if self.sasl is not None and not self.sasl.complete:
+                self._authenticate(context, request)
+                continue
             future = asyncio.ensure_future(server.handler(context, request))
             self._enqueue(context, future)
 
-    def _enqueue(self, context: RequestContext, future: asyncio.Future[Any]) -> None:
+    def _authenticate(self, context: RequestContext, request: Any) -> None:
+        """A request before the SASL exchange has completed (Kafka's
+        SaslServerAuthenticator): ApiVersions is served, SaslHandshake and
+        SaslAuthenticate drive the exchange, anything else closes the connection.
+
+        Raises:
+            InvalidRequestError: a request that is not allowed yet.
+            AuthenticationEndedError: the exchange failed (its answer is queued).
+        """
+        session = self.sasl
+        assert session is not None
+        if not session.allows(context.api_key):
+            raise InvalidRequestError(
+                f"unexpected {_api_name(context.api_key)} request before SASL "
+                "authentication completed"
+            )
+        if context.api_key == ApiKey.API_VERSIONS:
+            self._enqueue(context, asyncio.ensure_future(self.server.handler(context, request)))
+            return
+        response, close = session.answer(context, request)
+        self._enqueue(context, _done(response))
+        if close:
+            raise AuthenticationEndedError
+        if session.complete and session.principal is not None:
+            self.principal = session.principal
+
+    def _raw_token(self, token: bytes) -> None:
+        """SaslHandshake v0: after the handshake, SASL messages travel as bare size-prefixed
+        tokens, not Kafka requests; a failure just closes the connection (Kafka's way)."""
+        session = self.sasl
+        assert session is not None
+        answer = session.raw_token(token)
+        if answer is None:
+            raise AuthenticationEndedError
+        self._enqueue(None, _done(answer))
+        if session.complete and session.principal is not None:
+            self.principal = session.principal
+
+    def _enqueue(self, context: RequestContext | None, future: asyncio.Future[Any]) -> None:
         self._pending.append((context, future))
         if len(self._pending) >= MAX_IN_FLIGHT_PER_CONNECTION:
             self._room.clear()
@@ -254,6 +323,10 @@ class Connection:
             if len(self._pending) < MAX_IN_FLIGHT_PER_CONNECTION:
                 self._room.set()
             if response is None:
+                continue
+            if context is None:
+                self.writer.write(_SIZE.pack(len(response)) + response)
+                await self.writer.drain()
                 continue
             self.writer.write(codec.encode_response(context, response))
             await self.writer.drain()

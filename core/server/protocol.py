@@ -35,6 +35,8 @@ class RequestContext:
     client_id: str | None
     listener: str
     client_address: str
+    # Kafka's KafkaPrincipal as text: User:ANONYMOUS until TLS or SASL says who it is.
+    principal: str = "User:ANONYMOUS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,11 @@ class ProtocolCodec:
         return self._codecs[(api_key, api_version)].response_type
 
     def decode_request(
-        self, frame: bytes | memoryview, listener: str, client_address: str
+        self,
+        frame: bytes | memoryview,
+        listener: str,
+        client_address: str,
+        principal: str = "User:ANONYMOUS",
     ) -> tuple[RequestContext, Any]:
         """Parse one request frame (without its size prefix).
 
@@ -115,6 +121,7 @@ class ProtocolCodec:
             client_id=header.client_id,
             listener=listener,
             client_address=client_address,
+            principal=principal,
         )
         return context, request
 

@@ -27,6 +27,8 @@ class BrokerProcess:
     log_dir: Path
     log_file: Path
     settings: dict[str, str] = field(default_factory=dict)
+    # listener name -> host:port, for brokers with several listeners
+    endpoints: dict[str, str] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -82,9 +84,9 @@ def start_broker(
         raise RuntimeError(
             f"broker did not start (exit {proc.returncode}):\n{log_file.read_text()[-4000:]}"
         )
-    endpoint = line.strip().rsplit(" ", 1)[-1].split(",")[0]
-    bootstrap = endpoint.split("://", 1)[1]
-    return BrokerProcess(proc, bootstrap, log_dir, log_file, dict(merged))
+    endpoints = dict(e.split("://", 1) for e in line.strip().rsplit(" ", 1)[-1].split(","))
+    bootstrap = next(iter(endpoints.values()))
+    return BrokerProcess(proc, bootstrap, log_dir, log_file, dict(merged), endpoints)
 
 
 def restart(broker: BrokerProcess) -> BrokerProcess:

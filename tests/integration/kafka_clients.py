@@ -144,7 +144,12 @@ def produce_aiokafka(bootstrap: str, topic: str, records: Sequence[Rec]) -> list
 
 
 def produce_kcat(
-    bootstrap: str, topic: str, records: Sequence[Rec], work_dir: Path, headers: Sequence[str]
+    bootstrap: str,
+    topic: str,
+    records: Sequence[Rec],
+    work_dir: Path,
+    headers: Sequence[str],
+    extra: Sequence[str] = (),
 ) -> None:
     """Produce with ``kcat -P -l FILE``: per-record keys and values, the same ``-H`` headers
     on every record (``-H name`` alone is a null value), ``-Z``: empty key/value = null."""
@@ -160,6 +165,7 @@ def produce_kcat(
     args += ["-K", "\\x1f", "-D", "\\x1e", "-X", "acks=all", "-l", str(path)]
     for h in headers:
         args += ["-H", h]
+    args += list(extra)  # e.g. -X security.protocol=SASL_SSL
     done = subprocess.run(args, capture_output=True, timeout=CLIENT_TIMEOUT_S, check=False)
     assert done.returncode == 0, f"kcat -P failed: {done.stderr.decode(errors='replace')}"
 
@@ -279,10 +285,13 @@ def consume_aiokafka(bootstrap: str, topic: str, start: int = 0) -> list[Got]:
     return asyncio.run(run())
 
 
-def consume_kcat(bootstrap: str, topic: str, start: int = 0) -> list[Got]:
+def consume_kcat(
+    bootstrap: str, topic: str, start: int = 0, extra: Sequence[str] = ()
+) -> list[Got]:
     """``kcat -C -e -J``: one JSON object per record; text keys, values and headers."""
     offset = "beginning" if start == 0 else str(start)
     args = [KCAT, "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", offset, "-e", "-J"]
+    args += list(extra)
     done = subprocess.run(args, capture_output=True, timeout=CLIENT_TIMEOUT_S, check=False)
     assert done.returncode == 0, f"kcat -C failed: {done.stderr.decode(errors='replace')}"
     got = []

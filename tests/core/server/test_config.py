@@ -346,8 +346,6 @@ def test_listeners_parse(value: str, expected: list[tuple[str, str, int]]) -> No
 @pytest.mark.parametrize(
     ("value", "reason"),
     [
-        ("SSL://localhost:9093", "security protocol SSL is not supported"),
-        ("SASL_PLAINTEXT://localhost:9093", "SASL_PLAINTEXT is not supported"),
         ("CLIENT://localhost:9093", "no security protocol is defined for listener CLIENT"),
         ("PLAINTEXT://localhost", "missing port"),
         ("PLAINTEXT://localhost:", "missing port"),

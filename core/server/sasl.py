@@ -1,0 +1,332 @@
+"""SASL on the broker side: the PLAIN and SCRAM-SHA-256/512 mechanisms, and the credentials
+they check, read from Kafka's JAAS configuration strings.
+
+Kafka configures a SASL listener with ``listener.name.<listener>.<mechanism>.sasl.jaas.config``
+(or ``sasl.jaas.config``), for PLAIN::
+
+    org.apache.kafka.common.security.plain.PlainLoginModule required
+        username="admin" password="admin-secret"
+        user_admin="admin-secret" user_alice="alice-secret";
+
+The ``user_<name>="<password>"`` options are the accounts PLAIN accepts. For SCRAM Kafka keeps
+salted credentials in its metadata (``kafka-configs --alter --add-config 'SCRAM-SHA-256=[...]'``);
+tierlog has no such store and reads the same ``user_<name>`` options from the SCRAM module's
+JAAS string instead, salting each password once at start-up (4096 iterations, Kafka's
+minimum and default). Passwords are never logged and never leave this module.
+
+SCRAM follows RFC 5802 / RFC 7677 as Kafka's ScramSaslServer does: no channel binding
+(``n,,`` only), an optional authorization id that must equal the user, the ``tokenauth``
+extension refused (no delegation tokens).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from core.errors import CoreError
+
+PLAIN = "PLAIN"
+SCRAM_SHA_256 = "SCRAM-SHA-256"
+SCRAM_SHA_512 = "SCRAM-SHA-512"
+SUPPORTED_MECHANISMS = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+SCRAM_ITERATIONS = 4096
+_SCRAM_HASH = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
+_LOGIN_MODULES = {
+    PLAIN: "org.apache.kafka.common.security.plain.PlainLoginModule",
+    SCRAM_SHA_256: "org.apache.kafka.common.security.scram.ScramLoginModule",
+    SCRAM_SHA_512: "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+AUTH_FAILED = "Authentication failed: Invalid username or password"
+
+
+class SaslAuthenticationError(CoreError):
+    """SASL_AUTHENTICATION_FAILED: the client's credentials or messages were refused.
+
+    The message is sent to the client, so it never holds a password.
+    """
+
+    error_code = 58
+
+
+class JaasConfigError(ValueError):
+    """A JAAS configuration string that cannot be parsed (the message names no secret)."""
+
+
+# -- JAAS -----------------------------------------------------------------------------------
+_JAAS = re.compile(
+    r"\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)"
+    r"(?P<options>(?:\s+[\w.]+\s*=\s*(?:\"(?:[^\"\\]|\\.)*\"|[^\s;\"]+))*)\s*;\s*$",
+    re.DOTALL,
+)
+_OPTION = re.compile(r"([\w.]+)\s*=\s*(?:\"((?:[^\"\\]|\\.)*)\"|([^\s;\"]+))")
+
+
+def parse_jaas(text: str) -> tuple[str, dict[str, str]]:
+    """One login module entry: ``<class> <flag> key="value" ...;``.
+
+    Returns:
+        The login module class and its options (quotes removed, ``\\"`` unescaped).
+
+    Raises:
+        JaasConfigError: not one well-formed entry.
+    """
+    match = _JAAS.fullmatch(text)
+    if match is None:
+        raise JaasConfigError(
+            "expected one entry '<LoginModule class> required key=\"value\" ...;'"
+        )
+    options = {}
+    for key, quoted, bare in _OPTION.findall(match["options"]):
+        options[key] = re.sub(r"\\(.)", r"\1", quoted) if bare == "" else bare
+    return match["module"], options
+
+
+def users_from_jaas(text: str, mechanism: str) -> dict[str, str]:
+    """The ``user_<name>="<password>"`` accounts of a JAAS string for ``mechanism``.
+
+    Raises:
+        JaasConfigError: not parseable, the wrong login module, or no account at all.
+    """
+    module, options = parse_jaas(text)
+    expected = _LOGIN_MODULES[mechanism]
+    if module != expected:
+        raise JaasConfigError(f"login module {module} does not serve {mechanism} (use {expected})")
+    users = {k.removeprefix("user_"): v for k, v in options.items() if k.startswith("user_")}
+    if not users:
+        raise JaasConfigError('no account: add user_<name>="<password>" options')
+    return users
+
+
+# -- credentials ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, repr=False)
+class ScramCredential:
+    """What a SCRAM server keeps of a password (RFC 5802 section 3)."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+    @classmethod
+    def from_password(
+        cls,
+        mechanism: str,
+        password: str,
+        *,
+        iterations: int = SCRAM_ITERATIONS,
+        salt: bytes | None = None,
+    ) -> ScramCredential:
+        """Salt and hash ``password`` (a random 32-byte salt unless one is given)."""
+        hash_name = _SCRAM_HASH[mechanism]
+        salt = secrets.token_bytes(32) if salt is None else salt
+        salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+        client_key = hmac.digest(salted, b"Client Key", hash_name)
+        return cls(
+            salt,
+            iterations,
+            hashlib.new(hash_name, client_key).digest(),
+            hmac.digest(salted, b"Server Key", hash_name),
+        )
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class SaslCredentials:
+    """The accounts of one listener, per enabled mechanism."""
+
+    plain: Mapping[str, str]
+    scram: Mapping[str, Mapping[str, ScramCredential]]
+
+    @property
+    def mechanisms(self) -> tuple[str, ...]:
+        found = ([PLAIN] if self.plain else []) + list(self.scram)
+        return tuple(m for m in SUPPORTED_MECHANISMS if m in found)
+
+    @classmethod
+    def from_jaas(cls, jaas_by_mechanism: Mapping[str, str]) -> SaslCredentials:
+        """Accounts from a JAAS string per mechanism.
+
+        Raises:
+            JaasConfigError: see ``users_from_jaas``.
+        """
+        plain: dict[str, str] = {}
+        scram: dict[str, dict[str, ScramCredential]] = {}
+        for mechanism, text in jaas_by_mechanism.items():
+            users = users_from_jaas(text, mechanism)
+            if mechanism == PLAIN:
+                plain = users
+            else:
+                scram[mechanism] = {
+                    user: ScramCredential.from_password(mechanism, password)
+                    for user, password in users.items()
+                }
+        return cls(
+            MappingProxyType(plain),
+            MappingProxyType({m: MappingProxyType(u) for m, u in scram.items()}),
+        )
+
+    def server(self, mechanism: str) -> SaslServer:
+        """A fresh server-side exchange for one connection.
+
+        Raises:
+            ValueError: ``mechanism`` is not enabled here.
+        """
+        if mechanism == PLAIN and self.plain:
+            return PlainSaslServer(self.plain)
+        if mechanism in self.scram:
+            return ScramSaslServer(mechanism, self.scram[mechanism])
+        raise ValueError(f"mechanism {mechanism} is not enabled")
+
+
+# -- mechanisms -----------------------------------------------------------------------------
+class SaslServer(ABC):
+    """One connection's side of a SASL exchange."""
+
+    def __init__(self) -> None:
+        self.complete = False
+        self.user: str | None = None
+
+    @abstractmethod
+    def evaluate(self, token: bytes) -> bytes:
+        """Take the client's next message; return the server's answer (maybe empty).
+
+        Raises:
+            SaslAuthenticationError: the exchange failed; the connection must be closed.
+        """
+
+
+class PlainSaslServer(SaslServer):
+    """RFC 4616: one message ``[authzid] NUL authcid NUL passwd``."""
+
+    def __init__(self, users: Mapping[str, str]) -> None:
+        super().__init__()
+        self._users = users
+
+    def evaluate(self, token: bytes) -> bytes:
+        if self.complete:
+            raise SaslAuthenticationError("PLAIN authentication is already complete")
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise SaslAuthenticationError("Invalid SASL/PLAIN message: expected 3 tokens")
+        authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+        if not user or not password:
+            raise SaslAuthenticationError("Invalid SASL/PLAIN message: empty user or password")
+        expected = self._users.get(user)
+        # Compare even for an unknown user, so that timing does not tell users apart.
+        ok = hmac.compare_digest(password.encode(), (expected or "\0" + password).encode())
+        if expected is None or not ok:
+            raise SaslAuthenticationError(AUTH_FAILED)
+        if authzid and authzid != user:
+            raise SaslAuthenticationError("Authentication failed: authorization id is not the user")
+        self.user, self.complete = user, True
+        return b""
+
+
+class ScramSaslServer(SaslServer):
+    """RFC 5802 server: client-first -> server-first -> client-final -> server-final."""
+
+    def __init__(self, mechanism: str, credentials: Mapping[str, ScramCredential]) -> None:
+        super().__init__()
+        self._hash = _SCRAM_HASH[mechanism]
+        self._credentials = credentials
+        self._state = "first"
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._gs2_header = ""
+        self._credential: ScramCredential | None = None
+
+    def evaluate(self, token: bytes) -> bytes:
+        try:
+            message = token.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SaslAuthenticationError("Invalid SCRAM message: not UTF-8") from e
+        if self._state == "first":
+            return self._first(message).encode()
+        if self._state == "final":
+            return self._final(message).encode()
+        raise SaslAuthenticationError("SCRAM authentication is already complete")
+
+    def _first(self, message: str) -> str:
+        # gs2-header: "n," (no channel binding) then [a=authzid] ","
+        flag, sep, rest = message.partition(",")
+        if flag != "n" or not sep:
+            raise SaslAuthenticationError(
+                "Invalid SCRAM client-first message: channel binding is not supported"
+            )
+        authzid, sep, bare = rest.partition(",")
+        if not sep or (authzid and not authzid.startswith("a=")):
+            raise SaslAuthenticationError("Invalid SCRAM client-first message")
+        attributes = _attributes(bare)
+        user = _sasl_name(attributes.get("n", ""))
+        client_nonce = attributes.get("r", "")
+        if not user or not client_nonce:
+            raise SaslAuthenticationError("Invalid SCRAM client-first message")
+        if attributes.get("tokenauth", "false").lower() == "true":
+            raise SaslAuthenticationError(
+                "Authentication failed: delegation tokens are not supported"
+            )
+        if authzid and _sasl_name(authzid[2:]) != user:
+            raise SaslAuthenticationError("Authentication failed: authorization id is not the user")
+        credential = self._credentials.get(user)
+        if credential is None:
+            raise SaslAuthenticationError(AUTH_FAILED)
+        self.user, self._credential = user, credential
+        self._gs2_header = f"n,{authzid},"
+        self._client_first_bare = bare
+        self._nonce = client_nonce + secrets.token_urlsafe(24)
+        salt = base64.b64encode(credential.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={credential.iterations}"
+        self._state = "final"
+        return self._server_first
+
+    def _final(self, message: str) -> str:
+        without_proof, sep, proof_attr = message.rpartition(",p=")
+        if not sep:
+            raise SaslAuthenticationError("Invalid SCRAM client-final message: no proof")
+        attributes = _attributes(without_proof)
+        binding = base64.b64encode(self._gs2_header.encode()).decode()
+        # Kafka's check is endsWith, not equality: librdkafka before 2.x echoes the client
+        # nonce in front of the combined one, and Kafka brokers accept it.
+        if attributes.get("c") != binding or not attributes.get("r", "").endswith(self._nonce):
+            raise SaslAuthenticationError("Invalid SCRAM client-final message")
+        try:
+            proof = base64.b64decode(proof_attr, validate=True)
+        except ValueError as e:
+            raise SaslAuthenticationError("Invalid SCRAM client-final message: proof") from e
+        credential = self._credential
+        assert credential is not None
+        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
+        signature = hmac.digest(credential.stored_key, auth_message, self._hash)
+        if len(proof) != len(signature):
+            raise SaslAuthenticationError(AUTH_FAILED)
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        if not hmac.compare_digest(
+            hashlib.new(self._hash, client_key).digest(), credential.stored_key
+        ):
+            raise SaslAuthenticationError(AUTH_FAILED)
+        server_signature = hmac.digest(credential.server_key, auth_message, self._hash)
+        self._state = "done"
+        self.complete = True
+        return "v=" + base64.b64encode(server_signature).decode()
+
+
+def _attributes(text: str) -> dict[str, str]:
+    out = {}
+    for item in text.split(","):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def _sasl_name(text: str) -> str:
+    """RFC 5802 saslname: '=2C' is ',' and '=3D' is '='."""
+    return text.replace("=2C", ",").replace("=3D", "=")
