@@ -23,8 +23,11 @@ from kio.schema.errors import ErrorCode
 from core.config import ConfigKey, ConfigType, format_value
 from core.errors import CoreError, InvalidConfigError
 from core.log.config import TOPIC_CONFIG, LogConfig
+from core.server.acl_apis import allowed, cluster_allowed
 from core.server.api_keys import ApiKey
 from core.server.apis import NO_THROTTLE, Handler, error_of
+from core.server.authorizer import Operation
+from core.server.authorizer import ResourceType as AclResource
 from core.server.config import BROKER_CONFIG
 from core.server.group_apis import offset_store
 from core.server.kio_build import make, nested
@@ -121,6 +124,10 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any
     for name, topic_id in wanted:
         duplicate = counts[name if name is not None else topic_id] > 1
         error, message, info = _deletion_refused(broker, ctx.api_version, name, topic_id, duplicate)
+        if info is not None and not allowed(
+            broker, ctx, Operation.DELETE, AclResource.TOPIC, info.name
+        ):
+            error, message, info = ErrorCode.topic_authorization_failed, None, None
         if info is not None:
             try:
                 broker.delete_topic(info.name)
@@ -257,13 +264,17 @@ async def handle_describe_configs(broker: Broker, ctx: RequestContext, request: 
         rtype, rname = resource.resource_type, resource.resource_name
         if rtype == ResourceType.TOPIC:
             info = broker.topics.get(rname)
-            if info is None:
+            if not allowed(broker, ctx, Operation.DESCRIBE_CONFIGS, AclResource.TOPIC, rname):
+                error = ErrorCode.topic_authorization_failed
+            elif info is None:
                 error = ErrorCode.unknown_topic_or_partition
                 message = f"The topic '{rname}' does not exist."
             else:
                 entries = _topic_config_entries(broker, info, wanted)
         elif rtype == ResourceType.BROKER:
-            if rname == node:
+            if not cluster_allowed(broker, ctx, Operation.DESCRIBE_CONFIGS):
+                error = ErrorCode.cluster_authorization_failed
+            elif rname == node:
                 entries = _broker_config_entries(broker, wanted)
             elif rname == "":
                 entries = []  # the cluster-wide dynamic defaults: there are none
@@ -373,7 +384,9 @@ async def handle_incremental_alter_configs(
                 raise _RequestError("Error due to duplicate resource")
             if rtype == ResourceType.TOPIC:
                 info = broker.topics.get(rname)
-                if info is None:
+                if not allowed(broker, ctx, Operation.ALTER_CONFIGS, AclResource.TOPIC, rname):
+                    error = ErrorCode.topic_authorization_failed
+                elif info is None:
                     error = ErrorCode.unknown_topic_or_partition
                     message = f"The topic '{rname}' does not exist."
                 else:
@@ -382,12 +395,14 @@ async def handle_incremental_alter_configs(
                         broker.alter_topic_configs(rname, overrides)
                         log.info("topic %s configs now %s", rname, overrides)
             elif rtype == ResourceType.BROKER:
-                if rname not in ("", node):
+                if not cluster_allowed(broker, ctx, Operation.ALTER_CONFIGS):
+                    error = ErrorCode.cluster_authorization_failed
+                elif rname not in ("", node):
                     raise _RequestError(
                         f"Unexpected broker id, expected {node} or empty string, "
                         f"but received {rname}"
                     )
-                if resource.configs:
+                elif resource.configs:
                     keys = ", ".join(sorted({c.name for c in resource.configs}))
                     raise _RequestError(
                         f"Cannot update these configs dynamically: {keys} (tierlog broker "
@@ -426,7 +441,9 @@ async def handle_delete_records(broker: Broker, ctx: RequestContext, request: An
         for p in topic.partitions:
             error, low = ErrorCode.none, -1
             partition = manager.partition(topic.name, p.partition_index)
-            if partition is None:
+            if not allowed(broker, ctx, Operation.DELETE, AclResource.TOPIC, topic.name):
+                error = ErrorCode.topic_authorization_failed
+            elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif not partition.log.config.delete:
                 # Kafka: records of a compacted-only topic cannot be deleted by offset.
@@ -464,7 +481,9 @@ async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, re
             error, epoch, end = ErrorCode.none, -1, -1
             partition = broker.replica_manager.partition(topic.topic, p.partition)
             try:
-                if partition is None:
+                if not allowed(broker, ctx, Operation.DESCRIBE, AclResource.TOPIC, topic.topic):
+                    error = ErrorCode.topic_authorization_failed
+                elif partition is None:
                     error = ErrorCode.unknown_topic_or_partition
                 else:
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))

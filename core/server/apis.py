@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from core.errors import CoreError
+from core.server.acl_apis import allowed, cluster_allowed
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
 from core.server.kio_build import make, nested, nested_optional
 from core.server.protocol import RequestContext
 from core.server.replica_manager import (
@@ -94,20 +96,29 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
 
     topics = []
     infos = []
+
+    def may(operation: Operation, name: str) -> bool:
+        return allowed(broker, ctx, operation, ResourceType.TOPIC, name)
+
     if requested is None:
-        infos = [t for t in broker.topics.all()]
+        # Topics the principal may not DESCRIBE are left out, as if absent (Kafka's way).
+        infos = [t for t in broker.topics.all() if may(Operation.DESCRIBE, t.name)]
     else:
         for req in requested:
             name = req.name
             topic_id = getattr(req, "topic_id", None)
             if name is None and topic_id is not None and topic_id.int != 0:
                 info = broker.topics.by_id(topic_id)
-                if info is None:
+                if info is None or not may(Operation.DESCRIBE, info.name):
                     topics.append(describe(None, topic_id, ErrorCode.unknown_topic_id))
                 else:
                     infos.append(info)
                 continue
             info = broker.topics.get(name) if name is not None else None
+            if name is not None and not may(Operation.DESCRIBE, name):
+                # Existing or not: an unauthorized principal learns nothing about it.
+                topics.append(describe(name, None, ErrorCode.topic_authorization_failed))
+                continue
             if info is None:
                 try:
                     validate_topic_name(name or "")
@@ -118,6 +129,10 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
                     allow_auto
                     and broker.config.auto_create_topics_enable
                     and (name not in INTERNAL_TOPICS)
+                    and (
+                        cluster_allowed(broker, ctx, Operation.CREATE)
+                        or may(Operation.CREATE, name or "")
+                    )
                 ):
                     try:
                         info = broker.create_topic(name, broker.config.num_partitions, {})
@@ -189,6 +204,8 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
             try:
                 if acks not in (0, 1, -1):
                     error = ErrorCode.invalid_required_acks
+                elif not allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, name):
+                    error = ErrorCode.topic_authorization_failed
                 elif partition is None:
                     error = ErrorCode.unknown_topic_or_partition
                 elif name in INTERNAL_TOPICS:
@@ -260,6 +277,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
         isolation_level=getattr(request, "isolation_level", 0),
     )
     unknown_ids: list[tuple[Any, int]] = []
+    denied: list[tuple[Any, int]] = []  # (topic key, partition): no READ on the topic
     layout: list[tuple[Any, list[int]]] = []  # response topics in request order
     for topic in request.topics:
         if by_id:
@@ -268,9 +286,15 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
         else:
             name = topic.topic
         indexes = []
+        may_read = name is not None and allowed(
+            broker, ctx, Operation.READ, ResourceType.TOPIC, name
+        )
         for p in topic.partitions:
             if name is None:
                 unknown_ids.append((topic.topic_id, p.partition))
+                continue
+            if not may_read:
+                denied.append((topic.topic_id if by_id else name, p.partition))
                 continue
             params.partitions.append(
                 FetchRequestPartition(
@@ -282,7 +306,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
                 )
             )
             indexes.append(len(params.partitions) - 1)
-        if name is not None:
+        if name is not None and may_read:
             layout.append((topic.topic_id if by_id else name, indexes))
     results = await broker.replica_manager.fetch(params)
 
@@ -309,11 +333,13 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
     for key, indexes in layout:
         parts = tuple(partition_data(params.partitions[i].partition, results[i]) for i in indexes)
         topics.append(make(topic_cls, topic=key, topic_id=key, partitions=parts))
-    for topic_id, index in unknown_ids:
+    failed = [(key, i, ErrorCode.unknown_topic_id) for key, i in unknown_ids]
+    failed += [(key, i, ErrorCode.topic_authorization_failed) for key, i in denied]
+    for key, index, code in failed:
         empty = make(
             partition_cls,
             partition_index=index,
-            error_code=ErrorCode.unknown_topic_id,
+            error_code=code,
             high_watermark=-1,
             last_stable_offset=-1,
             log_start_offset=-1,
@@ -321,7 +347,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
             preferred_read_replica=-1,
             records=b"",
         )
-        topics.append(make(topic_cls, topic_id=topic_id, partitions=(empty,)))
+        topics.append(make(topic_cls, topic=key, topic_id=key, partitions=(empty,)))
     return make(
         response_type,
         throttle_time=NO_THROTTLE,
@@ -345,7 +371,9 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any)
             error, ts, offset, epoch = ErrorCode.none, -1, -1, -1
             partition = broker.replica_manager.partition(topic.name, p.partition_index)
             try:
-                if partition is None:
+                if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+                    error = ErrorCode.topic_authorization_failed
+                elif partition is None:
                     error = ErrorCode.unknown_topic_or_partition
                 else:
                     found = await broker.replica_manager.list_offset(
@@ -386,6 +414,11 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
         partitions = topic.num_partitions
         replication = topic.replication_factor
         try:
+            if not (
+                cluster_allowed(broker, ctx, Operation.CREATE)
+                or allowed(broker, ctx, Operation.CREATE, ResourceType.TOPIC, topic.name)
+            ):
+                raise TopicAuthorizationError(f"not authorized to create topic {topic.name}")
             if topic.assignments:
                 if partitions != -1 or replication != -1:
                     raise CoreError(
@@ -452,6 +485,21 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: 
             response_type,
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.transactional_id_authorization_failed,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    if not (
+        cluster_allowed(broker, ctx, Operation.IDEMPOTENT_WRITE)
+        or any(
+            allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, t.name)
+            for t in broker.topics.all()
+        )
+    ):
+        # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE or WRITE on some topic.
+        return make(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
             producer_id=-1,
             producer_epoch=-1,
         )

@@ -15,9 +15,11 @@ from typing import Any
 
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
+from core.server.acl_apis import HANDLERS as ACL_HANDLERS
 from core.server.admin_apis import HANDLERS as ADMIN_HANDLERS
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.apis import HANDLERS, api_versions_response, error_code
+from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
 from core.server.group_apis import HANDLERS as GROUP_HANDLERS
 from core.server.group_offsets import GroupOffsetStore
@@ -43,10 +45,17 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS)
-        self.handlers = {**HANDLERS, **ADMIN_HANDLERS, **GROUP_HANDLERS, **SASL_HANDLERS}
+        self.handlers = {
+            **HANDLERS,
+            **ADMIN_HANDLERS,
+            **GROUP_HANDLERS,
+            **SASL_HANDLERS,
+            **ACL_HANDLERS,
+        }
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         assert not missing, f"advertised apis without a handler: {missing}"
         self.group_offsets: GroupOffsetStore | None = None
+        self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
         self.replica_manager: ReplicaManager
@@ -90,6 +99,12 @@ class Broker:
         first_dir.mkdir(parents=True, exist_ok=True)
         self.topics = TopicRegistry(first_dir, self.config.log_config_defaults())
         self.group_offsets = GroupOffsetStore(first_dir)
+        if self.config.get("authorizer.class.name"):
+            self.authorizer = AclAuthorizer(
+                first_dir,
+                [p.strip() for p in self.config.get("super.users").split(";") if p.strip()],
+                allow_if_no_acl=self.config.get("allow.everyone.if.no.acl.found"),
+            )
         self.log_manager = LogManager(
             self.config.log_manager_config(), topic_config=self.topics.log_config
         )

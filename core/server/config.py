@@ -149,6 +149,17 @@ _BROKER_KEYS = [
     ConfigKey("sasl.jaas.config", P, None,
               "JAAS login module entry with the accounts (user_<name>=\"<password>\"), for "
               "every SASL listener and mechanism without a listener.name.* one."),
+    # -- authorization (core/server/authorizer.py) -------------------------------------------
+    ConfigKey("authorizer.class.name", S, "",
+              "Enables ACLs: org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "
+              "core.server.authorizer.AclAuthorizer); empty allows every request.",
+              one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                     "kafka.security.authorizer.AclAuthorizer",
+                     "core.server.authorizer.AclAuthorizer")),
+    ConfigKey("super.users", S, "", "Principals allowed everything, ';'-separated "
+              "(User:admin;User:ops)."),
+    ConfigKey("allow.everyone.if.no.acl.found", B, False,
+              "Allow a request on a resource that has no ACL at all."),
     # -- socket server ----------------------------------------------------------------------
     ConfigKey("num.network.threads", I, 3, "Threads for network I/O.", at_least(1)),
     ConfigKey("num.io.threads", I, 8, "Threads for request processing and disk I/O.",

@@ -90,10 +90,11 @@ def start_broker(
 
 
 def restart(broker: BrokerProcess) -> BrokerProcess:
-    """Start a broker again on the same data, the same settings and the same port."""
+    """Start a broker again on the same data, the same settings and the same ports."""
     port = int(broker.bootstrap.rsplit(":", 1)[1])
     settings = dict(broker.settings)
-    settings["listeners"] = f"PLAINTEXT://127.0.0.1:{port}"
+    endpoints = broker.endpoints or {"PLAINTEXT": f"127.0.0.1:{port}"}
+    settings["listeners"] = ",".join(f"{name}://{hp}" for name, hp in endpoints.items())
     return start_broker(broker.log_dir, settings, port=port)
 
 

@@ -20,7 +20,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i8, i16, i32
 
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager, LogManagerConfig
@@ -463,3 +463,44 @@ def test_describe_sources_follow_the_broker_config_originals(tmp_path: Path) -> 
         assert sources["log.retention.hours"] == 4 and sources["log.segment.bytes"] == 5
     finally:
         b.log_manager.shutdown()
+
+
+# -- ACLs -------------------------------------------------------------------------------------
+def describe_all_acls(broker: Any) -> Any:
+    from core.server.acl_apis import HANDLERS as ACL_HANDLERS
+
+    s = schema(ApiKey.DESCRIBE_ACLS, 3)
+    request = s.DescribeAclsRequest(
+        resource_type_filter=i8(1),
+        resource_name_filter=None,
+        pattern_type_filter=i8(1),
+        principal_filter=None,
+        host_filter=None,
+        operation=i8(1),
+        permission_type=i8(1),
+    )
+    return call(broker, ACL_HANDLERS, ApiKey.DESCRIBE_ACLS, 3, request)
+
+
+def test_acl_apis_answer_security_disabled_or_cluster_authorization_failed(
+    broker: FakeBroker, tmp_path: Path
+) -> None:
+    from core.server.authorizer import AclAuthorizer
+
+    broker.authorizer = None
+    assert describe_all_acls(broker).error_code == ErrorCode.security_disabled
+    broker.authorizer = AclAuthorizer(tmp_path)  # User:ANONYMOUS has no cluster ACL
+    assert describe_all_acls(broker).error_code == ErrorCode.cluster_authorization_failed
+    broker.authorizer = AclAuthorizer(tmp_path, ["User:ANONYMOUS"])
+    response = describe_all_acls(broker)
+    assert response.error_code == ErrorCode.none and response.resources == ()
+
+
+def test_topic_handlers_refuse_what_acls_do_not_allow(broker: FakeBroker, tmp_path: Path) -> None:
+    from core.server.authorizer import AclAuthorizer
+
+    broker.create_topic("secret", 1)
+    broker.authorizer = AclAuthorizer(tmp_path)
+    (result,) = delete_by_name(broker, 6, "secret").responses
+    assert result.error_code == ErrorCode.topic_authorization_failed
+    assert broker.topics.get("secret") is not None
