@@ -15,7 +15,9 @@ import argparse
 import asyncio
 import logging
 import signal
+import stat
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from tierlog.cli import EXIT_OK, CommandError, Subparsers
@@ -68,12 +70,57 @@ def run_start(args: argparse.Namespace) -> int:
         config = load_broker_config(args.config, overrides)
     except (CoreError, OSError, ValueError) as e:
         raise CommandError(str(e)) from e
+    if args.config is not None:
+        warn_if_secrets_are_world_readable(args.config)
     from tierlog.remote_tier import RemoteTierStartError
 
     try:
         return asyncio.run(_serve(config, build_broker))
     except (CoreError, RemoteTierStartError) as e:
         raise CommandError(str(e)) from e
+
+
+# Keys whose values are secrets: the broker's password keys, and plugin settings that
+# carry credentials (the RSM's S3 keys, for one).
+_SECRET_WORDS = ("password", "secret", "jaas.config", "ssl.keystore.key", "credentials")
+
+
+def secret_keys(keys: Iterable[str]) -> list[str]:
+    """The keys among ``keys`` that hold secrets (by declaration or by name)."""
+    from core.config import ConfigType
+    from core.server.config import BROKER_CONFIG
+
+    out = []
+    for key in keys:
+        declared = BROKER_CONFIG[key] if key in BROKER_CONFIG else None  # noqa: SIM401
+        if (declared is not None and declared.type is ConfigType.PASSWORD) or any(
+            word in key.lower() for word in _SECRET_WORDS
+        ):
+            out.append(key)
+    return sorted(out)
+
+
+def warn_if_secrets_are_world_readable(path: Path) -> bool:
+    """Log a warning (naming the keys, never their values) when ``path`` holds secrets and
+    any user may read it. Returns True when it warned."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    if not mode & stat.S_IROTH:
+        return False
+    from core.properties import read_properties
+
+    in_file = secret_keys(read_properties(path))
+    if not in_file:
+        return False
+    log.warning(
+        "%s is readable by every user (mode %o) and holds secrets: %s; restrict it, e.g. chmod 600",
+        path,
+        stat.S_IMODE(mode),
+        ", ".join(in_file),
+    )
+    return True
 
 
 async def _serve(config, build_broker) -> int:

@@ -1,0 +1,39 @@
+"""``tierlog broker start`` helpers: the warning about world-readable files with secrets."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from tierlog.broker_cmd import secret_keys, warn_if_secrets_are_world_readable
+
+
+def test_secret_keys_are_found_by_declaration_and_by_name():
+    keys = [
+        "ssl.key.password",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config",
+        "rsm.config.storage.aws.secret.access.key",
+        "log.dirs",
+        "ssl.keystore.location",
+    ]
+    assert secret_keys(keys) == [
+        "listener.name.sasl_ssl.plain.sasl.jaas.config",
+        "rsm.config.storage.aws.secret.access.key",
+        "ssl.key.password",
+    ]
+
+
+def test_a_world_readable_file_with_secrets_is_warned_about_without_values(tmp_path: Path, caplog):
+    path = tmp_path / "server.properties"
+    path.write_text('log.dirs=/data\nsasl.jaas.config=x required user_a="hunter2";\n')
+    path.chmod(0o644)
+    with caplog.at_level(logging.WARNING):
+        assert warn_if_secrets_are_world_readable(path)
+    assert "sasl.jaas.config" in caplog.text and "chmod 600" in caplog.text
+    assert "hunter2" not in caplog.text
+    path.chmod(0o600)
+    assert not warn_if_secrets_are_world_readable(path)
+    plain = tmp_path / "plain.properties"
+    plain.write_text("log.dirs=/data\n")
+    plain.chmod(0o644)
+    assert not warn_if_secrets_are_world_readable(plain)
