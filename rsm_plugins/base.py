@@ -12,6 +12,8 @@ Each plugin supplies its settings and a store; this class owns the object layout
   served; a mismatch raises ``CorruptObjectError`` (a ``RemoteStorageError``).
 * delete: the manifest first (the copy no longer counts as complete), then the rest; missing
   objects are fine (idempotent).
+* ``rsm.config.encryption.enabled``: the store is wrapped in ``EncryptingStore`` (client-side
+  AES-256-GCM, see ``rsm_plugins.encryption``); sizes and checksums stay the plaintext's.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, BinaryIO, ClassVar
 
 from core.config import ConfigDef, ConfigKey, ConfigType, at_least
 from core.errors import InvalidConfigError
+from rsm_plugins.encryption import EncryptingStore, load_key_file
 from rsm_plugins.layout import (
     CHECKSUM_ALGORITHM,
     CorruptObjectError,
@@ -50,6 +53,9 @@ from tiered.api import (
 
 KEY_PREFIX = "key.prefix"
 MANIFEST_CACHE_SIZE = "fetch.manifest.cache.size"
+ENCRYPTION_ENABLED = "encryption.enabled"
+ENCRYPTION_KEY_FILE = "encryption.key.file"
+ENCRYPTION_KEY_ID = "encryption.key.id"
 
 COMMON_KEYS: tuple[ConfigKey, ...] = (
     ConfigKey(
@@ -64,6 +70,25 @@ COMMON_KEYS: tuple[ConfigKey, ...] = (
         1000,
         "Segment manifests kept in memory for index fetches (0 disables the cache).",
         at_least(0),
+    ),
+    ConfigKey(
+        RSM_CONFIG_PREFIX + ENCRYPTION_ENABLED,
+        ConfigType.BOOLEAN,
+        False,
+        "Encrypt every object but the manifest client-side (AES-256-GCM, a data key per "
+        "object wrapped with the key of encryption.key.file).",
+    ),
+    ConfigKey(
+        RSM_CONFIG_PREFIX + ENCRYPTION_KEY_FILE,
+        ConfigType.STRING,
+        None,
+        "File holding the key-encryption key: 32 random bytes, base64.",
+    ),
+    ConfigKey(
+        RSM_CONFIG_PREFIX + ENCRYPTION_KEY_ID,
+        ConfigType.STRING,
+        "default",
+        "Name of that key, stored in each object (objects of another key id are refused).",
     ),
 )
 
@@ -136,7 +161,18 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         values = parse_settings(COMMON_KEYS + self.CONFIG_KEYS, configs)
         self._key_prefix = values[KEY_PREFIX]
         self._manifests_max = values[MANIFEST_CACHE_SIZE]
-        self._store_ = self.create_store(values)
+        store = self.create_store(values)
+        if values[ENCRYPTION_ENABLED]:
+            path = require(values, ENCRYPTION_KEY_FILE, "the key file for encryption.enabled")
+            key_id = require(values, ENCRYPTION_KEY_ID, "a name for the encryption key")
+            manifest_suffix = "." + ObjectSuffix.MANIFEST.value
+            store = EncryptingStore(
+                store,
+                load_key_file(Path(path), setting(ENCRYPTION_KEY_FILE)),
+                key_id,
+                encrypts=lambda key: not key.endswith(manifest_suffix),
+            )
+        self._store_ = store
 
     @property
     def store(self) -> ObjectStore:
