@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tierlog-installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: demo test lint bench venv check-java check-python system-deps clean
+.PHONY: demo test soak lint bench venv check-java check-python system-deps clean
 
 venv: check-python
 	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); \
@@ -51,6 +51,11 @@ lint: venv
 
 test: lint check-java system-deps
 	$(BIN)/pytest
+
+# The long versions of the reliability suites (tests/reliability; short ones run in
+# `make test`): 50 SIGKILLs, longer loads. Figures go to docs/RELIABILITY.md.
+soak: lint check-java system-deps
+	TIERLOG_SOAK=1 $(BIN)/pytest tests/reliability -p no:cacheprovider -o timeout=7200 -s
 
 demo: venv system-deps
 	$(BIN)/python -m tierlog.demo

@@ -1,0 +1,7 @@
+"""Short runs in ``make test``, long ones in ``make soak`` (``TIERLOG_SOAK=1``)."""
+
+from __future__ import annotations
+
+import os
+
+SOAK = os.environ.get("TIERLOG_SOAK") == "1"
