@@ -66,6 +66,10 @@ READ_AHEAD_MAX_ENTRIES = 64
 READ_AHEAD_MAX_BYTES = 64 * 1024 * 1024
 
 
+class CorruptRemoteDataError(RemoteStorageError):
+    """A batch read from the remote tier fails its CRC32C: it is never served."""
+
+
 class RemoteReadRejectedError(RemoteStorageError):
     """``remote.log.reader.max.pending.tasks`` reads are already queued or running."""
 
@@ -394,6 +398,7 @@ class RemoteLogReader:
                 end = at + max(max_bytes, size)
                 held = ranges.ensure(end)
                 data = bytes(ranges.buf[at : min(end, held)])
+                _verify_batches(md, ranges.start + at, data)
                 self._read_ahead(md, ranges.start + at, data, chunk)
                 return data
             at += size
@@ -499,3 +504,23 @@ def _upper_bound_offset(data: bytes, fetch_offset: int) -> int:
             break
         at += size
     return upper
+
+
+def _verify_batches(md: RemoteLogSegmentMetadata, position: int, data: bytes) -> None:
+    """Check the CRC32C of every whole batch of ``data`` (read from byte ``position`` of
+    the segment). Ranged reads cannot be checked against the manifest's whole-object
+    checksum, but every batch carries its own: a flipped bit in the bucket, or a faulty
+    proxy or disk on the way, is refused here instead of reaching a consumer. A partial
+    last batch is not served as records (clients drop it) and is checked when read whole.
+
+    Raises:
+        CorruptRemoteDataError: naming the segment and the byte position.
+    """
+    at = 0
+    while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
+        if size < HEADER_SIZE or (h := RecordBatchHeader(data, at)).crc != h.compute_crc():
+            raise CorruptRemoteDataError(
+                f"remote segment {md.remote_log_segment_id}: the batch at byte "
+                f"{position + at} fails its CRC32C check"
+            )
+        at += size

@@ -10,11 +10,12 @@ from concurrent.futures import Future
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import pytest
 from harness import T0, Env, produce
 
 from core.log.txn_index import AbortedTxn
-from core.records.batch import RecordBatchHeader, peek_batch_size
-from tiered.remote_reader import READ_AHEAD_MAX_ENTRIES, _ReadAhead
+from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
+from tiered.remote_reader import READ_AHEAD_MAX_ENTRIES, CorruptRemoteDataError, _ReadAhead
 
 
 def test_sequential_reads_are_served_from_read_ahead_and_stay_identical(env, memory_rsm):
@@ -102,3 +103,18 @@ def test_read_ahead_stays_bounded_and_evicting_a_pending_range_cancels_it():
     assert ahead.take((sid, len(pending) - 1)) == (0, b"range")
     assert ahead.take((sid, len(pending) - 1)) is None  # handed out once
     assert ahead.take((sid, 0)) is None  # evicted
+
+
+def test_a_batch_corrupted_in_the_remote_tier_is_never_served(env, memory_rsm):
+    produce(env.plog, 40, ts=T0)
+    env.rlm.copy_once(env.tp, env.plog)
+    env.plog.delete_old_segments()
+    md = sorted(env.segments(), key=lambda m: m.start_offset)[1]
+    key = (md.segment_id, "log")
+    data = bytearray(memory_rsm.objects[key])
+    data[HEADER_SIZE + 10] ^= 0xFF  # inside the first batch's records
+    memory_rsm.objects[key] = bytes(data)
+    with pytest.raises(CorruptRemoteDataError, match="fails its CRC32C"):
+        env.rlm.reader.fetch(env.tp, env.plog, md.start_offset, 1 << 20)
+    # Other segments are still served.
+    assert env.rlm.reader.fetch(env.tp, env.plog, 0, 1 << 20).records
