@@ -16,12 +16,17 @@ import http.client
 import importlib.util
 import json
 import logging
+import random
+import socket
+import struct
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
@@ -231,8 +236,54 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+@dataclass
+class Chaos:
+    """Faults a ``FaultProxy`` injects at random, each with its probability per request.
+
+    ``error500``: 500 InternalError; ``slowdown``: 503 SlowDown (S3's throttling answer);
+    ``reset``: the connection is reset without an answer; ``stall``: the request waits
+    ``stall_s`` before it is forwarded; ``truncate``: the answer announces its full length
+    but only half the body is sent before the connection closes. Faults hit requests whose
+    method is in ``methods``.
+    """
+
+    error500: float = 0.0
+    slowdown: float = 0.0
+    reset: float = 0.0
+    stall: float = 0.0
+    truncate: float = 0.0
+    stall_s: float = 2.0
+    methods: frozenset[str] = frozenset({"GET", "PUT", "POST", "DELETE", "HEAD"})
+    seed: int = 8
+    injected: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+        self._lock = threading.Lock()
+
+    def pick(self, method: str) -> str | None:
+        if method not in self.methods:
+            return None
+        with self._lock:
+            roll = self._rng.random()
+            for name in ("error500", "slowdown", "reset", "stall", "truncate"):
+                p = getattr(self, name)
+                if roll < p:
+                    self.injected[name] += 1
+                    return name
+                roll -= p
+        return None
+
+
+_S3_ERRORS = {
+    "error500": (500, "InternalError", "We encountered an internal error. Please try again."),
+    "slowdown": (503, "SlowDown", "Please reduce your request rate."),
+}
+
+
 class FaultProxy:
-    """Forward HTTP requests to ``upstream``; hold those for which ``hold(method, path)``.
+    """Forward HTTP requests to ``upstream``; hold those for which ``hold(method, path)``;
+    inject random faults while a ``Chaos`` plan is set (``chaos(plan)``).
 
     A held request waits until ``release()`` and is then dropped: the connection is closed
     with no answer and nothing reaches S3.
@@ -244,6 +295,7 @@ class FaultProxy:
         self._hold: Hold | None = None
         self._lock = threading.Lock()
         self._release = threading.Event()
+        self._chaos: Chaos | None = None
         self.held: list[str] = []
         self.held_event = threading.Event()
         self.server = _QuietServer((HOST, 0), self._handler())
@@ -261,6 +313,16 @@ class FaultProxy:
             self.held = []
             self.held_event.clear()
             self._release.clear()
+
+    def chaos(self, plan: Chaos | None) -> None:
+        """Inject ``plan``'s faults from now on (``None``: none)."""
+        with self._lock:
+            self._chaos = plan
+
+    def _fault(self, method: str) -> str | None:
+        with self._lock:
+            plan = self._chaos
+        return plan.pick(method) if plan is not None else None
 
     def release(self) -> None:
         """Drop the held requests and forward everything again."""
@@ -304,12 +366,42 @@ class FaultProxy:
                 length = int(self.headers.get("Content-Length", 0) or 0)
                 return self.rfile.read(length) if length else b""
 
+            def _s3_error(self, fault: str) -> None:
+                status, code, message = _S3_ERRORS[fault]
+                body = (
+                    f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code>'
+                    f"<Message>{message}</Message></Error>"
+                ).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _reset(self) -> None:
+                # SO_LINGER 0: close sends a TCP RST, what a crashed proxy or LB does.
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.close_connection = True
+
             def _forward(self) -> None:
                 body = self._body()
                 if proxy._should_hold(self.command, self.path):
                     proxy._release.wait()
                     self.close_connection = True
                     return
+                fault = proxy._fault(self.command)
+                if fault in _S3_ERRORS:
+                    self._s3_error(fault)
+                    return
+                if fault == "reset":
+                    self._reset()
+                    return
+                if fault == "stall":
+                    plan = proxy._chaos
+                    time.sleep(plan.stall_s if plan is not None else 0)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
                 if body or self.command in ("PUT", "POST"):
                     headers["Content-Length"] = str(len(body))
@@ -335,6 +427,11 @@ class FaultProxy:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
+                    if fault == "truncate" and len(data) > 1:
+                        self.wfile.write(data[: len(data) // 2])
+                        self.wfile.flush()
+                        self._reset()
+                        return
                     self.wfile.write(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
