@@ -35,14 +35,20 @@ check-java:
 		echo "Install it, e.g. on Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2; \
 		exit 1; fi
 
-# Tools the integration tests drive as a user would: kcat (Debian package) for the
-# command-line client. Installed when missing; needs root or sudo and Debian's apt.
+# Tools the tests drive as a user would: kcat (the command-line client) and fiu-utils
+# (libfiu, disk fault injection for tests/reliability), both Debian packages. Installed
+# when missing; needs root or sudo and Debian's apt.
 system-deps:
-	@command -v kcat >/dev/null 2>&1 || { \
-		echo "installing kcat (Debian package) for the integration tests"; \
+	@missing=""; \
+	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	command -v fiu-run >/dev/null 2>&1 || missing="$$missing fiu-utils"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing (Debian packages) for the tests"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null || { \
-			echo "could not install kcat: run 'apt-get install -y kcat' as root" >&2; exit 1; }; }
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null || { \
+			echo "could not install$$missing: run 'apt-get install -y$$missing' as root" >&2; \
+			exit 1; }; \
+	fi
 
 lint: venv
 	$(BIN)/ruff check .

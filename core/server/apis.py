@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from core.errors import CoreError
+from core.errors import CoreError, KafkaStorageError
 from core.server.acl_apis import allowed, cluster_allowed
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
@@ -224,7 +224,11 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                         )
             except CoreError as e:
                 error, message = error_of(e), str(e)
-                log.debug("produce to %s-%d failed: %s", name, pdata.index, e)
+                if isinstance(e, KafkaStorageError):
+                    # The disk failed under an append: operators need to see this.
+                    log.warning("produce to %s-%d failed: %s", name, pdata.index, e)
+                else:
+                    log.debug("produce to %s-%d failed: %s", name, pdata.index, e)
             results.append(
                 make(
                     partition_cls,
@@ -241,7 +245,22 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
     # Every append of the request is done; only now wait (fsync per flush.messages, then
     # the high watermark for acks=-1), so requests of a connection append in order.
     for partition, results, slot, required in waits:
-        await broker.replica_manager.wait_durable(partition)
+        try:
+            await broker.replica_manager.wait_durable(partition)
+        except KafkaStorageError as e:
+            # Written but not durable (flush.messages): not acknowledged.
+            log.warning("fsync of %s-%d failed: %s", partition.topic, partition.index, e)
+            results[slot] = make(
+                partition_cls,
+                index=partition.index,
+                error_code=ErrorCode.kafka_storage_error,
+                base_offset=-1,
+                log_append_time=None,
+                log_start_offset=-1,
+                record_errors=(),
+                error_message=str(e),
+            )
+            continue
         if acks == -1:
             code = await broker.replica_manager.wait_replicated(partition, required, timeout_ms)
             if code:

@@ -162,6 +162,11 @@ class ReplicaManager:
                 write_partition_metadata(plog.dir, info.topic_id)
                 epoch = info.leader_epochs[index] if index < len(info.leader_epochs) else 0
                 plog.inline_flush = False  # fsyncs go to a thread: see append()
+                # Becoming leader with an ISR of one: the high watermark is the log end at
+                # once (Kafka's maybeIncrementHighWatermark), not the last checkpoint, or
+                # records acknowledged after that checkpoint stay invisible after a crash
+                # until the next produce.
+                plog.update_high_watermark(plog.log_end_offset)
                 partition = Partition(info, index, plog, epoch)
                 self.partitions[tp] = partition
             created.append(partition)

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,9 +54,17 @@ class BrokerProcess:
 
 
 def start_broker(
-    log_dir: Path, settings: Mapping[str, str] | None = None, *, port: int = 0
+    log_dir: Path,
+    settings: Mapping[str, str] | None = None,
+    *,
+    port: int = 0,
+    command_prefix: Sequence[str] = (),
 ) -> BrokerProcess:
-    """Start a broker on 127.0.0.1 and wait for its "listening on" line."""
+    """Start a broker on 127.0.0.1 and wait for its "listening on" line.
+
+    ``command_prefix`` runs the broker under another program that execs it (``fiu-run -x``
+    for disk faults), so the process id is still the broker's.
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     merged = {
         "node.id": "1",
@@ -64,7 +72,7 @@ def start_broker(
         "listeners": f"PLAINTEXT://127.0.0.1:{port}",
         **(settings or {}),
     }
-    args = [sys.executable, "-m", "tierlog", "broker", "start"]
+    args = [*command_prefix, sys.executable, "-m", "tierlog", "broker", "start"]
     for key, value in merged.items():
         args += ["--set", f"{key}={value}"]
     log_file = log_dir / f"broker-{time.monotonic_ns()}.log"
