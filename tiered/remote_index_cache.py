@@ -11,9 +11,11 @@ Files are named ``<20-digit start offset>_<segment uuid>.index`` / ``.timeindex`
 ``.txnindex``, written
 atomically (temp file, fsync, rename, fsync of the directory). The cache is bounded by the
 total size of its files (``remote.log.index.file.cache.total.size.bytes``) and evicts the
-least recently used segment first (size-weighted LRU). On start, leftovers of an interrupted
-write (``*.tmp``) and half-present pairs are deleted; complete pairs are kept, so a restart
-does not download them again. A segment missing one of its three files is incomplete.
+least recently used segment first (size-weighted LRU). Files are not fsynced (a cache):
+after a clean shutdown (``close()`` leaves a marker) complete entries are kept, so a restart
+does not download them again, and leftovers of an interrupted write (``*.tmp``) and
+incomplete entries (a segment missing one of its three files) are deleted; after a crash
+the whole cache is dropped, as its files may have lost their data.
 
 Index layouts (Kafka's, big-endian)::
 
@@ -52,6 +54,9 @@ TIME_SUFFIX = ".timeindex"
 TXN_SUFFIX = ".txnindex"
 SUFFIXES = (OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX)
 TMP_SUFFIX = ".tmp"
+# Written by close(); a cache directory without it after a restart may hold files whose
+# data a crash lost (they are not fsynced), so it is emptied instead of trusted.
+CLEAN_MARKER = ".clean-shutdown"
 
 _OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
@@ -137,26 +142,19 @@ def _parse_stem(name: str) -> tuple[int, uuid.UUID] | None:
         return None
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Temp file, then rename: readers never see a half-written file. No fsync: this is a
+    cache, and a file a crash may have left unwritten is never trusted (see
+    ``CLEAN_MARKER``); six fsyncs per downloaded segment made first reads of many
+    partitions at once miss remote.fetch.max.wait.ms."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
 
 
 def _loaded_txn_index(path: Path, start_offset: int) -> TransactionIndex:
@@ -204,6 +202,17 @@ class RemoteIndexCache:
 
     # -- start-up ------------------------------------------------------------------------
     def _load_existing(self) -> None:
+        marker = self.directory / CLEAN_MARKER
+        if not marker.exists():
+            stale = [p for p in self.directory.iterdir() if p.is_file()]
+            if stale:
+                log.info(
+                    "remote index cache: no clean shutdown; dropping %d cached files", len(stale)
+                )
+            for path in stale:
+                path.unlink(missing_ok=True)
+            return
+        marker.unlink()
         pairs: dict[uuid.UUID, dict[str, Path]] = {}
         starts: dict[uuid.UUID, int] = {}
         for path in sorted(self.directory.iterdir(), key=lambda p: p.stat().st_mtime):
@@ -351,6 +360,11 @@ class RemoteIndexCache:
             entry = self._entries.pop(segment_id, None)
             if entry is not None:
                 self._delete_files(segment_id, entry)
+
+    def close(self) -> None:
+        """Mark the cache clean (its files complete) for the next start."""
+        with self._lock:
+            (self.directory / CLEAN_MARKER).touch()
 
     @property
     def size_bytes(self) -> int:

@@ -267,6 +267,7 @@ class RemoteLogManager:
         self._copier.shutdown(wait=True, cancel_futures=True)
         self._expirer.shutdown(wait=True, cancel_futures=True)
         self.reader.shutdown()
+        self.index_cache.close()
         if close_plugins:
             self.rsm.close()
             self.rlmm.close()

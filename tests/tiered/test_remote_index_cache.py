@@ -55,9 +55,23 @@ def test_eviction_is_lru_by_bytes_and_deletes_files(env, memory_rsm):
     assert memory_rsm.index_fetches == fetched  # a hit
 
 
+def test_restart_after_a_crash_drops_the_cache(env, memory_rsm):
+    # Cache files are not fsynced: after a crash (no close()) none of them is trusted.
+    remote = tiered(env)
+    env.rlm.read_remote(env.tp, env.plog, remote[0].start_offset, 100)
+    directory = env.tmp_path / "logs" / DIR_NAME
+    assert any(directory.iterdir())
+    cache = RemoteIndexCache(env.tmp_path / "logs", memory_rsm, 1 << 20)
+    assert len(cache) == 0 and not any(directory.iterdir())
+    fetched = memory_rsm.index_fetches
+    assert cache.lookup_position(remote[0], remote[0].start_offset) == 0
+    assert memory_rsm.index_fetches > fetched  # downloaded again
+
+
 def test_restart_removes_leftovers_and_keeps_complete_entries(env, memory_rsm):
     remote = tiered(env)
     env.rlm.read_remote(env.tp, env.plog, remote[0].start_offset, 100)
+    env.rlm.index_cache.close()  # a clean shutdown
     directory = env.tmp_path / "logs" / DIR_NAME
     (directory / "00000000000000000000_junk.index.tmp").write_bytes(b"x")
     half = directory / f"{remote[1].start_offset:020d}_{remote[1].segment_id}.index"

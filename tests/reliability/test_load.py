@@ -1,0 +1,226 @@
+"""Load: many partitions, concurrent producers and consumers (some reading the remote tier)
+on one broker over loopback; no errors, nothing acknowledged lost, figures reported.
+
+``make soak``: 100 partitions, 20 producers and 20 consumers for 10 minutes (the issue's
+figures, in docs/RELIABILITY.md). ``make test``: 20 partitions, 4 and 4, 20 seconds. Half
+of the consumers start at offset 0 (so they read what has already moved to the remote
+tier), half at the end (tailing). A sampler records the broker's RSS every second.
+Throughput, latency percentiles and the RSS range are printed; only correctness is
+asserted (acknowledged records read back, no error a client cannot retry, the broker
+alive).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from broker_process import BrokerProcess, start_broker, wait_until
+from soak import SOAK
+
+PARTITIONS, PRODUCERS, CONSUMERS, SECONDS = (100, 20, 20, 600) if SOAK else (20, 4, 4, 20)
+RATE = 10_000  # records/s offered by all producers together
+TOPIC = "load"
+VALUE = b"v" * 200
+
+
+def settings(tmp: Path) -> dict[str, str]:
+    return {
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.storage.root": str(tmp / "bucket"),
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+        "remote.log.manager.task.interval.ms": "500",
+        "log.retention.check.interval.ms": "1000",
+    }
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Producers:
+    """PRODUCERS threads sending keyed records round-robin over the partitions."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.acked: dict[tuple[int, int], bytes] = {}
+        self.latencies_ms: list[float] = []
+        self.errors: list[str] = []
+
+    def run(self, n: int) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5})
+        sent = 0
+        began = time.monotonic()
+        while not self.stop.is_set():
+            key = b"p%02d-%09d" % (n, sent)
+            t0 = time.perf_counter()
+
+            def report(err: Any, msg: Any, t0: float = t0, key: bytes = key) -> None:
+                with self.lock:
+                    if err is not None:
+                        self.errors.append(str(err))
+                    else:
+                        self.acked[(msg.partition(), msg.offset())] = key
+                        self.latencies_ms.append((time.perf_counter() - t0) * 1000)
+
+            try:
+                producer.produce(
+                    TOPIC, key=key, value=VALUE, partition=sent % PARTITIONS, on_delivery=report
+                )
+                sent += 1
+            except BufferError:
+                producer.poll(0.05)
+            producer.poll(0)
+            if sent % 50 == 0:
+                # A steady offered load (RATE records/s over all producers), not a
+                # saturating one: latency then measures the broker, not a client queue.
+                ahead = began + sent / (RATE / PRODUCERS) - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+        if producer.flush(60):
+            with self.lock:
+                self.errors.append("records still queued at the end")
+
+
+class Consumers:
+    """CONSUMERS threads, each assigned a share of the partitions."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.read = 0
+        self.retried = 0
+        self.errors: list[str] = []
+
+    def run(self, n: int) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+
+        start = OFFSET_BEGINNING if n % 2 == 0 else OFFSET_END
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"load-{n}",
+                "enable.auto.commit": False,
+            }
+        )
+        mine = [
+            TopicPartition(TOPIC, p, start) for p in range(n % CONSUMERS, PARTITIONS, CONSUMERS)
+        ]
+        consumer.assign(mine)
+        try:
+            while not self.stop.is_set():
+                for msg in consumer.consume(500, 0.2):
+                    if msg.error():
+                        with self.lock:
+                            if msg.error().code() == -191:  # _PARTITION_EOF
+                                pass
+                            elif msg.error().retriable():
+                                self.retried += 1  # e.g. a remote read past its wait
+                            else:
+                                self.errors.append(str(msg.error()))
+                        continue
+                    with self.lock:
+                        self.read += 1
+        finally:
+            consumer.close()
+
+
+def verify(bootstrap: str, acked: dict[tuple[int, int], bytes]) -> int:
+    """Read every partition from offset 0 (through the remote tier) and compare keys."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False}
+    )
+    ends: dict[int, int] = defaultdict(int)
+    for p, o in acked:
+        ends[p] = max(ends[p], o + 1)
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in ends])
+    got: dict[tuple[int, int], bytes] = {}
+    deadline = time.monotonic() + 600
+    remaining = set(ends)
+    while remaining and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.5):
+            if msg.error():
+                assert msg.error().code() == -191 or msg.error().retriable(), msg.error()
+                continue
+            got[(msg.partition(), msg.offset())] = msg.key()
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                remaining.discard(msg.partition())
+    consumer.close()
+    lost = [tp for tp, key in acked.items() if got.get(tp) != key]
+    assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:3]}"
+    return len(got)
+
+
+def test_many_partitions_producers_and_consumers(
+    tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    broker = start_broker(tmp_path / "b", settings(tmp_path))
+    brokers.append(broker)
+    config = {
+        "remote.storage.enable": "true",
+        "segment.bytes": str(256 * 1024),
+        "local.retention.bytes": str(256 * 1024),
+    }
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config=config)])[TOPIC].result(60)
+
+    producers, consumers = Producers(broker.bootstrap), Consumers(broker.bootstrap)
+    rss: list[float] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.wait(1.0):
+            rss.append(rss_mb(broker.pid))
+
+    threads = [threading.Thread(target=producers.run, args=(i,)) for i in range(PRODUCERS)]
+    threads += [threading.Thread(target=consumers.run, args=(i,)) for i in range(CONSUMERS)]
+    sampler = threading.Thread(target=sample)
+    began = time.monotonic()
+    for t in [*threads, sampler]:
+        t.start()
+    try:
+        deadline = began + SECONDS
+        wait_until(
+            lambda: time.monotonic() >= deadline or broker.proc.poll() is not None,
+            SECONDS + 30,
+            1.0,
+            what="the load period",
+        )
+    finally:
+        producers.stop.set()
+        consumers.stop.set()
+        for t in threads:
+            t.join(120)
+        sampling.set()
+        sampler.join(10)
+    elapsed = time.monotonic() - began
+    assert broker.proc.poll() is None, broker.log_tail()
+    assert not producers.errors, producers.errors[:5]
+    assert not consumers.errors, consumers.errors[:5]
+    verified = verify(broker.bootstrap, producers.acked)
+    lat = sorted(producers.latencies_ms)
+    count = len(producers.acked)
+    print(
+        f"\n{PARTITIONS} partitions, {PRODUCERS} producers, {CONSUMERS} consumers, {elapsed:.0f}s:"
+        f" {count / elapsed:.0f} records/s acknowledged ({count * len(VALUE) / elapsed / 1e6:.1f}"
+        f" MB/s of values), consumers read {consumers.read}; produce latency p50 "
+        f"{statistics.median(lat):.1f} ms, p99 {lat[int(len(lat) * 0.99)]:.1f} ms; broker RSS "
+        f"{min(rss):.0f}-{max(rss):.0f} MB; {verified} records verified from offset 0; "
+        f"{consumers.retried} retriable consumer errors"
+    )
