@@ -142,6 +142,13 @@ def register(subparsers: Subparsers) -> None:
         metavar="SECONDS",
         help="bound of each request with --bootstrap-server (default 30)",
     )
+    group.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="client properties for --bootstrap-server (security.protocol, sasl.*, ssl.*), "
+        "as Kafka's tools take them",
+    )
     source.add_argument("--json", action="store_true", help="JSON on stdout, for scripts")
 
     p = actions.add_parser(
@@ -257,7 +264,10 @@ def open_source(args: argparse.Namespace) -> Source:
         if args.bootstrap_server:
             from rlmm.kafka_client import KafkaMetadataTopicClient
 
-            kafka = KafkaMetadataTopicClient(args.bootstrap_server, timeout_s=args.timeout)
+            settings = client_properties(args.command_config) if args.command_config else {}
+            kafka = KafkaMetadataTopicClient(
+                args.bootstrap_server, timeout_s=args.timeout, **settings
+            )
             client = kafka
             log_dirs = None
 
@@ -1029,3 +1039,33 @@ def run_summary(args: argparse.Namespace) -> int:
         table.append(row)
     print_table(headers, table)
     return EXIT_OK
+
+
+def client_properties(path: Path) -> dict[str, str]:
+    """Kafka client properties from a ``--command-config`` file, for librdkafka.
+
+    Kafka's Java tools take SASL credentials as a JAAS entry (``sasl.jaas.config=...
+    PlainLoginModule required username="u" password="p";``); librdkafka takes
+    ``sasl.username`` / ``sasl.password``: the entry is translated.
+
+    Raises:
+        CommandError: the file cannot be read, or its JAAS entry cannot be parsed.
+    """
+    from core.properties import PropertiesFileError, read_properties
+    from core.server.sasl import JaasConfigError, parse_jaas
+
+    try:
+        props = read_properties(path)
+    except PropertiesFileError as e:
+        raise CommandError(str(e)) from e
+    jaas = props.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        try:
+            _, options = parse_jaas(jaas)
+        except JaasConfigError as e:
+            raise CommandError(f"{path}: sasl.jaas.config: {e}") from e
+        if "username" in options:
+            props.setdefault("sasl.username", options["username"])
+        if "password" in options:
+            props.setdefault("sasl.password", options["password"])
+    return props

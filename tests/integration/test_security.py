@@ -9,8 +9,11 @@ appears in the broker's log.
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,10 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         "ssl.truststore.location": str(pki.ca),
         "listener.name.ssl.ssl.client.auth": "required",
         "sasl.enabled.mechanisms": ",".join(MECHANISMS),
+        # Tiering on, so that the CLI has remote metadata to read over SASL.
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.storage.root": str(tmp_path_factory.mktemp("bucket")),
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "2",
     }
     for listener in ("sasl_plaintext", "sasl_ssl"):
         for mechanism in MECHANISMS:
@@ -176,6 +183,33 @@ def test_tls_listener_refuses_a_client_without_a_certificate(
         e.code() in (KafkaError._TRANSPORT, KafkaError._SSL, KafkaError._ALL_BROKERS_DOWN)
         for e in errors
     ), errors
+
+
+def test_the_cli_reads_remote_metadata_over_sasl_with_a_command_config(
+    broker: BrokerProcess, tmp_path: Path
+) -> None:
+    bootstrap = broker.endpoints["SASL_PLAINTEXT"]
+    args = [sys.executable, "-m", "tierlog", "metadata", "list", "--json", "--timeout", "15"]
+    args += ["--bootstrap-server", bootstrap]
+    # Kafka's tools spell SASL credentials as a JAAS entry: that form is accepted.
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="alice" password="{PASSWORD}";\n'
+    )
+    done = subprocess.run(
+        [*args, "--command-config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["segments"] == []
+    unauthenticated = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert unauthenticated.returncode != 0
+    assert PASSWORD not in done.stderr + unauthenticated.stderr + unauthenticated.stdout
 
 
 def test_no_password_reaches_the_broker_log(broker: BrokerProcess) -> None:
