@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from broker_process import BrokerProcess, start_broker
+from s3_harness import brokers, bucket, s3_endpoint  # noqa: F401 - shared fixtures
 
 
 @pytest.fixture

@@ -24,14 +24,16 @@ import sys
 import threading
 import time
 import urllib.parse
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pytest
 from broker_process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,6 +75,34 @@ def tiering_settings(endpoint_url: str, endpoint: Any, bucket: str) -> dict[str,
         "log.retention.check.interval.ms": "300",
         "remote.partition.remover.task.interval.ms": "300",
     }
+
+
+# -- fixtures (imported by the test modules and conftests that use them) -----------------------
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[Any]:
+    """moto's server on 127.0.0.1 (or the endpoint named by TIERLOG_S3_ENDPOINT)."""
+    endpoint = launcher.start_s3_endpoint()
+    yield endpoint
+    endpoint.stop()
+
+
+@pytest.fixture
+def bucket(s3_endpoint: Any) -> Iterator[Bucket]:
+    """A bucket of the test's own."""
+    name = f"tierlog-e2e-{uuid.uuid4().hex[:10]}"
+    s3_endpoint.create_bucket(name)
+    client = s3_endpoint.client()
+    yield Bucket(client, name)
+    client.close()
+
+
+@pytest.fixture
+def brokers() -> Iterator[list[BrokerProcess]]:
+    """Brokers a test started; each still running at the end is SIGKILLed (by its pid)."""
+    started: list[BrokerProcess] = []
+    yield started
+    for b in started:
+        b.kill()
 
 
 # -- the bucket ---------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,31 +76,6 @@ def assert_identical(got: list[Got], start: int, end: int, who: str) -> None:
 
 
 # -- fixtures ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def s3_endpoint() -> Iterator[Any]:
-    endpoint = launcher.start_s3_endpoint()
-    yield endpoint
-    endpoint.stop()
-
-
-@pytest.fixture
-def bucket(s3_endpoint: Any) -> Iterator[Bucket]:
-    name = f"tierlog-e2e-{uuid.uuid4().hex[:10]}"
-    s3_endpoint.create_bucket(name)
-    client = s3_endpoint.client()
-    yield Bucket(client, name)
-    client.close()
-
-
-@pytest.fixture
-def brokers() -> Iterator[list[BrokerProcess]]:
-    """Brokers a test started; each still running at the end is SIGKILLed (by its pid)."""
-    started: list[BrokerProcess] = []
-    yield started
-    for b in started:
-        b.kill()
-
-
 def create_topic(bootstrap: str, topic: str, config: dict[str, str]) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
