@@ -116,3 +116,8 @@ class TieringMetrics:
     def remove(self, tp: TopicIdPartition) -> None:
         with self._lock:
             self.partitions.pop(tp, None)
+
+    def snapshot(self) -> tuple[dict[str, int], dict[TopicIdPartition, dict[str, int]]]:
+        """A consistent copy: broker-wide counters, and every partition's values."""
+        with self._lock:
+            return dict(self.broker), {tp: dict(v) for tp, v in self.partitions.items()}

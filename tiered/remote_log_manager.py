@@ -57,6 +57,7 @@ from tiered.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tiered.events import log_event
 from tiered.quota import (
     REMOTE_COPY_BYTES,
     REMOTE_COPY_ERRORS,
@@ -467,13 +468,15 @@ class RemoteLogManager:
                 custom = self.rsm.copy_log_segment_data(md, data)
             except (RemoteStorageError, OSError) as e:
                 self.metrics.inc(REMOTE_COPY_ERRORS, tp)
-                log.warning(
-                    "remote copy failed: %s %d..%d (%s); cleaning up",
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "remote_copy_failed",
                     tp,
-                    start,
-                    end,
-                    md.segment_id,
-                    extra={"event": "remote_copy_failed", "tp": str(tp), "start": start},
+                    segment_id=md.segment_id,
+                    start_offset=start,
+                    end_offset=end,
+                    error=f"{type(e).__name__}: {e}",
                 )
                 self._delete_segment(md, reason="failed copy")
                 raise RemoteStorageError(f"{tp}: copy of segment {start}..{end} failed") from e
@@ -490,22 +493,16 @@ class RemoteLogManager:
         self.metrics.inc(REMOTE_COPY_BYTES, tp, md.segment_size_in_bytes)
         if self.copy_quota is not None:
             self.copy_quota.record(md.segment_size_in_bytes)
-        log.info(
-            "remote copy: %s %d..%d %d bytes in %.3fs as %s",
+        log_event(
+            log,
+            logging.INFO,
+            "remote_copy",
             tp,
-            start,
-            end,
-            md.segment_size_in_bytes,
-            time.monotonic() - began,
-            md.segment_id,
-            extra={
-                "event": "remote_copy",
-                "tp": str(tp),
-                "start": start,
-                "end": end,
-                "bytes": md.segment_size_in_bytes,
-                "segment_id": str(md.segment_id),
-            },
+            segment_id=md.segment_id,
+            start_offset=start,
+            end_offset=end,
+            bytes=md.segment_size_in_bytes,
+            ms=round((time.monotonic() - began) * 1000),
         )
 
     def _delete_dangling_copies(self, tp: TopicIdPartition) -> None:
@@ -529,21 +526,15 @@ class RemoteLogManager:
         except (RemoteStorageError, OSError):
             self.metrics.inc(REMOTE_DELETE_ERRORS, tp)
             raise
-        log.info(
-            "remote delete: %s %d..%d (%s) as %s",
+        log_event(
+            log,
+            logging.INFO,
+            "remote_delete",
             tp,
-            md.start_offset,
-            md.end_offset,
-            reason,
-            md.segment_id,
-            extra={
-                "event": "remote_delete",
-                "tp": str(tp),
-                "start": md.start_offset,
-                "end": md.end_offset,
-                "reason": reason,
-                "segment_id": str(md.segment_id),
-            },
+            segment_id=md.segment_id,
+            start_offset=md.start_offset,
+            end_offset=md.end_offset,
+            reason=reason,
         )
 
     def _update(self, md: RemoteLogSegmentMetadata, state: RemoteLogSegmentState) -> Future[None]:

@@ -41,6 +41,7 @@ from tiered.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tiered.events import log_event
 from tiered.quota import (
     REMOTE_FETCH_BYTES,
     REMOTE_FETCH_ERRORS,
@@ -360,10 +361,13 @@ class RemoteLogReader:
             return b""
         except (RemoteStorageError, OSError) as e:
             self.metrics.inc(REMOTE_FETCH_ERRORS, tp)
-            log.warning(
-                "remote read failed",
-                extra={"event": "remote_read_failed", "tp": str(tp), "offset": fetch_offset},
-                exc_info=e,
+            log_event(
+                log,
+                logging.WARNING,
+                "remote_read_failed",
+                tp,
+                offset=fetch_offset,
+                error=f"{type(e).__name__}: {e}",
             )
             raise
 

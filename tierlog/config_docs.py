@@ -27,8 +27,23 @@ def table(keys: Iterable[ConfigKey]) -> str:
     return "\n".join(rows)
 
 
+def topic_table() -> str:
+    from core.log.config import TOPIC_CONFIG
+
+    rows = [
+        "| key | type | default | broker default key | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for key in TOPIC_CONFIG:
+        default = "" if key.default is None else f"`{format_value(key, key.default)}`"
+        broker = f"`{key.server_default_property}`" if key.server_default_property else ""
+        rows.append(f"| `{key.name}` | {key.type.value} | {default} | {broker} | {key.doc} |")
+    return "\n".join(rows)
+
+
 def sections() -> dict[str, str]:
     """Rendered tables by marker name."""
+    from core.server.config import BROKER_CONFIG
     from rsm_plugins.base import COMMON_KEYS
     from rsm_plugins.fsspec import FsspecRemoteStorageManager
     from rsm_plugins.local import LocalDirRemoteStorageManager
@@ -36,6 +51,8 @@ def sections() -> dict[str, str]:
     from tiered.rlm_config import RLM_CONFIG
 
     return {
+        "topic": topic_table(),
+        "broker": table(BROKER_CONFIG),
         "remote-log-manager": table(RLM_CONFIG),
         "rsm-common": table(COMMON_KEYS),
         "rsm-local": table(LocalDirRemoteStorageManager.CONFIG_KEYS),

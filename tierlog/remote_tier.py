@@ -38,6 +38,7 @@ from tiered.api import (
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rlm_config import RemoteLogManagerConfig
 from tierlog.metadata_topic import InProcessMetadataTopicClient
+from tierlog.metrics_http import PrometheusEndpoint
 
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog
@@ -173,6 +174,7 @@ class TieredBroker:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.remote_tier = RemoteTier(broker)
+        self.metrics_endpoint: PrometheusEndpoint | None = None
 
     @property
     def config(self):
@@ -182,12 +184,29 @@ class TieredBroker:
         bound = await self.broker.start()
         try:
             await self.remote_tier.start()
+            port = self.broker.config.get("metrics.prometheus.port")
+            if port >= 0:
+                host = self.broker.config.get("metrics.prometheus.host")
+                endpoint = PrometheusEndpoint(host, port, self._tiering_metrics)
+                try:
+                    endpoint.start()
+                except OSError as e:
+                    raise RemoteTierStartError(
+                        f"metrics.prometheus.port={port}: cannot listen on {host}:{port}: {e}"
+                    ) from e
+                self.metrics_endpoint = endpoint
         except BaseException:
-            await self.remote_tier.stop()
-            await self.broker.stop()
+            await self.stop()
             raise
         return bound
 
+    def _tiering_metrics(self):
+        rlm = self.remote_tier.rlm
+        return rlm.metrics if rlm is not None else None
+
     async def stop(self) -> None:
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.stop()
+            self.metrics_endpoint = None
         await self.remote_tier.stop()
         await self.broker.stop()

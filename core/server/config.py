@@ -160,6 +160,12 @@ _BROKER_KEYS = [
               "(User:admin;User:ops)."),
     ConfigKey("allow.everyone.if.no.acl.found", B, False,
               "Allow a request on a resource that has no ACL at all."),
+    # -- metrics (tierlog's; Kafka exports JMX) ----------------------------------------------
+    ConfigKey("metrics.prometheus.port", I, -1,
+              "Port of the Prometheus /metrics endpoint; -1 disables it, 0 picks a free port.",
+              between(-1, 65535)),
+    ConfigKey("metrics.prometheus.host", S, "127.0.0.1",
+              "Address the Prometheus endpoint binds."),
     # -- socket server ----------------------------------------------------------------------
     ConfigKey("num.network.threads", I, 3, "Threads for network I/O.", at_least(1)),
     ConfigKey("num.io.threads", I, 8, "Threads for request processing and disk I/O.",

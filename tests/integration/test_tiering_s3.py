@@ -371,7 +371,7 @@ def test_s3_outage_delays_tiering_but_not_produce_or_local_reads(
             # Not a speed test: a produce or read that waited on S3 would take the outage.
             assert slowest < OUTAGE_S / 3, f"produce + local read took {slowest:.1f}s"
         local_start_in_outage = local_log_start(broker, topic)
-        failed_copies = broker_log_lines(broker, "remote copy failed")
+        failed_copies = broker_log_lines(broker, "event=remote_copy_failed")
 
         server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
         server.start()

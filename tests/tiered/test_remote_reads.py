@@ -15,6 +15,7 @@ from harness import T0, Env, produce
 
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
+from tiered.api import TopicIdPartition
 from tiered.remote_reader import READ_AHEAD_MAX_ENTRIES, CorruptRemoteDataError, _ReadAhead
 
 
@@ -118,3 +119,15 @@ def test_a_batch_corrupted_in_the_remote_tier_is_never_served(env, memory_rsm):
         env.rlm.reader.fetch(env.tp, env.plog, md.start_offset, 1 << 20)
     # Other segments are still served.
     assert env.rlm.reader.fetch(env.tp, env.plog, 0, 1 << 20).records
+
+
+def test_event_lines_are_one_line_of_key_value_fields():
+    from tiered.events import event_line
+
+    tp = TopicIdPartition(uuid.UUID(int=1), "orders", 3)
+    line = event_line("remote_delete", tp, start_offset=0, end_offset=9, reason="retention.ms")
+    assert line == (
+        "event=remote_delete topic=orders partition=3 start_offset=0 end_offset=9 "
+        "reason=retention.ms"
+    )
+    assert 'error="OSError: disk full"' in event_line("x", tp, error="OSError: disk full")
