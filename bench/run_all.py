@@ -9,7 +9,11 @@ server (about 1 minute, ~2 GiB of scratch space) and acks=1 latency at 10 MB/s f
 (about 25 s); with ``--quick``, 100,000 messages and 3 s (about 15 s in all). They are
 opt-in so that the default ``make bench`` stays short.
 
-    python -m bench.run_all [--quick] [--broker] [--dir bench-data]
+``--tiering`` adds the tiered-storage benchmarks of ``bench.tiering`` (copy to S3 vs boto3,
+consumers from the remote tier vs local, produce latency with tiering on vs off; about
+8 minutes, 3 with ``--quick``).
+
+    python -m bench.run_all [--quick] [--broker] [--tiering] [--dir bench-data]
 """
 
 from __future__ import annotations
@@ -19,7 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-from bench import broker_latency, broker_throughput, log_append, log_read, log_recovery
+from bench import (
+    broker_latency,
+    broker_throughput,
+    log_append,
+    log_read,
+    log_recovery,
+    tiering,
+)
 from bench._common import DEFAULT_DIR, Result, describe_machine, print_table
 
 
@@ -30,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         "--broker",
         action="store_true",
         help="also run the broker throughput and latency benchmarks (about 1.5 min)",
+    )
+    parser.add_argument(
+        "--tiering",
+        action="store_true",
+        help="also run the tiered-storage benchmarks (about 8 min)",
     )
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="scratch directory")
     args = parser.parse_args(argv)
@@ -50,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results, [("elapsed", f"{time.perf_counter() - start:.0f} s")])
     if args.broker:
         run_broker(args.quick, args.dir)
+    if args.tiering:
+        tiering.main(["--dir", str(args.dir)] + (["--quick"] if args.quick else []))
     # A miss is a finding to report, not a failure: benchmarks never gate the build.
     return 0
 
