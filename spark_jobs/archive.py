@@ -1,0 +1,348 @@
+"""Reading a partition's archive: remote segments -> records -> Arrow, without a broker.
+
+What is read is the canonical log (``spark_jobs.lineage``) over the segments the bucket's
+manifests describe (``segments_from_manifests``: a bucket alone is enough). Records come in
+the schema of Spark's Kafka source plus ``leaderEpoch`` and ``producerId``, as a
+READ_COMMITTED consumer would see them: control batches and the records of aborted
+transactions (from the segments' transaction indexes) are left out.
+
+Everything here takes an ``ArchiveConfig``, plain strings only, so that Spark executors can
+build their own RSM plugin from it: no live client travels from the driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from core.log.txn_index import AbortedTxn
+from core.records.batch import HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader
+from core.records.record import RecordColumns, decode_columns
+from rsm_plugins.base import ObjectStoreRemoteStorageManager
+from rsm_plugins.layout import ObjectSuffix, SegmentManifest
+from spark_jobs.lineage import Lineage, SegmentRange, canonical_ranges, newest_segment
+from tiered.api import (
+    RSM_CONFIG_PREFIX,
+    IndexType,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
+    RemoteStorageManager,
+    load_plugin,
+)
+
+SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+        (
+            "headers",
+            pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
+        ),
+        ("leaderEpoch", pa.int32()),
+        ("producerId", pa.int64()),
+    ]
+)
+ROWS_PER_BATCH = 65_536
+_TXN = struct.Struct(">hqqqq")  # core.log.txn_index's entry: version, pid, first, last, lso
+_TXN_ENTRY = _TXN.size
+
+
+@dataclass(frozen=True)
+class ArchiveConfig:
+    """How to reach the archive: the RSM plugin by dotted path and its settings (without the
+    ``rsm.config.`` prefix). Serialisable: Spark ships it to executors."""
+
+    rsm_class: str = "rsm_plugins.local.LocalDirRemoteStorageManager"
+    rsm_config: Mapping[str, str] = field(default_factory=dict)
+
+    def open(self) -> RemoteStorageManager:
+        """A configured plugin (close it after use).
+
+        Raises:
+            RemoteStorageError: unknown class or bad settings, naming the key.
+        """
+        rsm = load_plugin(
+            self.rsm_class, RemoteStorageManager, key="remote.log.storage.manager.class.name"
+        )
+        rsm.configure(dict(self.rsm_config))
+        return rsm
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ArchiveConfig:
+        """From Spark options / broker properties: ``remote.log.storage.manager.class.name``
+        and ``rsm.config.*`` keys."""
+        rsm_class = options.get("remote.log.storage.manager.class.name", cls.rsm_class)
+        rsm_config = {
+            k[len(RSM_CONFIG_PREFIX) :]: v
+            for k, v in options.items()
+            if k.startswith(RSM_CONFIG_PREFIX)
+        }
+        return cls(rsm_class, rsm_config)
+
+
+# -- metadata from the bucket alone -------------------------------------------------------------
+def segments_from_manifests(
+    rsm: RemoteStorageManager, topic: str
+) -> dict[int, list[RemoteLogSegmentMetadata]]:
+    """Every segment of ``topic`` that has a manifest, by partition.
+
+    A manifest is written last and deleted first, so its presence means a complete copy:
+    the segment counts as COPY_SEGMENT_FINISHED whatever state the manifest recorded when it
+    was written.
+
+    Raises:
+        ValueError: the plugin cannot list its objects (not an object-store plugin).
+    """
+    if not isinstance(rsm, ObjectStoreRemoteStorageManager):
+        raise ValueError(
+            f"{type(rsm).__name__} cannot list a bucket: give the metadata another way"
+        )
+    store = rsm.store
+    out: dict[int, list[RemoteLogSegmentMetadata]] = defaultdict(list)
+    suffix = "." + ObjectSuffix.MANIFEST.value
+    for key in store.list_keys(rsm.key_prefix + f"{topic}-"):
+        if not key.endswith(suffix):
+            continue
+        md = SegmentManifest.from_json(store.get_bytes(key), key).metadata
+        if md.topic_id_partition.topic != topic:
+            continue  # another topic whose name starts with this one's
+        md = dataclasses.replace(md, state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+        out[md.topic_id_partition.partition].append(md)
+    return dict(out)
+
+
+def archive_lineage(
+    rsm: RemoteStorageManager, segments: Sequence[RemoteLogSegmentMetadata]
+) -> Lineage:
+    """The current lineage: the leader-epoch checkpoint copied with the newest leader's
+    segment (see ``spark_jobs.lineage``)."""
+    newest = newest_segment(segments)
+    with rsm.fetch_index(newest, IndexType.LEADER_EPOCH) as stream:
+        return Lineage.from_checkpoint(stream.read(), str(newest.remote_log_segment_id))
+
+
+def aborted_transactions(
+    rsm: RemoteStorageManager, segments: Sequence[RemoteLogSegmentMetadata]
+) -> dict[int, list[tuple[int, int]]]:
+    """Producer id -> the (first, last) offsets of its aborted transactions, from the
+    transaction indexes of ``segments`` (skipping those whose metadata says they have none)."""
+    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for md in segments:
+        if md.txn_index_empty:
+            continue
+        try:
+            with rsm.fetch_index(md, IndexType.TRANSACTION) as stream:
+                data = stream.read()
+        except RemoteResourceNotFoundError:
+            continue
+        for at in range(0, len(data) - len(data) % _TXN_ENTRY, _TXN_ENTRY):
+            txn = _parse_txn(data[at : at + _TXN_ENTRY])
+            out[txn.producer_id].append((txn.first_offset, txn.last_offset))
+    return dict(out)
+
+
+def _parse_txn(entry: bytes) -> AbortedTxn:
+    _, pid, first, last, lso = _TXN.unpack(entry)
+    return AbortedTxn(pid, first, last, lso)
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """What to read of one partition: canonical ranges and the aborted transactions."""
+
+    topic: str
+    partition: int
+    ranges: list[SegmentRange]
+    aborted: dict[int, list[tuple[int, int]]]
+
+
+def plan_partition(
+    rsm: RemoteStorageManager,
+    topic: str,
+    partition: int,
+    segments: Sequence[RemoteLogSegmentMetadata],
+    *,
+    start: int = 0,
+    end: int | None = None,
+    since_ms: int | None = None,
+    lineage: Lineage | None = None,
+) -> PartitionPlan:
+    """The canonical ranges of a partition within ``[start, end]`` (``end`` inclusive, None:
+    the end), without segments whose max timestamp is below ``since_ms`` (they cannot hold a
+    record at or after it) — decided from metadata, without reading them."""
+    finished = [s for s in segments if s.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+    if not finished:
+        return PartitionPlan(topic, partition, [], {})
+    current = lineage if lineage is not None else archive_lineage(rsm, finished)
+    ranges = []
+    for r in canonical_ranges(finished, current, log_start_offset=start):
+        if end is not None and r.start > end:
+            continue
+        if since_ms is not None and r.segment.max_timestamp_ms < since_ms:
+            continue
+        ranges.append(
+            SegmentRange(r.segment, r.start, min(r.end, end) if end is not None else r.end)
+        )
+    return PartitionPlan(topic, partition, ranges, aborted_transactions(rsm, finished))
+
+
+# -- records ------------------------------------------------------------------------------------
+def _batches(stream: io.RawIOBase | io.BufferedIOBase) -> Iterator[RecordBatchHeader]:
+    """Whole batches from a stream positioned at a batch start; stops at a torn tail."""
+    while True:
+        head = stream.read(LOG_OVERHEAD)
+        if len(head) < LOG_OVERHEAD:
+            return
+        size = int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
+        if size < HEADER_SIZE:
+            return
+        rest = stream.read(size - LOG_OVERHEAD)
+        if len(rest) < size - LOG_OVERHEAD:
+            return
+        yield RecordBatchHeader(head + rest)
+
+
+def read_range(
+    rsm: RemoteStorageManager,
+    r: SegmentRange,
+    topic: str,
+    partition: int,
+    aborted: Mapping[int, list[tuple[int, int]]],
+    *,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``r`` as Arrow batches of SCHEMA (at most ROWS_PER_BATCH rows each).
+
+    The read starts at the batch the offset index gives for ``r.start`` and stops after the
+    batch holding ``r.end``. Every batch's CRC32C is checked as it is decoded.
+    """
+    md = r.segment
+    position = _start_position(rsm, md, r.start)
+    cols = RecordColumns()
+    with rsm.fetch_log_segment(md, position) as stream:
+        for header in _batches(stream):
+            if header.base_offset > r.end:
+                break
+            if header.last_offset < r.start or header.is_control:
+                continue
+            before = len(cols)
+            decode_columns(header, cols)
+            if header.is_transactional and header.producer_id in aborted:
+                spans = aborted[header.producer_id]
+                keep = [
+                    i
+                    for i in range(before, len(cols))
+                    if not any(first <= cols.offsets[i] <= last for first, last in spans)
+                ]
+                _keep(cols, before, keep)
+            if len(cols) >= ROWS_PER_BATCH:
+                yield _to_arrow(cols, topic, partition, r, since_ms, until_ms)
+                cols = RecordColumns()
+    if len(cols):
+        yield _to_arrow(cols, topic, partition, r, since_ms, until_ms)
+
+
+def _keep(cols: RecordColumns, start: int, keep: list[int]) -> None:
+    """Keep, of the rows from ``start`` on, only those at indexes ``keep``."""
+    for name in (
+        "offsets",
+        "timestamps",
+        "keys",
+        "values",
+        "headers",
+        "timestamp_types",
+        "leader_epochs",
+        "producer_ids",
+    ):
+        column = getattr(cols, name)
+        column[start:] = [column[i] for i in keep]
+
+
+def _start_position(rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, offset: int) -> int:
+    """The position of the last offset-index entry at or below ``offset`` (0 without one)."""
+    with rsm.fetch_index(md, IndexType.OFFSET) as stream:
+        data = stream.read()
+    best = 0
+    base = md.start_offset
+    for at in range(0, len(data) - len(data) % 8, 8):
+        rel = int.from_bytes(data[at : at + 4], "big")
+        pos = int.from_bytes(data[at + 4 : at + 8], "big")
+        if at and rel == 0 and pos == 0:
+            break  # the preallocated zero tail
+        if base + rel > offset:
+            break
+        best = pos
+    return best
+
+
+def _to_arrow(
+    cols: RecordColumns,
+    topic: str,
+    partition: int,
+    r: SegmentRange,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> pa.RecordBatch:
+    rows = [
+        i
+        for i, (o, ts) in enumerate(zip(cols.offsets, cols.timestamps, strict=True))
+        if r.start <= o <= r.end
+        and (since_ms is None or ts >= since_ms)
+        and (until_ms is None or ts < until_ms)
+    ]
+    n = len(rows)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([cols.keys[i] for i in rows], pa.binary()),
+            pa.array([cols.values[i] for i in rows], pa.binary()),
+            pa.array([topic] * n, pa.string()),
+            pa.array([partition] * n, pa.int32()),
+            pa.array([cols.offsets[i] for i in rows], pa.int64()),
+            pa.array([cols.timestamps[i] * 1000 for i in rows], pa.timestamp("us", tz="UTC")),
+            pa.array([cols.timestamp_types[i] for i in rows], pa.int32()),
+            pa.array(
+                [[{"key": k, "value": v} for k, v in cols.headers[i]] for i in rows],
+                SCHEMA.field("headers").type,
+            ),
+            pa.array([cols.leader_epochs[i] for i in rows], pa.int32()),
+            pa.array([cols.producer_ids[i] for i in rows], pa.int64()),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def read_partition(
+    config: ArchiveConfig,
+    plan: PartitionPlan,
+    *,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Every range of ``plan``, in offset order (a convenience for tools and tests)."""
+    rsm = config.open()
+    try:
+        for r in plan.ranges:
+            yield from read_range(
+                rsm,
+                r,
+                plan.topic,
+                plan.partition,
+                plan.aborted,
+                since_ms=since_ms,
+                until_ms=until_ms,
+            )
+    finally:
+        rsm.close()
