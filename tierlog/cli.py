@@ -34,7 +34,12 @@ EXIT_BAD_DATA = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
-COMMANDS: tuple[str, ...] = ("tierlog.broker_cmd", "tierlog.dump_log", "tierlog.metadata_cmd")
+COMMANDS: tuple[str, ...] = (
+    "tierlog.broker_cmd",
+    "tierlog.dump_log",
+    "tierlog.metadata_cmd",
+    "tierlog.export_cmd",
+)
 """Modules that register a subcommand, in the order ``--help`` lists them."""
 
 # argparse exposes no public name for the object add_subparsers returns.
