@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader
@@ -296,32 +297,45 @@ def _to_arrow(
     since_ms: int | None,
     until_ms: int | None,
 ) -> pa.RecordBatch:
-    rows = [
-        i
-        for i, (o, ts) in enumerate(zip(cols.offsets, cols.timestamps, strict=True))
-        if r.start <= o <= r.end
-        and (since_ms is None or ts >= since_ms)
-        and (until_ms is None or ts < until_ms)
-    ]
-    n = len(rows)
-    return pa.RecordBatch.from_arrays(
+    n = len(cols)
+    offsets = pa.array(cols.offsets, pa.int64())
+    timestamps = pa.array(cols.timestamps, pa.int64())
+    # Headers: one flat list of keys and values, cut per record by offsets (no dict per row).
+    ends = [0]
+    hkeys: list[str] = []
+    hvalues: list[bytes | None] = []
+    for headers in cols.headers:
+        for k, v in headers:
+            hkeys.append(k)
+            hvalues.append(v)
+        ends.append(len(hkeys))
+    header_structs = pa.StructArray.from_arrays(
+        [pa.array(hkeys, pa.string()), pa.array(hvalues, pa.binary())], names=["key", "value"]
+    )
+    batch = pa.RecordBatch.from_arrays(
         [
-            pa.array([cols.keys[i] for i in rows], pa.binary()),
-            pa.array([cols.values[i] for i in rows], pa.binary()),
-            pa.array([topic] * n, pa.string()),
+            pa.array(cols.keys, pa.binary()),
+            pa.array(cols.values, pa.binary()),
+            pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int8()), [topic]).cast(pa.string()),
             pa.array([partition] * n, pa.int32()),
-            pa.array([cols.offsets[i] for i in rows], pa.int64()),
-            pa.array([cols.timestamps[i] * 1000 for i in rows], pa.timestamp("us", tz="UTC")),
-            pa.array([cols.timestamp_types[i] for i in rows], pa.int32()),
-            pa.array(
-                [[{"key": k, "value": v} for k, v in cols.headers[i]] for i in rows],
-                SCHEMA.field("headers").type,
-            ),
-            pa.array([cols.leader_epochs[i] for i in rows], pa.int32()),
-            pa.array([cols.producer_ids[i] for i in rows], pa.int64()),
+            offsets,
+            pc.multiply(timestamps, 1000).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(cols.timestamp_types, pa.int32()),
+            pa.ListArray.from_arrays(pa.array(ends, pa.int32()), header_structs),
+            pa.array(cols.leader_epochs, pa.int32()),
+            pa.array(cols.producer_ids, pa.int64()),
         ],
         schema=SCHEMA,
     )
+    # Rows outside the range (the first and last batches may straddle it) or the times.
+    mask = pc.and_(pc.greater_equal(offsets, r.start), pc.less_equal(offsets, r.end))
+    if since_ms is not None:
+        mask = pc.and_(mask, pc.greater_equal(timestamps, since_ms))
+    if until_ms is not None:
+        mask = pc.and_(mask, pc.less(timestamps, until_ms))
+    if pc.all(mask).as_py():
+        return batch
+    return batch.filter(mask)
 
 
 def read_partition(
