@@ -35,18 +35,19 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.errors import CoreError
 from core.log.file_records import FileRecords
 from core.server.topics import read_partition_metadata
-from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
+from rlmm.cache import RemoteLogMetadataCache
 from rlmm.cache import decode_cursor as decode_cache_cursor
 from rlmm.cache import encode_cursor as encode_cache_cursor
 from rlmm.formatter import FormatterConfig, RemoteLogMetadataFormatter, kafka_uuid
 from rlmm.partitioner import metadata_partition
+from rlmm.replay import Replay, TracedEvent, partition_key, replay
 from rlmm.serde import MetadataSerdeError, RemoteLogSegmentMetadataSnapshot, decode
 from rlmm.topic_client import (
     METADATA_TOPIC,
@@ -59,7 +60,6 @@ from tiered.api import (
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
-    RemotePartitionDeleteState,
     RemoteStorageError,
     TopicIdPartition,
 )
@@ -345,117 +345,6 @@ def read_records(source: Source) -> Iterator[tuple[int, int, bytes]]:
             raise CommandError(f"{METADATA_TOPIC}-{partition}: {e}") from e
 
 
-# -- replaying the topic into caches ----------------------------------------------------------
-
-
-@dataclass
-class TracedEvent:
-    partition: int
-    offset: int
-    api_key: int
-    version: int
-    event: object
-    applied: bool = True
-    problem: str | None = None
-
-
-@dataclass
-class Replay:
-    """Every user partition's cache after replaying the topic."""
-
-    num_partitions: int
-    store: RemotePartitionMetadataStore = field(default_factory=RemotePartitionMetadataStore)
-    delete_states: dict[TopicIdPartition, RemotePartitionDeleteState] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    traced: list[TracedEvent] = field(default_factory=list)
-
-    def partitions(self) -> list[TopicIdPartition]:
-        """Every user partition seen, in listing order."""
-        return sorted({*self.store.partitions(), *self.delete_states}, key=partition_key)
-
-    def cache(self, tp: TopicIdPartition) -> RemoteLogMetadataCache | None:
-        try:
-            return self.store.cache(tp)
-        except RemoteStorageError:
-            return None
-
-
-def partition_key(tp: TopicIdPartition) -> tuple[str, int, bytes]:
-    """The listing order of user partitions (and what a cursor records)."""
-    return tp.topic, tp.partition, tp.topic_id.bytes
-
-
-def _event_partition(event: object) -> TopicIdPartition | None:
-    if isinstance(event, RemoteLogSegmentMetadata | RemoteLogSegmentMetadataUpdate):
-        return event.topic_id_partition
-    if isinstance(event, RemotePartitionDeleteMetadata):
-        return event.topic_id_partition
-    return None
-
-
-def _event_segment(event: object) -> uuid.UUID | None:
-    if isinstance(event, RemoteLogSegmentMetadata):
-        return event.segment_id
-    if isinstance(event, RemoteLogSegmentMetadataUpdate):
-        return event.remote_log_segment_id.id
-    return None
-
-
-def replay(source: Source, trace: uuid.UUID | None = None) -> Replay:
-    """Apply every event of the topic to per-partition caches.
-
-    Args:
-        trace: a segment id whose events to keep in ``Replay.traced``.
-    """
-    result = Replay(source.num_partitions)
-    store = result.store
-    for partition, offset, value in read_records(source):
-        where = f"{METADATA_TOPIC}-{partition} offset {offset}"
-        try:
-            decoded = decode(value)
-        except MetadataSerdeError as e:
-            result.warnings.append(f"{where}: cannot decode the value: {e}")
-            continue
-        event = decoded.event
-        traced = None
-        if trace is not None and _event_segment(event) == trace:
-            traced = TracedEvent(partition, offset, decoded.api_key, decoded.version, event)
-            result.traced.append(traced)
-        applied, problem = _apply(result, store, partition, event)
-        if problem is not None:
-            result.warnings.append(f"{where}: {problem}")
-        if traced is not None:
-            traced.applied, traced.problem = applied, problem
-    return result
-
-
-def _apply(
-    result: Replay, store: RemotePartitionMetadataStore, partition: int, event: object
-) -> tuple[bool, str | None]:
-    """Apply one event: whether it applied, and what is wrong with it (or None)."""
-    tp = _event_partition(event)
-    if tp is None:
-        kind = "snapshot" if isinstance(event, RemoteLogSegmentMetadataSnapshot) else "unknown"
-        return False, f"a {kind} record does not belong in {METADATA_TOPIC}: skipped"
-    expected = metadata_partition(tp, result.num_partitions)
-    try:
-        if isinstance(event, RemoteLogSegmentMetadata):
-            store.add_copy_in_progress_segment(event)
-        elif isinstance(event, RemoteLogSegmentMetadataUpdate):
-            store.update_remote_log_segment_metadata(event)
-        elif isinstance(event, RemotePartitionDeleteMetadata):
-            store.put_remote_partition_delete_metadata(event)
-            result.delete_states[tp] = event.state
-    except (RemoteStorageError, ValueError) as e:
-        return False, f"{type(event).__name__} not applied: {e}"
-    if expected != partition:
-        return True, (
-            f"{tp} belongs in partition {expected} of {result.num_partitions} "
-            "(applied anyway; is --num-partitions right?)"
-        )
-    return True, None
-
-
 def print_warnings(warnings: Sequence[str]) -> None:
     for w in warnings[:MAX_WARNINGS_SHOWN]:
         print(f"tierlog: warning: {w}", file=sys.stderr)
@@ -469,7 +358,7 @@ def print_warnings(warnings: Sequence[str]) -> None:
 def _load(args: argparse.Namespace, trace: uuid.UUID | None = None) -> Replay:
     source = open_source(args)
     try:
-        result = replay(source, trace)
+        result = replay(read_records(source), source.num_partitions, trace)
     finally:
         source.close()
     print_warnings(result.warnings)
@@ -997,7 +886,7 @@ def partition_summary(
 def run_summary(args: argparse.Namespace) -> int:
     source = open_source(args)
     try:
-        replayed = replay(source)
+        replayed = replay(read_records(source), source.num_partitions)
         print_warnings(replayed.warnings)
         rows = [
             partition_summary(tp, replayed.cache(tp), replayed, source.end_offset_of(tp))
