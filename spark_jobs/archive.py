@@ -25,6 +25,8 @@ import pyarrow.compute as pc
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader
 from core.records.record import RecordColumns, decode_columns
+from rlmm.replay import replay
+from rlmm.topic_client import MetadataTopicClient
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
 from rsm_plugins.layout import ObjectSuffix, SegmentManifest
 from spark_jobs.lineage import Lineage, SegmentRange, canonical_ranges, newest_segment
@@ -122,6 +124,47 @@ def segments_from_manifests(
         md = dataclasses.replace(md, state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
         out[md.topic_id_partition.partition].append(md)
     return dict(out)
+
+
+def segments_from_metadata_topic(
+    client: MetadataTopicClient, topic: str, num_partitions: int | None = None
+) -> dict[int, list[RemoteLogSegmentMetadata]]:
+    """Every segment of ``topic`` that ``__remote_log_metadata`` records, by partition, as a
+    broker's RemoteLogMetadataManager would hold them (all states; the canonical log keeps
+    COPY_SEGMENT_FINISHED ones). Read with any metadata-topic client: over Kafka, or offline
+    from log dirs. When the topic was deleted and created again, the newest topic id wins.
+
+    Raises:
+        RemoteStorageError: the topic cannot be read.
+    """
+    n = num_partitions or client.partition_count()
+
+    def records() -> Iterator[tuple[int, int, bytes]]:
+        for partition in range(n):
+            end = client.end_offset(partition)
+            offset = 0
+            while offset < end:
+                batch = client.read(partition, offset, 10_000)
+                if not batch:
+                    break
+                for record in batch:
+                    yield partition, record.offset, record.value
+                offset = batch[-1].offset + 1
+
+    replayed = replay(records(), n)
+    by_id: dict[object, dict[int, list[RemoteLogSegmentMetadata]]] = defaultdict(dict)
+    newest: dict[object, int] = defaultdict(int)
+    for tp in replayed.store.partitions():
+        if tp.topic != topic:
+            continue
+        cache = replayed.cache(tp)
+        segments = list(cache.entries()) if cache is not None else []
+        by_id[tp.topic_id][tp.partition] = segments
+        for md in segments:
+            newest[tp.topic_id] = max(newest[tp.topic_id], md.event_timestamp_ms)
+    if not by_id:
+        return {}
+    return by_id[max(by_id, key=lambda topic_id: newest[topic_id])]
 
 
 def archive_lineage(

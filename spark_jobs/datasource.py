@@ -15,8 +15,11 @@ for ``format("kafka")`` move over unchanged. Options:
 
 - ``remote.log.storage.manager.class.name`` (default the local-directory plugin) and the
   plugin's ``rsm.config.*`` settings, as in the broker's config;
-- ``metadata`` = ``manifests`` (the default and, for now, the only source: the bucket alone;
-  the RLMM topic over Kafka and offline log dirs are planned);
+- where the segment metadata comes from: ``bootstrap.servers`` (``__remote_log_metadata``
+  read over Kafka, any broker including Apache Kafka; ``kafka.*`` options go to the client,
+  e.g. ``kafka.security.protocol``), ``log.dirs`` (the topic's ``.log`` files, offline,
+  comma-separated dirs), or by default the bucket's manifests alone;
+  ``metadata.num.partitions`` if the metadata topic's partition count cannot be read;
 - ``topic`` (comma-separated) or ``topicPattern`` (a regular expression); ``partitions``
   (comma-separated, default all);
 - ``startingOffsets`` / ``endingOffsets``: ``earliest`` / ``latest`` or JSON as for Spark's
@@ -50,6 +53,7 @@ from spark_jobs.archive import (
     plan_partition,
     read_range,
     segments_from_manifests,
+    segments_from_metadata_topic,
 )
 from spark_jobs.lineage import SegmentRange
 from tiered.api import IndexType, RemoteStorageManager
@@ -148,12 +152,6 @@ class TierlogReader(DataSourceReader):  # type: ignore[misc]
         # Spark hands options over case-insensitively (lower-cased): look them up so.
         self.options = {k.lower(): v for k, v in dict(options).items()}
         self.config = ArchiveConfig.from_options(self.options)
-        metadata = self.options.get("metadata", "manifests")
-        if metadata != "manifests":
-            raise TierlogOptionError(
-                f"option metadata={metadata}: only 'manifests' (the bucket alone) is "
-                "available in this version"
-            )
         self.starting = _offsets(self.options.get("startingoffsets"), "startingOffsets", EARLIEST)
         self.ending = _offsets(self.options.get("endingoffsets"), "endingOffsets", LATEST)
         self.since_ms = _int(self.options, "startingtimestamp", "startingTimestamp")
@@ -178,12 +176,34 @@ class TierlogReader(DataSourceReader):  # type: ignore[misc]
             return spec
         return spec.get(topic, {}).get(partition, default)
 
+    def _metadata(self) -> tuple[Any, Any]:
+        """A function from topic to its segments by partition, and what to close after."""
+        num = _int(self.options, "metadata.num.partitions", "metadata.num.partitions")
+        if self.options.get("bootstrap.servers"):
+            from rlmm.kafka_client import KafkaMetadataTopicClient
+
+            settings = {
+                k[len("kafka.") :]: v for k, v in self.options.items() if k.startswith("kafka.")
+            }
+            client = KafkaMetadataTopicClient(self.options["bootstrap.servers"], **settings)
+            return (lambda _rsm, t: segments_from_metadata_topic(client, t, num)), client
+        if self.options.get("log.dirs"):
+            from pathlib import Path
+
+            from rlmm.topic_client import LogDirMetadataTopicReader
+
+            dirs = [Path(d.strip()) for d in self.options["log.dirs"].split(",") if d.strip()]
+            reader = LogDirMetadataTopicReader(dirs)
+            return (lambda _rsm, t: segments_from_metadata_topic(reader, t, num)), reader
+        return segments_from_manifests, None
+
     def partitions(self) -> Sequence[InputPartition]:
         rsm = self.config.open()
+        segments_of, closing = self._metadata()
         try:
             splits: list[SegmentSplit] = []
             for topic in self._topics(rsm):
-                by_partition = segments_from_manifests(rsm, topic)
+                by_partition = segments_of(rsm, topic)
                 for partition in sorted(by_partition):
                     if self.partition_filter is not None and partition not in self.partition_filter:
                         continue
@@ -214,6 +234,8 @@ class TierlogReader(DataSourceReader):  # type: ignore[misc]
             return splits
         finally:
             rsm.close()
+            if closing is not None:
+                closing.close()
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         split: SegmentSplit = partition  # type: ignore[assignment]

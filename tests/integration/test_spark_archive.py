@@ -18,7 +18,13 @@ import pytest
 import s3fs
 from broker_process import BrokerProcess, start_broker, wait_until
 from kafka_clients import Rec, consume_confluent, produce_confluent
-from s3_harness import Bucket, local_log_start, local_segment_bases, tiering_settings
+from s3_harness import (
+    Bucket,
+    local_log_start,
+    local_segment_bases,
+    metadata_segments,
+    tiering_settings,
+)
 
 TOPIC = "spark-archive"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -76,6 +82,14 @@ def test_datasource_and_export_return_what_a_consumer_reads(
         0.5,
         what="tiering caught up and local retention applied",
     )
+
+    # Every rolled segment copied: the archive does not change under the reads below.
+    def settled() -> bool:
+        finished = metadata_segments(broker.bootstrap, TOPIC, "COPY_SEGMENT_FINISHED")
+        last = max((seg["end_offset"] for seg in finished), default=-1)
+        return last + 1 == local_segment_bases(broker, TOPIC)[-1]
+
+    wait_until(settled, 120, 0.5, what="every rolled segment copied")
     consumed = {
         g.offset: row_of(g.offset, g.key, g.value, g.headers, g.timestamp)
         for g in consume_confluent(broker.bootstrap, TOPIC)
@@ -107,6 +121,19 @@ def test_datasource_and_export_return_what_a_consumer_reads(
     assert offsets == list(range(len(offsets)))
     assert local_start > 0 and len(offsets) >= local_start  # all below local disk at least
     assert rows == [consumed[o] for o in offsets]
+
+    # The same archive with the segment metadata from __remote_log_metadata, read over
+    # Kafka and offline from the broker's log dir, instead of the bucket's manifests.
+    for source in (
+        {"bootstrap.servers": broker.bootstrap},
+        {"log.dirs": broker.settings["log.dirs"]},
+    ):
+        other = spark.read.format("tierlog")
+        for k, v in {**options, **source}.items():
+            other = other.option(k, v)
+        assert [r.offset for r in other.load().orderBy("offset").select("offset").collect()] == (
+            offsets
+        ), source
 
     # The export, written to the same S3 endpoint through s3fs and read back with pyarrow.
     from spark_jobs.export import run_export
