@@ -22,7 +22,9 @@ from core.server.apis import HANDLERS, api_versions_response, error_code
 from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
 from core.server.group_apis import HANDLERS as GROUP_HANDLERS
+from core.server.group_coordinator import GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore
+from core.server.membership_apis import HANDLERS as MEMBERSHIP_HANDLERS
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_manager import ReplicaManager
@@ -51,11 +53,13 @@ class Broker:
             **GROUP_HANDLERS,
             **SASL_HANDLERS,
             **ACL_HANDLERS,
+            **MEMBERSHIP_HANDLERS,
         }
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         assert not missing, f"advertised apis without a handler: {missing}"
         self.group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        self.group_coordinator: GroupCoordinator | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
         self.replica_manager: ReplicaManager
@@ -74,6 +78,12 @@ class Broker:
         # Loading and recovery do blocking disk work: keep them off the event loop.
         await loop.run_in_executor(None, self._open_storage)
         self.timer = Timer(loop)
+        self.group_coordinator = GroupCoordinator(
+            self.timer,
+            initial_rebalance_delay_ms=self.config.get("group.initial.rebalance.delay.ms"),
+            min_session_timeout_ms=self.config.get("group.min.session.timeout.ms"),
+            max_session_timeout_ms=self.config.get("group.max.session.timeout.ms"),
+        )
         self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
         for info in self.topics.all():
             self.replica_manager.open_topic(info)
@@ -130,6 +140,8 @@ class Broker:
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.stop()
+        if self.group_coordinator is not None:
+            self.group_coordinator.shutdown()
         if self.timer is not None:
             self.timer.shutdown()
         if self.log_manager is not None:

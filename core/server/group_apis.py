@@ -1,4 +1,4 @@
-"""Group APIs without a group coordinator yet: FindCoordinator, OffsetCommit, OffsetFetch.
+"""FindCoordinator, OffsetCommit, OffsetFetch (membership APIs: ``membership_apis``).
 
 Consumers that ``assign()`` partitions and commit (librdkafka, kafka-python, the Java
 client) still find a coordinator and commit to it as a "simple" group. This broker is the
@@ -100,9 +100,17 @@ async def handle_find_coordinator(broker: Broker, ctx: RequestContext, request: 
 
 
 # -- OffsetCommit -----------------------------------------------------------------------------
-def _commit_error(store: GroupOffsetStore, request: Any, version: int) -> ErrorCode:
-    """Kafka's validation of a commit against a group that never has members."""
+def _commit_error(broker: Broker, store: GroupOffsetStore, request: Any, version: int) -> ErrorCode:
+    """Kafka's validation of a commit: against the group's members and generation when the
+    coordinator knows the group, else as for a group that never had members."""
     generation = request.generation_id_or_member_epoch
+    coordinator = getattr(broker, "group_coordinator", None)
+    group = coordinator.groups.get(request.group_id) if coordinator is not None else None
+    if group is not None and group.members:
+        error = coordinator.validate_commit(
+            request.group_id, generation, getattr(request, "member_id", "")
+        )
+        return ErrorCode(error.value)
     if generation < 0:
         return ErrorCode.none  # a simple commit: accepted whatever the member id
     if store.has_group(request.group_id):
@@ -117,7 +125,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any
     topic_cls = nested(response_type, "OffsetCommitResponseTopic")
     partition_cls = nested(response_type, "OffsetCommitResponsePartition")
     store = offset_store(broker)
-    group_error = _commit_error(store, request, ctx.api_version)
+    group_error = _commit_error(broker, store, request, ctx.api_version)
     max_metadata = getattr(
         broker.config, "offset_metadata_max_bytes", DEFAULT_OFFSET_METADATA_MAX_BYTES
     )

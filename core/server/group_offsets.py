@@ -194,6 +194,13 @@ class GroupOffsetStore:
                 self._version += 1
             return self._version
 
+    def delete_group(self, group: str) -> int:
+        """Forget a group's offsets (DeleteGroups); returns the version to flush."""
+        with self._state_lock:
+            if self._groups.pop(group, None) is not None:
+                self._version += 1
+            return self._version
+
     # -- queries ---------------------------------------------------------------------------
     def has_group(self, group: str) -> bool:
         """Whether the group is known (it has committed offsets)."""

@@ -1,0 +1,553 @@
+"""The classic consumer-group protocol: Kafka's GroupCoordinator for one broker.
+
+States and transitions (Kafka's GroupState)::
+
+    Empty --join--> PreparingRebalance --all joined / rebalance timeout--> CompletingRebalance
+      ^                  ^      |                                                 |
+      |                  |      +--no member left--> Empty                        | leader's
+      |   join, leave,   |                                                        | SyncGroup
+      |   session expiry +-------------------- Stable <---------------------------+
+      +---------------- last member leaves / expires (after the rebalance)
+    any --DeleteGroups--> Dead
+
+A JoinGroup waits in the join purgatory as a ``DelayedJoin`` keyed by the group until every
+known member has (re)joined or the longest rebalance timeout passes (members that did not
+rejoin are removed); the first rebalance of an empty group also waits
+``group.initial.rebalance.delay.ms`` for more members (Kafka's InitialDelayedJoin). Each
+member has a ``DelayedHeartbeat`` for its session timeout in the heartbeat purgatory, completed
+(and replaced) by every heartbeat, join or sync; on expiry the member is removed. The leader
+member computes the assignment (range, round-robin, cooperative-sticky: whatever the clients
+agree on) and hands it over in its SyncGroup.
+
+Static members (``group.instance.id``) keep their place across restarts: a join with a known
+instance id and no member id replaces the old member id without a rebalance when the group
+is stable, as in Kafka (KIP-345).
+
+Membership is kept in memory: after a broker restart consumers rejoin (their committed
+offsets are durable in ``GroupOffsetStore``). Runs on the event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
+from core.server.timing_wheel import Timer
+
+log = logging.getLogger(__name__)
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class GroupError(enum.Enum):
+    """The error codes the coordinator answers with (Kafka's names, kio's enum values)."""
+
+    NONE = 0
+    UNKNOWN_MEMBER_ID = 25
+    ILLEGAL_GENERATION = 22
+    REBALANCE_IN_PROGRESS = 27
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    MEMBER_ID_REQUIRED = 79
+    FENCED_INSTANCE_ID = 82
+    GROUP_ID_NOT_FOUND = 69
+    NON_EMPTY_GROUP = 68
+    INVALID_SESSION_TIMEOUT = 26
+    COORDINATOR_NOT_AVAILABLE = 15
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: GroupError
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()  # for the leader only
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: GroupError
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_future: asyncio.Future[JoinResult] | None = None
+    sync_future: asyncio.Future[SyncResult] | None = None
+    heartbeat: DelayedHeartbeat | None = None
+    is_new: bool = True
+
+    def metadata(self, protocol: str) -> bytes:
+        return next((m for name, m in self.protocols if name == protocol), b"")
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending: set[str] = field(default_factory=set)  # member ids handed out, not yet joined
+    join_op: DelayedJoin | None = None
+
+    def all_joined(self) -> bool:
+        return (
+            bool(self.members)
+            and all(m.join_future is not None for m in self.members.values())
+            and not self.pending
+        )
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def select_protocol(self) -> str | None:
+        """The protocol every member supports, the most preferred by votes (Kafka's rule)."""
+        common = None
+        for m in self.members.values():
+            names = {name for name, _ in m.protocols}
+            common = names if common is None else common & names
+        if not common:
+            return None
+        votes: dict[str, int] = dict.fromkeys(common, 0)
+        for m in self.members.values():
+            first = next(name for name, _ in m.protocols if name in common)
+            votes[first] += 1
+        return max(sorted(votes), key=lambda name: votes[name])
+
+
+class DelayedJoin(DelayedOperation):
+    """Completes when every member has rejoined, or at the rebalance timeout."""
+
+    def __init__(self, coordinator: GroupCoordinator, group: Group, delay_ms: int) -> None:
+        super().__init__(delay_ms)
+        self.coordinator = coordinator
+        self.group = group
+
+    def try_complete(self) -> bool:
+        if self.group.all_joined():
+            return self.force_complete()
+        return False
+
+    def on_expiration(self) -> None:
+        pass
+
+    def on_complete(self) -> None:
+        self.coordinator._complete_join(self.group)
+
+
+class DelayedHeartbeat(DelayedOperation):
+    """A member's session: completed (and replaced) by each heartbeat, or it expires."""
+
+    def __init__(self, coordinator: GroupCoordinator, group: Group, member: Member) -> None:
+        super().__init__(member.session_timeout_ms)
+        self.coordinator = coordinator
+        self.group = group
+        self.member = member
+        self.alive = False
+
+    def try_complete(self) -> bool:
+        if self.alive or self.group.members.get(self.member.member_id) is not self.member:
+            return self.force_complete()
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        if self.group.members.get(self.member.member_id) is self.member and not self.alive:
+            log.info(
+                "group %s: member %s expired (session.timeout.ms=%d)",
+                self.group.group_id,
+                self.member.member_id,
+                self.member.session_timeout_ms,
+            )
+            self.coordinator._remove_member(self.group, self.member, "session expired")
+
+
+class GroupCoordinator:
+    """Every group of this broker (it coordinates them all)."""
+
+    def __init__(
+        self,
+        timer: Timer,
+        *,
+        initial_rebalance_delay_ms: int = 3000,
+        min_session_timeout_ms: int = 6000,
+        max_session_timeout_ms: int = 1_800_000,
+    ) -> None:
+        self.groups: dict[str, Group] = {}
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.join_purgatory: DelayedOperationPurgatory[str] = DelayedOperationPurgatory(
+            "Rebalance", timer
+        )
+        self.heartbeat_purgatory: DelayedOperationPurgatory[tuple[str, str]] = (
+            DelayedOperationPurgatory("Heartbeat", timer)
+        )
+
+    def shutdown(self) -> None:
+        self.join_purgatory.shutdown()
+        self.heartbeat_purgatory.shutdown()
+
+    # -- JoinGroup ---------------------------------------------------------------------------
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        *,
+        require_known_member_id: bool,
+    ) -> JoinResult:
+        if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
+            return JoinResult(GroupError.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            group = self.groups[group_id] = Group(group_id)
+        if group.members and (
+            protocol_type != group.protocol_type
+            or not (
+                {n for n, _ in protocols}
+                & {n for m in group.members.values() for n, _ in m.protocols}
+            )
+        ):
+            return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        if member_id == "":
+            new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if group_instance_id is not None:
+                old = group.static.get(group_instance_id)
+                if old is not None and old in group.members:
+                    # KIP-345: the static member is back under a new member id.
+                    member = group.members.pop(old)
+                    member.member_id = new_id
+                    group.members[new_id] = member
+                    group.static[group_instance_id] = new_id
+                    if group.leader_id == old:
+                        group.leader_id = new_id
+                    if group.state is GroupState.STABLE and member.protocols == protocols:
+                        self._touch(group, member)
+                        return self._join_answer(group, member)
+                    return await self._add_or_update(
+                        group, member, protocols, session_timeout_ms, rebalance_timeout_ms
+                    )
+            elif require_known_member_id:
+                group.pending.add(new_id)
+                return JoinResult(GroupError.MEMBER_ID_REQUIRED, member_id=new_id)
+            member = Member(
+                new_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protocols,
+            )
+            return await self._add_or_update(
+                group, member, protocols, session_timeout_ms, rebalance_timeout_ms
+            )
+        member = group.members.get(member_id)
+        if member is None:
+            if member_id not in group.pending:
+                return JoinResult(GroupError.UNKNOWN_MEMBER_ID, member_id=member_id)
+            group.pending.discard(member_id)
+            member = Member(
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protocols,
+            )
+        return await self._add_or_update(
+            group, member, protocols, session_timeout_ms, rebalance_timeout_ms
+        )
+
+    async def _add_or_update(
+        self,
+        group: Group,
+        member: Member,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinResult:
+        known = group.members.get(member.member_id) is member
+        if (
+            known
+            and group.state is GroupState.STABLE
+            and member.protocols == protocols
+            and member.member_id != group.leader_id
+        ):
+            # A follower rejoining with nothing changed: the current generation still holds.
+            self._touch(group, member)
+            return self._join_answer(group, member)
+        member.protocols = protocols
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        if not known:
+            group.members[member.member_id] = member
+            if member.group_instance_id is not None:
+                group.static[member.group_instance_id] = member.member_id
+            if group.protocol_type is None:
+                group.protocol_type = member.protocol_type
+        loop = asyncio.get_running_loop()
+        if member.join_future is not None and not member.join_future.done():
+            member.join_future.set_result(
+                JoinResult(GroupError.REBALANCE_IN_PROGRESS, member_id=member.member_id)
+            )
+        member.join_future = loop.create_future()
+        future = member.join_future
+        self._touch(group, member)
+        self._prepare_rebalance(group)
+        self.join_purgatory.check_and_complete(group.group_id)
+        return await future
+
+    def _prepare_rebalance(self, group: Group) -> None:
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # Syncs waiting for an assignment that will not come: rejoin.
+            for m in group.members.values():
+                if m.sync_future is not None and not m.sync_future.done():
+                    m.sync_future.set_result(SyncResult(GroupError.REBALANCE_IN_PROGRESS))
+        initial = group.state is GroupState.EMPTY
+        group.state = GroupState.PREPARING_REBALANCE
+        delay = group.rebalance_timeout_ms()
+        if initial and self.initial_rebalance_delay_ms > 0:
+            delay = min(self.initial_rebalance_delay_ms, delay)
+            group.join_op = DelayedJoin(self, group, delay)
+            group.join_op.initial = True  # type: ignore[attr-defined]
+            # The initial delay always runs out: more members may be on their way.
+            self.join_purgatory.try_complete_else_watch(
+                _NeverEarly(group.join_op), [f"{group.group_id}\0initial-delay"]
+            )
+            return
+        group.join_op = DelayedJoin(self, group, delay)
+        self.join_purgatory.try_complete_else_watch(group.join_op, [group.group_id])
+
+    def _complete_join(self, group: Group) -> None:
+        for m in list(group.members.values()):
+            if m.join_future is None:
+                self._remove_member(group, m, "did not rejoin in time", rebalance=False)
+        group.pending.clear()
+        group.generation += 1
+        group.join_op = None
+        if not group.members:
+            group.state = GroupState.EMPTY
+            group.protocol_name = group.leader_id = None
+            return
+        group.protocol_name = group.select_protocol()
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.state = GroupState.COMPLETING_REBALANCE
+        log.info(
+            "group %s: generation %d with %d members (protocol %s)",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.protocol_name,
+        )
+        for m in group.members.values():
+            future, m.join_future = m.join_future, None
+            m.is_new = False
+            self._touch(group, m)
+            if future is not None and not future.done():
+                future.set_result(self._join_answer(group, m))
+
+    def _join_answer(self, group: Group, member: Member) -> JoinResult:
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if member.member_id == group.leader_id and group.protocol_name is not None:
+            members = tuple(
+                (m.member_id, m.group_instance_id, m.metadata(group.protocol_name))
+                for m in group.members.values()
+            )
+        return JoinResult(
+            GroupError.NONE,
+            group.generation,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            member.member_id,
+            members,
+        )
+
+    # -- SyncGroup ---------------------------------------------------------------------------
+    async def sync(
+        self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes]
+    ) -> SyncResult:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
+        if generation != group.generation:
+            return SyncResult(GroupError.ILLEGAL_GENERATION)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return SyncResult(GroupError.REBALANCE_IN_PROGRESS)
+        self._touch(group, member)
+        if group.state is GroupState.STABLE:
+            return SyncResult(
+                GroupError.NONE, member.assignment, group.protocol_type, group.protocol_name
+            )
+        member.sync_future = asyncio.get_running_loop().create_future()
+        future = member.sync_future
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.state = GroupState.STABLE
+            for m in group.members.values():
+                if m.sync_future is not None and not m.sync_future.done():
+                    m.sync_future.set_result(
+                        SyncResult(
+                            GroupError.NONE, m.assignment, group.protocol_type, group.protocol_name
+                        )
+                    )
+        return await future
+
+    # -- Heartbeat, LeaveGroup ---------------------------------------------------------------
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> GroupError:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return GroupError.UNKNOWN_MEMBER_ID
+        self._touch(group, member)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return GroupError.REBALANCE_IN_PROGRESS
+        if generation != group.generation:
+            return GroupError.ILLEGAL_GENERATION
+        return GroupError.NONE
+
+    def leave(self, group_id: str, member_id: str, group_instance_id: str | None) -> GroupError:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupError.UNKNOWN_MEMBER_ID
+        if group_instance_id is not None and not member_id:
+            member_id = group.static.get(group_instance_id, "")
+        member = group.members.get(member_id)
+        if member is None:
+            return GroupError.UNKNOWN_MEMBER_ID
+        self._remove_member(group, member, "left the group")
+        return GroupError.NONE
+
+    def _remove_member(
+        self, group: Group, member: Member, why: str, *, rebalance: bool = True
+    ) -> None:
+        group.members.pop(member.member_id, None)
+        if member.group_instance_id is not None:
+            group.static.pop(member.group_instance_id, None)
+        for future in (member.join_future, member.sync_future):
+            if future is not None and not future.done():
+                future.set_result(
+                    JoinResult(GroupError.UNKNOWN_MEMBER_ID)
+                    if future is member.join_future
+                    else SyncResult(GroupError.UNKNOWN_MEMBER_ID)
+                )
+        self.heartbeat_purgatory.check_and_complete((group.group_id, member.member_id))
+        log.info("group %s: member %s %s", group.group_id, member.member_id, why)
+        if not rebalance:
+            return
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            if group.members:
+                self._prepare_rebalance(group)
+            else:
+                group.state = GroupState.EMPTY
+                group.generation += 1
+                group.protocol_name = group.leader_id = None
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self.join_purgatory.check_and_complete(group.group_id)
+            if not group.members and group.join_op is not None:
+                group.join_op.force_complete()
+
+    def _touch(self, group: Group, member: Member) -> None:
+        """Restart the member's session: complete its heartbeat operation, arm a new one."""
+        if member.heartbeat is not None:
+            member.heartbeat.alive = True
+        key = (group.group_id, member.member_id)
+        self.heartbeat_purgatory.check_and_complete(key)
+        member.heartbeat = DelayedHeartbeat(self, group, member)
+        self.heartbeat_purgatory.try_complete_else_watch(member.heartbeat, [key])
+
+    # -- admin -------------------------------------------------------------------------------
+    def delete(self, group_id: str) -> GroupError:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupError.GROUP_ID_NOT_FOUND
+        if group.state is not GroupState.EMPTY:
+            return GroupError.NON_EMPTY_GROUP
+        group.state = GroupState.DEAD
+        del self.groups[group_id]
+        return GroupError.NONE
+
+    def validate_commit(self, group_id: str, generation: int, member_id: str) -> GroupError:
+        """OffsetCommit from a group member: its generation must be the group's."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            return GroupError.NONE if generation < 0 else GroupError.UNKNOWN_MEMBER_ID
+        if generation < 0:
+            return GroupError.NONE if not group.members else GroupError.UNKNOWN_MEMBER_ID
+        if member_id not in group.members:
+            return GroupError.UNKNOWN_MEMBER_ID
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return GroupError.REBALANCE_IN_PROGRESS
+        if generation != group.generation:
+            return GroupError.ILLEGAL_GENERATION
+        self._touch(group, group.members[member_id])
+        return GroupError.NONE
+
+
+class _NeverEarly(DelayedOperation):
+    """Runs ``inner`` only at its deadline (the initial rebalance delay)."""
+
+    def __init__(self, inner: DelayedJoin) -> None:
+        super().__init__(inner.delay_ms)
+        self.inner = inner
+
+    def try_complete(self) -> bool:
+        return False
+
+    def on_complete(self) -> None:
+        pass
+
+    def on_expiration(self) -> None:
+        group = self.inner.group
+        if group.join_op is not self.inner:
+            return
+        # After the initial delay, wait for the members that joined to be complete as usual.
+        group.join_op = DelayedJoin(self.inner.coordinator, group, group.rebalance_timeout_ms())
+        self.inner.coordinator.join_purgatory.try_complete_else_watch(
+            group.join_op, [group.group_id]
+        )

@@ -1,0 +1,120 @@
+"""GroupCoordinator: the classic protocol's states, with real purgatories and timing wheel."""
+
+from __future__ import annotations
+
+import asyncio
+
+from core.server.group_coordinator import GroupCoordinator, GroupError, GroupState
+from core.server.timing_wheel import Timer
+
+PROTOCOLS = [("range", b"r-meta"), ("roundrobin", b"rr-meta")]
+
+
+def coordinator() -> GroupCoordinator:
+    return GroupCoordinator(
+        Timer(asyncio.get_running_loop()),
+        initial_rebalance_delay_ms=0,
+        min_session_timeout_ms=10,
+    )
+
+
+async def join(
+    c: GroupCoordinator, member_id: str = "", *, session_ms: int = 10_000, protocols=None
+):
+    return await c.join(
+        "g",
+        member_id,
+        None,
+        "client",
+        "127.0.0.1",
+        session_ms,
+        2_000,
+        "consumer",
+        protocols or PROTOCOLS,
+        require_known_member_id=False,
+    )
+
+
+async def until(condition, timeout_s: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        assert loop.time() < deadline, "the condition did not come true in time"
+        await asyncio.sleep(0.01)
+
+
+def test_join_sync_heartbeat_leave_and_session_expiry():
+    async def scenario() -> None:
+        c = coordinator()
+        first = await join(c)
+        assert first.error is GroupError.NONE and first.generation == 1
+        assert first.leader == first.member_id and first.protocol_name == "range"
+        assert [m[0] for m in first.members] == [first.member_id]
+        # A second member: the leader must rejoin for generation 2.
+        second_task = asyncio.create_task(join(c))
+        await until(lambda: c.groups["g"].state is GroupState.PREPARING_REBALANCE)
+        assert c.heartbeat("g", 1, first.member_id) is GroupError.REBALANCE_IN_PROGRESS
+        again = await join(c, first.member_id)
+        second = await second_task
+        assert again.generation == second.generation == 2
+        assert len(again.members) == 2 and second.members == ()  # only the leader sees them
+        # The leader's sync hands every member its assignment.
+        follower_sync = asyncio.create_task(c.sync("g", 2, second.member_id, {}))
+        leader_sync = await c.sync(
+            "g", 2, again.member_id, {again.member_id: b"A", second.member_id: b"B"}
+        )
+        assert leader_sync.assignment == b"A" and (await follower_sync).assignment == b"B"
+        assert c.groups["g"].state is GroupState.STABLE
+        assert c.heartbeat("g", 2, second.member_id) is GroupError.NONE
+        assert c.heartbeat("g", 1, second.member_id) is GroupError.ILLEGAL_GENERATION
+        assert c.heartbeat("g", 2, "nobody") is GroupError.UNKNOWN_MEMBER_ID
+        # The follower leaves: a rebalance, in which the leader alone forms generation 3.
+        assert c.leave("g", second.member_id, None) is GroupError.NONE
+        assert c.groups["g"].state is GroupState.PREPARING_REBALANCE
+        alone = await join(c, again.member_id, session_ms=50)
+        assert alone.generation == 3 and [m[0] for m in alone.members] == [alone.member_id]
+        await c.sync("g", 3, alone.member_id, {alone.member_id: b"all"})
+        # Silent for longer than its session: it expires and the group empties.
+        await until(lambda: not c.groups["g"].members)
+        assert c.groups["g"].state is GroupState.EMPTY
+        assert c.delete("g") is GroupError.NONE and "g" not in c.groups
+        c.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_new_members_get_an_id_first_and_protocols_must_overlap():
+    async def scenario() -> None:
+        c = coordinator()
+        first = await c.join(
+            "g",
+            "",
+            None,
+            "client",
+            "h",
+            10_000,
+            2_000,
+            "consumer",
+            PROTOCOLS,
+            require_known_member_id=True,
+        )
+        assert first.error is GroupError.MEMBER_ID_REQUIRED and first.member_id
+        joined = await c.join(
+            "g",
+            first.member_id,
+            None,
+            "client",
+            "h",
+            10_000,
+            2_000,
+            "consumer",
+            PROTOCOLS,
+            require_known_member_id=True,
+        )
+        assert joined.error is GroupError.NONE
+        other = await join(c, protocols=[("sticky", b"")])
+        assert other.error is GroupError.INCONSISTENT_GROUP_PROTOCOL
+        assert (await join(c, session_ms=1)).error is GroupError.INVALID_SESSION_TIMEOUT
+        c.shutdown()
+
+    asyncio.run(scenario())

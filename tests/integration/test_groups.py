@@ -1,0 +1,196 @@
+"""Consumer groups with subscribe(): real clients share partitions, rebalance when a member
+leaves, and resume after their committed offsets when the broker restarted after SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker_process import BrokerProcess, restart, wait_until
+
+TOPIC = "grouped"
+PARTITIONS = 6
+GROUP = "shared"
+# Commit answers expected while the group rebalances.
+REBALANCE_CODES = {22, 25, 27}  # ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
+
+
+@dataclass
+class Member:
+    """A group consumer on a thread: what it received and what it is assigned."""
+
+    bootstrap: str
+    kind: str  # "confluent" or "kafka-python"
+    seen: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset)
+    assigned: set[int] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    thread: threading.Thread | None = None
+
+    def start(self) -> Member:
+        target = self._confluent if self.kind == "confluent" else self._kafka_python
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(60)
+
+    def partitions(self) -> set[int]:
+        with self.lock:
+            return set(self.assigned)
+
+    def offsets(self) -> list[tuple[int, int]]:
+        with self.lock:
+            return list(self.seen)
+
+    def _confluent(self) -> None:
+        from confluent_kafka import Consumer, KafkaException
+
+        def on_assign(consumer: Any, parts: list[Any]) -> None:
+            with self.lock:
+                self.assigned = {p.partition for p in parts}
+
+        def on_revoke(consumer: Any, parts: list[Any]) -> None:
+            with self.lock:
+                self.assigned = set()
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": GROUP,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 500,
+            }
+        )
+        consumer.subscribe([TOPIC], on_assign=on_assign, on_revoke=on_revoke)
+        try:
+            while not self.stop.is_set():
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if not msg.error().retriable() and msg.error().code() != -191:
+                        self.errors.append(str(msg.error()))
+                    continue
+                with self.lock:
+                    self.seen.append((msg.partition(), msg.offset()))
+                try:
+                    consumer.commit(message=msg, asynchronous=False)
+                except KafkaException as e:
+                    # A commit racing a rebalance is refused (REBALANCE_IN_PROGRESS, ...);
+                    # the record is then delivered again to its next owner, as in Kafka.
+                    if not e.args[0].retriable() and e.args[0].code() not in REBALANCE_CODES:
+                        self.errors.append(str(e.args[0]))
+        finally:
+            consumer.close()  # leaves the group
+
+    def _kafka_python(self) -> None:
+        from kafka import KafkaConsumer
+        from kafka.errors import CommitFailedError
+
+        consumer = KafkaConsumer(
+            TOPIC,
+            bootstrap_servers=self.bootstrap,
+            group_id=GROUP,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=500,
+        )
+        try:
+            while not self.stop.is_set():
+                batches = consumer.poll(timeout_ms=200)
+                with self.lock:
+                    self.assigned = {tp.partition for tp in consumer.assignment()}
+                    for tp, records in batches.items():
+                        self.seen.extend((tp.partition, r.offset) for r in records)
+                if batches:
+                    # The group may have rebalanced meanwhile: the next owner re-reads.
+                    with contextlib.suppress(CommitFailedError):
+                        consumer.commit()
+
+        finally:
+            consumer.close()
+
+
+def create(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+
+
+def produce(broker: BrokerProcess, start: int, count: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(start, start + count):
+        producer.produce(TOPIC, value=b"%d" % i, partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+
+
+def test_three_clients_share_rebalance_and_resume_after_a_crash(broker_factory) -> None:
+    broker: BrokerProcess = broker_factory({"group.initial.rebalance.delay.ms": "500"})
+    create(broker)
+    produce(broker, 0, 600)
+    members = [
+        Member(broker.bootstrap, "confluent").start(),
+        Member(broker.bootstrap, "confluent").start(),
+        Member(broker.bootstrap, "kafka-python").start(),
+    ]
+    try:
+
+        def shared() -> bool:
+            parts = [m.partitions() for m in members]
+            union = set().union(*parts)
+            return (
+                all(parts)
+                and union == set(range(PARTITIONS))
+                and sum(len(p) for p in parts) == PARTITIONS
+            )
+
+        wait_until(shared, 60, 0.2, what="three members sharing six partitions")
+        wait_until(
+            lambda: len({o for m in members for o in m.offsets()}) == 600,
+            60,
+            0.2,
+            what="all 600 records consumed once by the group",
+        )
+        # A member leaves: the others take its partitions over.
+        members[0].close()
+        wait_until(
+            lambda: (
+                members[1].partitions() | members[2].partitions() == set(range(PARTITIONS))
+                and not members[1].partitions() & members[2].partitions()
+            ),
+            60,
+            0.2,
+            what="two members covering every partition after one left",
+        )
+        for m in members:
+            assert not m.errors, m.errors
+    finally:
+        for m in members:
+            m.close()
+
+    # Committed offsets survive SIGKILL: a new member reads only what was produced after.
+    broker.kill()
+    broker = restart(broker)
+    produce(broker, 600, 60)
+    late = Member(broker.bootstrap, "confluent").start()
+    try:
+        wait_until(lambda: len(late.offsets()) >= 60, 60, 0.2, what="the new records")
+        seen = late.offsets()
+        assert all(offset >= 100 for _, offset in seen), "re-read committed records"
+        assert len(set(seen)) == 60
+    finally:
+        late.close()
+        broker.kill()
