@@ -39,6 +39,7 @@ COMMANDS: tuple[str, ...] = (
     "tierlog.dump_log",
     "tierlog.metadata_cmd",
     "tierlog.export_cmd",
+    "tierlog.groups_cmd",
 )
 """Modules that register a subcommand, in the order ``--help`` lists them."""
 

@@ -4,6 +4,9 @@ leaves, and resume after their committed offsets when the broker restarted after
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,6 +124,27 @@ class Member:
             consumer.close()
 
 
+def cli_json(broker: BrokerProcess, *args: str) -> dict:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tierlog",
+            "groups",
+            *args,
+            "--bootstrap-server",
+            broker.bootstrap,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def create(broker: BrokerProcess) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -164,6 +188,23 @@ def test_three_clients_share_rebalance_and_resume_after_a_crash(broker_factory) 
             0.2,
             what="all 600 records consumed once by the group",
         )
+
+        # tierlog groups: the group, its three members, every partition committed, no lag.
+        def described() -> dict:
+            return cli_json(broker, "describe", GROUP)["groups"][0]
+
+        wait_until(
+            lambda: sorted(p["lag"] for p in described()["partitions"]) == [0] * PARTITIONS,
+            30,
+            0.5,
+            what="every partition committed with no lag",
+        )
+        doc = described()
+        assert doc["state"] == "STABLE" and len(doc["members"]) == 3
+        assert {p["committed_offset"] for p in doc["partitions"]} == {100}
+        listed = cli_json(broker, "list")["groups"]
+        assert {"group": GROUP, "state": "STABLE"} in listed
+
         # A member leaves: the others take its partitions over.
         members[0].close()
         wait_until(
@@ -194,3 +235,40 @@ def test_three_clients_share_rebalance_and_resume_after_a_crash(broker_factory) 
     finally:
         late.close()
         broker.kill()
+
+
+def test_a_group_reading_a_tiered_topic_from_the_beginning_gets_the_remote_history(
+    broker_factory, tmp_path
+) -> None:
+    from test_tiering import TOPIC as TIERED
+    from test_tiering import N, create_and_fill, local_start, settings
+
+    broker: BrokerProcess = broker_factory(
+        {**settings(tmp_path), "group.initial.rebalance.delay.ms": "0"}
+    )
+    create_and_fill(broker)
+    wait_until(lambda: local_start(broker) > N // 2, 60, 0.5, what="half the topic remote")
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "history",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([TIERED])
+    offsets: set[int] = set()
+    try:
+        wait_until(
+            lambda: (
+                offsets.update(m.offset() for m in consumer.consume(1000, 0.2) if not m.error())
+                or len(offsets) == N
+            ),
+            90,
+            0.0,
+            what="the whole history through the group",
+        )
+    finally:
+        consumer.close()
+    assert offsets == set(range(N))
