@@ -313,7 +313,7 @@ def test_sigkill_while_copying_loses_nothing_and_leaves_no_dangling_copy_or_orph
         orphans = orphan_report(bucket, {s["segment_id"] for s in finished})
         if orphans:
             problems.append(f"{len(orphans)} orphan objects: {orphans[:3]}")
-        cleaned = [line for b in brokers for line in broker_log_lines(b, "(dangling copy)")]
+        cleaned = [line for b in brokers for line in broker_log_lines(b, 'reason="dangling copy"')]
         if len(cleaned) < 2:
             problems.append(f"dangling copies not deleted after restart: {cleaned}")
         assert not problems, "\n".join(problems)
