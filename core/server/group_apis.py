@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from core.server.acl_apis import allowed
 from core.server.api_keys import ApiKey
 from core.server.apis import NO_THROTTLE, Handler
+from core.server.authorizer import Operation, ResourceType
 from core.server.group_offsets import CommittedOffset, GroupOffsetStore, TopicPartition, now_ms
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
@@ -67,6 +69,17 @@ async def handle_find_coordinator(broker: Broker, ctx: RequestContext, request: 
     node = broker.config.node_id
 
     def answer(key: str) -> dict[str, Any]:
+        if key_type == COORDINATOR_GROUP and not allowed(
+            broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, key
+        ):
+            error, message = ErrorCode.group_authorization_failed, None
+            return {
+                "error_code": error,
+                "error_message": message,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
         if key_type == COORDINATOR_GROUP:
             return {
                 "error_code": ErrorCode.none,
@@ -126,6 +139,8 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any
     partition_cls = nested(response_type, "OffsetCommitResponsePartition")
     store = offset_store(broker)
     group_error = _commit_error(broker, store, request, ctx.api_version)
+    if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
+        group_error = ErrorCode.group_authorization_failed
     max_metadata = getattr(
         broker.config, "offset_metadata_max_bytes", DEFAULT_OFFSET_METADATA_MAX_BYTES
     )
@@ -137,7 +152,11 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any
         results = []
         for p in topic.partitions:
             metadata = p.committed_metadata
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if group_error is ErrorCode.group_authorization_failed:
+                error = group_error
+            elif not allowed(broker, ctx, Operation.READ, ResourceType.TOPIC, topic.name):
+                error = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 error = ErrorCode.unknown_topic_or_partition
             elif group_error is not ErrorCode.none:
                 error = group_error
@@ -211,7 +230,15 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any)
     # require_stable (v7+) asks for UNSTABLE_OFFSET_COMMIT while transactional commits are
     # pending; there are no transactional commits yet, so every offset is stable.
 
+    def may_describe(topic: str) -> bool:
+        return allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+
+    def group_denied(group: str) -> bool:
+        return not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, group)
+
     def topics_of(group: str, topics: Any) -> tuple[Any, ...]:
+        if group_denied(group):
+            return ()
         return tuple(
             make(
                 topic_cls,
@@ -223,12 +250,16 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any)
                         committed_offset=c.offset if c is not None else -1,
                         committed_leader_epoch=c.leader_epoch if c is not None else -1,
                         metadata=c.metadata if c is not None else "",
-                        error_code=ErrorCode.none,
+                        error_code=ErrorCode.none
+                        if may_describe(name)
+                        else ErrorCode.topic_authorization_failed,
                     )
                     for index, c in partitions
+                    if topics is not None or may_describe(name)
                 ),
             )
             for name, partitions in _fetch_group(store, group, topics)
+            if topics is not None or may_describe(name)
         )
 
     if not multi:
@@ -236,7 +267,9 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any)
             response_type,
             throttle_time=NO_THROTTLE,
             topics=topics_of(request.group_id, request.topics),
-            error_code=ErrorCode.none,
+            error_code=ErrorCode.group_authorization_failed
+            if group_denied(request.group_id)
+            else ErrorCode.none,
         )
     group_cls = nested(response_type, "OffsetFetchResponseGroup")
     groups = tuple(
@@ -244,7 +277,9 @@ async def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any)
             group_cls,
             group_id=g.group_id,
             topics=topics_of(g.group_id, g.topics),
-            error_code=ErrorCode.none,
+            error_code=ErrorCode.group_authorization_failed
+            if group_denied(g.group_id)
+            else ErrorCode.none,
         )
         for g in request.groups
     )

@@ -4,6 +4,7 @@ authenticated with SASL/PLAIN get exactly what was granted, and the ACLs survive
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,29 @@ def grant(
         future.result()
 
 
+def grant_group(broker: BrokerProcess, principal: str, prefix: str, operation: str) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    binding = AclBinding(
+        ResourceType.GROUP,
+        prefix,
+        ResourcePatternType.PREFIXED,
+        principal,
+        "*",
+        AclOperation[operation],
+        AclPermissionType.ALLOW,
+    )
+    admin = admin_client(broker)
+    for future in admin.create_acls([binding], request_timeout=30).values():
+        future.result()
+
+
 def test_principals_get_exactly_what_was_granted(broker: BrokerProcess) -> None:
     from confluent_kafka import KafkaError, KafkaException, Producer
     from confluent_kafka.admin import NewTopic
@@ -88,6 +112,8 @@ def test_principals_get_exactly_what_was_granted(broker: BrokerProcess) -> None:
     admin.create_topics([NewTopic("orders", 1)])["orders"].result(30)
     admin.create_topics([NewTopic("payroll", 1)])["payroll"].result(30)
     grant(broker, "User:alice", "orders", "WRITE", "READ")
+    # A consumer with a group.id looks its coordinator up: that needs DESCRIBE on the group.
+    grant_group(broker, "User:alice", "it-", "READ")
 
     sent = [Rec(b"k%d" % i, b"order-%d" % i) for i in range(10)]
     assert produce_confluent(broker.bootstrap, "orders", sent, client("alice")) == list(range(10))
@@ -119,6 +145,41 @@ def test_principals_get_exactly_what_was_granted(broker: BrokerProcess) -> None:
     with pytest.raises(KafkaException):
         alice_admin.delete_topics(["payroll"])["payroll"].result(30)
     assert "payroll" in admin.list_topics(timeout=30).topics
+
+
+def test_groups_need_read_on_the_group(broker: BrokerProcess) -> None:
+    from confluent_kafka import Consumer, KafkaError
+
+    grant_group(broker, "User:alice", "alice-", "READ")
+
+    def consume(user: str, group: str) -> tuple[int, list[int]]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                **client(user),
+            }
+        )
+        consumer.subscribe(["orders"])
+        got, errors = 0, []
+        deadline = time.monotonic() + 30
+        try:
+            while time.monotonic() < deadline and got < 10 and not errors:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    errors.append(msg.error().code())
+                else:
+                    got += 1
+        finally:
+            consumer.close()
+        return got, errors
+
+    assert consume("alice", "alice-readers")[0] >= 10
+    got, errors = consume("bob", "alice-readers")
+    assert got == 0 and KafkaError.GROUP_AUTHORIZATION_FAILED in errors
 
 
 def test_acl_apis_need_cluster_alter_and_acls_survive_a_restart(
