@@ -23,7 +23,7 @@ from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
 from core.server.group_apis import HANDLERS as GROUP_HANDLERS
 from core.server.group_coordinator import GroupCoordinator
-from core.server.group_offsets import GroupOffsetStore
+from core.server.group_offsets import GroupOffsetStore, now_ms
 from core.server.membership_apis import HANDLERS as MEMBERSHIP_HANDLERS
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.protocol import ProtocolCodec, RequestContext
@@ -60,6 +60,7 @@ class Broker:
         self.group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
         self.group_coordinator: GroupCoordinator | None = None
+        self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
         self.replica_manager: ReplicaManager
@@ -84,6 +85,7 @@ class Broker:
             min_session_timeout_ms=self.config.get("group.min.session.timeout.ms"),
             max_session_timeout_ms=self.config.get("group.max.session.timeout.ms"),
         )
+        self._schedule_offset_expiry()
         self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
         for info in self.topics.all():
             self.replica_manager.open_topic(info)
@@ -103,6 +105,29 @@ class Broker:
         ]
         self.bound = await self.server.start(specs)
         return self.bound
+
+    def _schedule_offset_expiry(self) -> None:
+        interval = self.config.get("offsets.retention.check.interval.ms") / 1000
+        loop = asyncio.get_running_loop()
+        self._offset_expiry = loop.call_later(interval, self._expire_offsets)
+
+    def _expire_offsets(self) -> None:
+        """offsets.retention.minutes: drop the offsets of groups empty for that long (and of
+        simple groups, each offset that long after its commit)."""
+        self._schedule_offset_expiry()
+        if self.group_offsets is None or self.group_coordinator is None:
+            return
+        retention_ms = self.config.get("offsets.retention.minutes") * 60_000
+        empty, active = self.group_coordinator.offset_expiry_inputs()
+        version, dropped = self.group_offsets.expire(now_ms(), retention_ms, empty, active)
+        if dropped:
+            log.info("expired %d committed offsets (offsets.retention.minutes)", dropped)
+            future = asyncio.get_running_loop().run_in_executor(
+                None, self.group_offsets.flush, version
+            )
+            future.add_done_callback(
+                lambda f: f.exception() and log.error("cannot persist offsets: %s", f.exception())
+            )
 
     def _open_storage(self) -> None:
         first_dir = Path(self.config.log_dirs[0])
@@ -140,6 +165,8 @@ class Broker:
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.stop()
+        if self._offset_expiry is not None:
+            self._offset_expiry.cancel()
         if self.group_coordinator is not None:
             self.group_coordinator.shutdown()
         if self.timer is not None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -39,6 +40,10 @@ from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from core.server.timing_wheel import Timer
 
 log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class GroupState(enum.Enum):
@@ -116,6 +121,7 @@ class Group:
     static: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending: set[str] = field(default_factory=set)  # member ids handed out, not yet joined
     join_op: DelayedJoin | None = None
+    empty_since_ms: int | None = None  # when it last became Empty after having members
 
     def all_joined(self) -> bool:
         return (
@@ -369,6 +375,7 @@ class GroupCoordinator:
         group.join_op = None
         if not group.members:
             group.state = GroupState.EMPTY
+            group.empty_since_ms = now_ms()
             group.protocol_name = group.leader_id = None
             return
         group.protocol_name = group.select_protocol()
@@ -485,6 +492,7 @@ class GroupCoordinator:
                 self._prepare_rebalance(group)
             else:
                 group.state = GroupState.EMPTY
+                group.empty_since_ms = now_ms()
                 group.generation += 1
                 group.protocol_name = group.leader_id = None
         elif group.state is GroupState.PREPARING_REBALANCE:
@@ -502,6 +510,17 @@ class GroupCoordinator:
         self.heartbeat_purgatory.try_complete_else_watch(member.heartbeat, [key])
 
     # -- admin -------------------------------------------------------------------------------
+    def offset_expiry_inputs(self) -> tuple[dict[str, int], set[str]]:
+        """For ``GroupOffsetStore.expire``: when each empty group became empty, and the
+        groups with members."""
+        empty = {
+            gid: g.empty_since_ms
+            for gid, g in self.groups.items()
+            if not g.members and g.empty_since_ms is not None
+        }
+        active = {gid for gid, g in self.groups.items() if g.members}
+        return empty, active
+
     def delete(self, group_id: str) -> GroupError:
         group = self.groups.get(group_id)
         if group is None:

@@ -194,6 +194,45 @@ class GroupOffsetStore:
                 self._version += 1
             return self._version
 
+    def expire(
+        self,
+        now: int,
+        retention_ms: int,
+        empty_since: Mapping[str, int],
+        active: set[str],
+    ) -> tuple[int, int]:
+        """Drop expired offsets (Kafka's rule since KIP-211); returns (version to flush,
+        offsets dropped).
+
+        Groups with members (``active``) keep every offset. A group that had members and is
+        empty since ``empty_since[group]`` loses all its offsets once that is
+        ``retention_ms`` ago; a group that never had members (a simple group) loses each
+        offset ``retention_ms`` after its commit.
+        """
+        dropped = 0
+        with self._state_lock:
+            for group in list(self._groups):
+                if group in active:
+                    continue
+                offsets = self._groups[group]
+                since = empty_since.get(group)
+                if since is not None:
+                    doomed = list(offsets) if now - since >= retention_ms else []
+                else:
+                    doomed = [
+                        tp
+                        for tp, c in offsets.items()
+                        if now - c.commit_timestamp_ms >= retention_ms
+                    ]
+                for tp in doomed:
+                    del offsets[tp]
+                dropped += len(doomed)
+                if not offsets:
+                    del self._groups[group]
+            if dropped:
+                self._version += 1
+            return self._version, dropped
+
     def delete_group(self, group: str) -> int:
         """Forget a group's offsets (DeleteGroups); returns the version to flush."""
         with self._state_lock:

@@ -118,3 +118,45 @@ def test_new_members_get_an_id_first_and_protocols_must_overlap():
         c.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_offsets_expire_only_while_a_group_is_empty(tmp_path):
+    from core.server.group_offsets import CommittedOffset, GroupOffsetStore
+
+    store = GroupOffsetStore(tmp_path)
+    day = 86_400_000
+    store.commit("members", {("t", 0): CommittedOffset(5, commit_timestamp_ms=0)})
+    store.commit("emptied", {("t", 0): CommittedOffset(5, commit_timestamp_ms=0)})
+    store.commit(
+        "simple",
+        {
+            ("t", 0): CommittedOffset(1, commit_timestamp_ms=0),
+            ("t", 1): CommittedOffset(2, commit_timestamp_ms=9 * day),
+        },
+    )
+    retention = 7 * day
+    now = 10 * day
+    # "members" has members: kept however old. "emptied" became empty 2 days ago: kept.
+    _, dropped = store.expire(now, retention, {"emptied": 8 * day}, {"members"})
+    # "simple" never had members: each offset goes 7 days after its commit.
+    assert dropped == 1
+    assert store.has_group("members") and store.has_group("emptied")
+    assert store.fetch("simple", "t", 0) is None and store.fetch("simple", "t", 1) is not None
+    # Once "emptied" has been empty for the retention, all of its offsets go.
+    _, dropped = store.expire(15 * day + 1, retention, {"emptied": 8 * day}, {"members"})
+    assert not store.has_group("emptied") and store.has_group("members")
+
+
+def test_the_coordinator_reports_when_groups_became_empty():
+    async def scenario() -> None:
+        c = coordinator()
+        member = await join(c)
+        await c.sync("g", member.generation, member.member_id, {})
+        empty, active = c.offset_expiry_inputs()
+        assert empty == {} and active == {"g"}
+        c.leave("g", member.member_id, None)
+        empty, active = c.offset_expiry_inputs()
+        assert "g" in empty and active == set()
+        c.shutdown()
+
+    asyncio.run(scenario())
