@@ -172,7 +172,11 @@ def produce_kcat(
 
 # -- consumers: each reads partition 0 from offset 0 up to the end offset -----------------
 def consume_confluent(
-    bootstrap: str, topic: str, start: int = 0, config: dict[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    start: int = 0,
+    config: dict[str, Any] | None = None,
+    timeout_s: float = CLIENT_TIMEOUT_S,
 ) -> list[Got]:
     from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, TopicPartition
 
@@ -191,7 +195,7 @@ def consume_confluent(
     try:
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=CLIENT_TIMEOUT_S)
         consumer.assign([TopicPartition(topic, 0, start)])
-        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         next_offset = start
         while next_offset < high:
             assert time.monotonic() < deadline, f"confluent read {len(got)} records, end {high}"
