@@ -177,6 +177,7 @@ def consume_confluent(
     start: int = 0,
     config: dict[str, Any] | None = None,
     timeout_s: float = CLIENT_TIMEOUT_S,
+    retry_retriable: bool = False,
 ) -> list[Got]:
     from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, TopicPartition
 
@@ -205,6 +206,8 @@ def consume_confluent(
             if msg.error():
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     continue
+                if retry_retriable and msg.error().retriable():
+                    continue  # e.g. a remote read past remote.fetch.max.wait.ms: the client retries
                 raise AssertionError(f"confluent consumer error: {msg.error()}")
             ts_type, ts = msg.timestamp()
             got.append(

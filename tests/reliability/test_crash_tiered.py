@@ -121,7 +121,9 @@ def test_sigkill_at_random_moments_loses_nothing_and_leaves_no_debris(
     # Mostly remote reads of small segments through moto: allow for the soak's volume.
     got = {
         g.offset: g.key
-        for g in consume_confluent(broker.bootstrap, TOPIC, timeout_s=900 if SOAK else 120)
+        for g in consume_confluent(
+            broker.bootstrap, TOPIC, timeout_s=900 if SOAK else 120, retry_retriable=True
+        )
     }
     with load.lock:
         acked = list(load.acked)
