@@ -13,6 +13,7 @@ from core.config import (
     ConfigKey,
     ConfigType,
     at_least,
+    between,
     format_value,
     one_of,
 )
@@ -179,6 +180,40 @@ TOPIC_CONFIG = ConfigDef(
             one_of("delete", "compact"),
             "log.cleanup.policy",
         ),
+        # The compaction keys (cleanup.policy=compact), with Kafka's defaults.
+        ConfigKey(
+            "delete.retention.ms",
+            L,
+            DAY_MS,
+            "How long a compacted topic keeps tombstones after their first cleaning.",
+            at_least(0),
+            "log.cleaner.delete.retention.ms",
+        ),
+        ConfigKey(
+            "min.cleanable.dirty.ratio",
+            ConfigType.DOUBLE,
+            0.5,
+            "Clean a compacted log once this share of it is dirty (not yet cleaned).",
+            between(0.0, 1.0),
+            "log.cleaner.min.cleanable.ratio",
+        ),
+        ConfigKey(
+            "min.compaction.lag.ms",
+            L,
+            0,
+            "A record stays uncompacted at least this long after it was written.",
+            at_least(0),
+            "log.cleaner.min.compaction.lag.ms",
+        ),
+        ConfigKey(
+            "max.compaction.lag.ms",
+            L,
+            INT64_MAX,
+            "A record becomes eligible for compaction at most this long after it was "
+            "written, whatever the dirty ratio.",
+            at_least(1),
+            "log.cleaner.max.compaction.lag.ms",
+        ),
         ConfigKey(
             "min.insync.replicas",
             I,
@@ -230,6 +265,10 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000
     message_timestamp_type: str = "CreateTime"
     cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = DAY_MS
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = INT64_MAX
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     compression_type: str = "producer"

@@ -24,6 +24,7 @@ from core.errors import CoreError, KafkaStorageError, LogDirNotUsableError
 from core.fs import atomic_write, fsync_dir
 from core.log import meta_properties
 from core.log.checkpoints import OffsetCheckpointFile
+from core.log.cleaner import CleanerConfig, LogCleaner
 from core.log.config import LogConfig
 from core.log.files import (
     CLEAN_SHUTDOWN_MARKER,
@@ -58,6 +59,7 @@ class LogManagerConfig:
     high_watermark_checkpoint_interval_ms: int = 5_000  # replica.high.watermark.checkpoint...
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
     default_log_config: LogConfig = field(default_factory=LogConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)  # log.cleaner.*
 
 
 class LogManager:
@@ -90,6 +92,7 @@ class LogManager:
         self._shut_down = False
         self.log_dirs = [self._prepare_dir(Path(d)) for d in config.log_dirs]
         self._load_all()
+        self.cleaner = LogCleaner(config.cleaner, self.all_logs, clock)
 
     # -- start-up --------------------------------------------------------------------------
     def _existing_cluster_id(self) -> str | None:
@@ -210,6 +213,7 @@ class LogManager:
             return
         self._started = True
         c = self.config
+        self.cleaner.startup()
         self.scheduler.schedule(
             "log-retention",
             self.cleanup_logs,
@@ -290,7 +294,9 @@ class LogManager:
             plog = self._logs.pop((topic, partition), None)
         if plog is None:
             return False
-        plog.delete()
+        with self.cleaner.paused(topic, partition):
+            plog.delete()
+        self.cleaner.forget(topic, partition, plog.dir.parent)
         return True
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
@@ -340,6 +346,7 @@ class LogManager:
         if self._shut_down:
             return
         self._shut_down = True
+        self.cleaner.shutdown()
         self.scheduler.shutdown()
         logs = self.all_logs()
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-close") as pool:
@@ -356,6 +363,7 @@ class LogManager:
 
     def close_without_marker(self) -> None:
         """Release files without a clean shutdown (tests simulating a crash in-process)."""
+        self.cleaner.shutdown()
         self.scheduler.shutdown()
         for fd in self._lock_files:
             os.close(fd)

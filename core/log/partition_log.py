@@ -22,11 +22,14 @@ from typing import NamedTuple
 from core.errors import (
     CoreError,
     CorruptIndexError,
+    InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
 )
+from core.fs import fsync_dir
 from core.log.config import LogConfig
+from core.log.file_records import FileRecords
 from core.log.files import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -35,6 +38,7 @@ from core.log.files import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    filename_prefix,
     parse_offset_file,
     segment_file,
 )
@@ -56,6 +60,7 @@ from core.records.batch import (
     scan_client_batches,
     set_log_append_time,
 )
+from core.records.record import decode_records
 from core.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -66,6 +71,13 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+
+
+def _without(path: Path, suffix: str, replacement: str) -> Path:
+    name = path.name
+    if name.endswith(suffix):
+        name = name[: -len(suffix)]
+    return path.with_name(name + replacement)
 
 
 def now_ms() -> int:
@@ -157,6 +169,7 @@ class PartitionLog:
 
     # -- loading ---------------------------------------------------------------------------
     def _load(self, had_clean_shutdown: bool) -> None:
+        self._complete_swaps()
         self._remove_temporary_files()
         for path in sorted(self.dir.glob(f"*{LOG_SUFFIX}")):
             parsed = parse_offset_file(path.name)
@@ -198,11 +211,39 @@ class PartitionLog:
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self._rebuild_producer_state()
 
+    def _complete_swaps(self) -> None:
+        """Finish the cleaner's segment swaps that a crash interrupted (Kafka's rule).
+
+        ``replace_segments`` renames the cleaned segment's files to ``.swap`` (indexes first,
+        the ``.log`` last) only once they are complete and fsynced; so a ``.log.swap`` is a
+        whole cleaned segment, and every plain segment inside its offset range is replaced.
+        """
+        for swap in sorted(self.dir.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+            parsed = parse_offset_file(swap.name)
+            if parsed is None:
+                continue
+            base = parsed[0]
+            last = base
+            records = FileRecords(swap, create=False, writable=False)
+            try:
+                for _, header in records.batch_headers():
+                    last = max(last, header.last_offset)
+            finally:
+                records.close()
+            log.info("%s: completing the interrupted swap of cleaned segment %d", self.dir, base)
+            for path in self.dir.iterdir():
+                other = parse_offset_file(path.name)
+                if other is not None and not other[2] and base <= other[0] <= last:
+                    path.unlink(missing_ok=True)
+            for path in self.dir.glob(f"{filename_prefix(base)}.*{SWAP_SUFFIX}"):
+                path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))
+        fsync_dir(self.dir)
+
     def _remove_temporary_files(self) -> None:
         for path in self.dir.iterdir():
             name = path.name
             if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
-                # No compaction writes .swap files yet; without a cleaner, a .swap is junk.
+                # .swap files left here belong to no complete swap (an index without its log).
                 log.info("%s: removing leftover file %s", self.dir, name)
                 path.unlink(missing_ok=True)
 
@@ -333,6 +374,8 @@ class PartitionLog:
         """
         buf = records if isinstance(records, bytearray) else bytearray(records)
         batches = scan_client_batches(buf, self.config.max_message_bytes)
+        if self.config.compact:
+            self._check_keys(buf, batches)
         with self.lock:
             if self._closed:
                 raise KafkaStorageError(f"log {self.dir} is closed")
@@ -346,6 +389,17 @@ class PartitionLog:
                 if duplicate is not None:
                     return duplicate
             return self._append_validated(buf, batches, idempotent, leader_epoch)
+
+    def _check_keys(self, buf: bytearray, batches: list[tuple[int, tuple[int, ...]]]) -> None:
+        # Kafka's LogValidator rule: compaction keeps the latest record per key, so a
+        # compacted topic refuses records it could never compact.
+        for pos, _ in batches:
+            for record in decode_records(RecordBatchHeader(buf, pos), verify=False):
+                if record.key is None:
+                    raise InvalidRecordError(
+                        f"Compacted topic cannot accept message without key in topic "
+                        f"partition {self.topic}-{self.partition}."
+                    )
 
     def _check_producer_state(self, headers: list[RecordBatchHeader]) -> LogAppendInfo | None:
         seen: dict[int, RecordBatchHeader] = {}
@@ -697,12 +751,16 @@ class PartitionLog:
 
         With tiering on, local retention applies (``local.retention.*``) and only segments
         wholly in remote storage qualify; otherwise ``retention.*`` and the log start offset.
+        A compacted topic without ``delete`` in its cleanup.policy has no time or size
+        retention (Kafka's rule): only the log start offset (DeleteRecords) deletes.
         """
         now = self.clock() if now is None else now
         cfg = self.config
         tiered = cfg.remote_storage_enable
         retention_ms = cfg.effective_local_retention_ms if tiered else cfg.retention_ms
         retention_bytes = cfg.effective_local_retention_bytes if tiered else cfg.retention_bytes
+        if not cfg.delete:
+            retention_ms = retention_bytes = -1
         with self.lock:
             segments = list(self._segments)
             high_watermark = self.high_watermark
@@ -742,6 +800,50 @@ class PartitionLog:
                     new_start,
                 )
             return len(doomed)
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+        """Swap the cleaner's ``cleaned`` segment (files suffixed ``.cleaned``, complete and
+        fsynced) in for the adjacent segments ``old`` (Kafka's replaceSegments).
+
+        Crash-safe: the cleaned files become ``.swap`` (indexes first, then the log), the old
+        ones ``.deleted``, then the swap files take their final names; a restart completes a
+        swap from any point (``_complete_swaps``). The old segments' files are removed after
+        ``file.delete.delay.ms`` so that reads in flight finish.
+
+        Returns:
+            False, changing nothing, if ``old`` are no longer all in the log (retention,
+            truncation or deletion got there first) or the active segment is among them.
+        """
+        with self.lock:
+            if self._closed or not old:
+                return False
+            try:
+                first = self._segments.index(old[0])
+            except ValueError:
+                return False
+            if self._segments[first : first + len(old)] != old or first + len(old) >= len(
+                self._segments
+            ):
+                return False
+            for index in (cleaned.offset_index, cleaned.time_index, cleaned.txn_index):
+                index.rename_to(_without(index.path, CLEANED_SUFFIX, SWAP_SUFFIX))
+            cleaned.log.rename_to(_without(cleaned.log.path, CLEANED_SUFFIX, SWAP_SUFFIX))
+            fsync_dir(self.dir)
+            for segment in old:
+                segment.change_file_suffixes("", DELETED_SUFFIX)
+            cleaned.change_file_suffixes(SWAP_SUFFIX, "")
+            fsync_dir(self.dir)
+            self._segments[first : first + len(old)] = [cleaned]
+            self._bases = [s.base_offset for s in self._segments]
+            self._publish()
+        for segment in old:
+            if self.scheduler is not None:
+                self.scheduler.schedule_once(
+                    "delete-file", segment.delete_if_exists, self.config.file_delete_delay_ms
+                )
+            else:
+                segment.delete_if_exists()
+        return True
 
     def update_config(self, config: LogConfig) -> None:
         with self.lock:

@@ -227,6 +227,13 @@ class RecordBatchHeader:
         return bool(self.attributes & Attributes.TRANSACTIONAL)
 
     @property
+    def delete_horizon_ms(self) -> int | None:
+        """KIP-534: when the cleaner may drop this batch's tombstones; None if not set."""
+        if self.attributes & Attributes.DELETE_HORIZON:
+            return self.base_timestamp
+        return None
+
+    @property
     def is_control(self) -> bool:
         return bool(self.attributes & Attributes.CONTROL)
 

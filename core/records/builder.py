@@ -28,6 +28,7 @@ from core.records.batch import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
+    NO_TIMESTAMP,
     Attributes,
     Compression,
     TimestampType,
@@ -68,8 +69,13 @@ class RecordBatchBuilder:
         is_control: bool = False,
         timestamp_type: TimestampType = TimestampType.CREATE_TIME,
         log_append_time: int | None = None,
+        delete_horizon_ms: int | None = None,
     ) -> None:
         """Args as the header fields of the table in ``core.records.batch``.
+
+        ``delete_horizon_ms`` (KIP-534, written by the log cleaner) becomes the batch's base
+        timestamp with the DELETE_HORIZON attribute set: after that time the cleaner may drop
+        the batch's tombstones. Record timestamps stay exact (their deltas are taken from it).
 
         Raises:
             ValueError: an inconsistent combination Kafka's MemoryRecordsBuilder also
@@ -103,7 +109,8 @@ class RecordBatchBuilder:
         self._records = bytearray()
         self._count = 0
         self._last_offset: int | None = None
-        self._base_timestamp: int | None = None
+        self.delete_horizon_ms = delete_horizon_ms
+        self._base_timestamp: int | None = delete_horizon_ms
         self._max_timestamp = -1
 
     def __len__(self) -> int:
@@ -165,20 +172,38 @@ class RecordBatchBuilder:
         self._last_offset = offset
         return offset
 
-    def build(self) -> bytearray:
+    def build(self, *, last_offset: int | None = None) -> bytearray:
         """The encoded batch, CRC included.
+
+        Args:
+            last_offset: the batch's last offset when it must be kept although its last
+                records were removed (the log cleaner keeps a v2 batch's offset range, as
+                Kafka does, so that producer sequence numbers stay consistent). With it the
+                batch may be empty.
 
         Returns:
             A new bytearray (writable, so ``RecordBatchHeader`` can patch it in place).
 
         Raises:
-            ValueError: no record was appended (Kafka never writes an empty batch from a
-                producer).
+            ValueError: no record was appended and no ``last_offset`` given (Kafka never
+                writes an empty batch from a producer), or ``last_offset`` is below the
+                last record's offset.
         """
-        if self._count == 0 or self._last_offset is None or self._base_timestamp is None:
-            raise ValueError("a batch needs at least one record")
+        if last_offset is None:
+            if self._count == 0 or self._last_offset is None:
+                raise ValueError("a batch needs at least one record")
+            last_offset = self._last_offset
+        elif self._last_offset is not None and last_offset < self._last_offset:
+            raise ValueError(f"last offset {last_offset} is below record {self._last_offset}")
+        if last_offset - self.base_offset > INT32_MAX or last_offset < self.base_offset:
+            raise ValueError(f"last offset {last_offset} out of range of {self.base_offset}")
+        base_timestamp = self._base_timestamp
+        if base_timestamp is None:  # an empty batch
+            base_timestamp = NO_TIMESTAMP
         payload = compress(self.compression, self._records, self.compression_level)
         attributes = int(self.compression)
+        if self.delete_horizon_ms is not None:
+            attributes |= Attributes.DELETE_HORIZON
         if self.timestamp_type == TimestampType.LOG_APPEND_TIME:
             attributes |= Attributes.TIMESTAMP_TYPE
             max_timestamp = self.log_append_time
@@ -199,8 +224,8 @@ class RecordBatchBuilder:
             MAGIC_V2,
             0,  # CRC, computed below over the finished bytes
             attributes,
-            self._last_offset - self.base_offset,
-            self._base_timestamp,
+            last_offset - self.base_offset,
+            base_timestamp,
             max_timestamp,
             self.producer_id,
             self.producer_epoch,

@@ -54,6 +54,7 @@ from core.config import (
     one_of,
 )
 from core.errors import InvalidConfigError
+from core.log.cleaner import CleanerConfig
 from core.log.config import TOPIC_CONFIG, LogConfig
 from core.log.log_manager import LogManagerConfig
 from core.properties import read_properties
@@ -229,6 +230,18 @@ _BROKER_KEYS = [
     ConfigKey("replica.lag.time.max.ms", L, 30000, "A follower this far behind leaves the ISR."),
     ConfigKey("replica.socket.timeout.ms", I, 30000, "Follower socket timeout."),
     ConfigKey("num.replica.fetchers", I, 1, "Fetcher threads per source broker.", at_least(1)),
+    # -- log cleaner (compaction) ------------------------------------------------------------
+    ConfigKey("log.cleaner.enable", B, True,
+              "Run the log cleaner, which compacts topics with cleanup.policy=compact "
+              "(__consumer_offsets among them)."),
+    ConfigKey("log.cleaner.threads", I, 1, "Threads compacting logs.", at_least(0)),
+    ConfigKey("log.cleaner.dedupe.buffer.size", L, 134217728,
+              "Memory for the key -> latest offset map of one cleaning, all threads "
+              "together (24 bytes per key, as Kafka counts).", at_least(1024)),
+    ConfigKey("log.cleaner.io.max.bytes.per.second", ConfigType.DOUBLE, 1.7976931348623157e308,
+              "Cap on the bytes the cleaner reads plus writes per second.", at_least(1)),
+    ConfigKey("log.cleaner.backoff.ms", L, 15000,
+              "How long the cleaner sleeps when no log needs cleaning.", at_least(0)),
     # -- coordinators -----------------------------------------------------------------------
     ConfigKey("offsets.topic.num.partitions", I, 50, "Partitions of __consumer_offsets.",
               at_least(1)),
@@ -297,7 +310,6 @@ COMPATIBILITY_KEYS = (
     "metadata.log.dir",
     "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
-    "log.cleaner.enable",
     "log.preallocate",
     "max.connections.per.ip",
     "auto.leader.rebalance.enable",
@@ -604,6 +616,13 @@ class BrokerConfig:
             ),
             producer_id_expiration_ms=self.producer_id_expiration_ms,
             default_log_config=self.default_log_config(),
+            cleaner=CleanerConfig(
+                enable=self.get("log.cleaner.enable"),
+                threads=self.get("log.cleaner.threads"),
+                dedupe_buffer_size=self.get("log.cleaner.dedupe.buffer.size"),
+                io_max_bytes_per_second=self.get("log.cleaner.io.max.bytes.per.second"),
+                backoff_ms=self.get("log.cleaner.backoff.ms"),
+            ),
         )
 
     def to_props(self) -> dict[str, str | None]:
