@@ -151,7 +151,7 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any
             version = store.delete_topic(name)
         try:
             await asyncio.get_running_loop().run_in_executor(None, store.flush, version)
-        except OSError as e:
+        except (OSError, CoreError) as e:
             log.error("cannot persist committed offsets after deleting %s: %s", deleted, e)
     return make(response_type, throttle_time=NO_THROTTLE, responses=tuple(results))
 

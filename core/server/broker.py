@@ -22,10 +22,11 @@ from core.server.apis import HANDLERS, api_versions_response, error_code
 from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
 from core.server.group_apis import HANDLERS as GROUP_HANDLERS
-from core.server.group_coordinator import GroupCoordinator
+from core.server.group_coordinator import Group, GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore, now_ms
 from core.server.membership_apis import HANDLERS as MEMBERSHIP_HANDLERS
 from core.server.network import BoundListener, ListenerSpec, SocketServer
+from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_manager import ReplicaManager
 from core.server.sasl_apis import HANDLERS as SASL_HANDLERS
@@ -84,11 +85,13 @@ class Broker:
             initial_rebalance_delay_ms=self.config.get("group.initial.rebalance.delay.ms"),
             min_session_timeout_ms=self.config.get("group.min.session.timeout.ms"),
             max_session_timeout_ms=self.config.get("group.max.session.timeout.ms"),
+            on_change=self._store_group,
         )
-        self._schedule_offset_expiry()
         self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
         for info in self.topics.all():
             self.replica_manager.open_topic(info)
+        await self._load_groups()
+        self._schedule_offset_expiry()
         assert self.log_manager is not None
         self.log_manager.startup()
         self.server = SocketServer(
@@ -129,11 +132,53 @@ class Broker:
                 lambda f: f.exception() and log.error("cannot persist offsets: %s", f.exception())
             )
 
+    async def _load_groups(self) -> None:
+        """Replay ``__consumer_offsets`` into the offset store and the coordinator."""
+        loop = asyncio.get_running_loop()
+        info = self.topics.get(OFFSETS_TOPIC)
+        assert info is not None and self.group_coordinator is not None
+        fetches = self.replica_manager.fetch_purgatory
+
+        def wake_fetches(index: int) -> None:
+            loop.call_soon_threadsafe(fetches.check_and_complete, (OFFSETS_TOPIC, index))
+
+        journal = OffsetsTopic(
+            lambda i: self.replica_manager.partition(OFFSETS_TOPIC, i),
+            info.partitions,
+            on_append=wake_fetches,
+        )
+        first_dir = Path(self.config.log_dirs[0])
+        self.group_offsets = await loop.run_in_executor(
+            None, lambda: GroupOffsetStore(journal, legacy_dir=first_dir)
+        )
+        self.group_coordinator.restore(self.group_offsets.group_metadata())
+
+    def _store_group(self, group: Group) -> None:
+        """The coordinator's hook: journal the group's metadata in the background (a lost
+        record only makes the group's members rejoin after a restart)."""
+        store = self.group_offsets
+        if store is None:
+            return
+        version = store.store_group(group.group_id, GroupCoordinator.metadata_of(group))
+        future = asyncio.get_running_loop().run_in_executor(None, store.flush, version)
+        future.add_done_callback(
+            lambda f: (
+                f.exception()
+                and log.error(
+                    "cannot store the metadata of group %s: %s", group.group_id, f.exception()
+                )
+            )
+        )
+
     def _open_storage(self) -> None:
         first_dir = Path(self.config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
         self.topics = TopicRegistry(first_dir, self.config.log_config_defaults())
-        self.group_offsets = GroupOffsetStore(first_dir)
+        ensure_offsets_topic(
+            self.topics,
+            self.config.get("offsets.topic.num.partitions"),
+            self.config.get("offsets.topic.segment.bytes"),
+        )
         if self.config.get("authorizer.class.name"):
             self.authorizer = AclAuthorizer(
                 first_dir,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from core.errors import CoreError
 from core.server.acl_apis import allowed
 from core.server.api_keys import ApiKey
 from core.server.apis import NO_THROTTLE, Handler
@@ -45,14 +46,14 @@ _stores: weakref.WeakKeyDictionary[Any, GroupOffsetStore] = weakref.WeakKeyDicti
 
 
 def offset_store(broker: Broker) -> GroupOffsetStore:
-    """The broker's offset store: ``broker.group_offsets`` if wired, else one opened lazily
-    next to the topic registry (the first log dir)."""
+    """The broker's offset store: ``broker.group_offsets`` if wired, else an in-memory one
+    per broker object."""
     store = getattr(broker, "group_offsets", None)
     if store is not None:
         return store  # type: ignore[no-any-return]
     store = _stores.get(broker)
     if store is None:
-        store = GroupOffsetStore(broker.topics.path.parent)
+        store = GroupOffsetStore()  # in memory: a broker built without storage (tests)
         _stores[broker] = store
     return store
 
@@ -176,7 +177,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any
         version = store.commit(request.group_id, pending)
         try:
             await _flush(store, version)
-        except OSError as e:
+        except (OSError, CoreError) as e:
             # Kafka answers a failed write to __consumer_offsets with NOT_COORDINATOR: the
             # client looks the coordinator up again and retries.
             log.error("cannot persist offsets of group %s: %s", request.group_id, e)

@@ -23,8 +23,13 @@ Static members (``group.instance.id``) keep their place across restarts: a join 
 instance id and no member id replaces the old member id without a rebalance when the group
 is stable, as in Kafka (KIP-345).
 
-Membership is kept in memory: after a broker restart consumers rejoin (their committed
-offsets are durable in ``GroupOffsetStore``). Runs on the event loop only.
+Durability, as in Kafka: when a rebalance completes (the leader's SyncGroup) and when a
+group becomes empty, ``on_change`` receives the group so that its metadata (generation,
+protocol, leader, members with their subscriptions and assignments) is written to
+``__consumer_offsets`` as a GroupMetadata record. After a restart ``restore`` brings the
+groups back as they were stored: a stable group's members keep their member ids and
+generation and carry on heartbeating without a rebalance; members that do not come back
+expire after their session timeout. Runs on the event loop only.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ import enum
 import logging
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from core.server.coordinator_records import GroupMetadataValue, MemberMetadata
 from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from core.server.timing_wheel import Timer
 
@@ -207,8 +214,10 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 3000,
         min_session_timeout_ms: int = 6000,
         max_session_timeout_ms: int = 1_800_000,
+        on_change: Callable[[Group], None] | None = None,
     ) -> None:
         self.groups: dict[str, Group] = {}
+        self.on_change = on_change
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -377,6 +386,7 @@ class GroupCoordinator:
             group.state = GroupState.EMPTY
             group.empty_since_ms = now_ms()
             group.protocol_name = group.leader_id = None
+            self._changed(group)
             return
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members:
@@ -436,6 +446,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             group.state = GroupState.STABLE
+            self._changed(group)
             for m in group.members.values():
                 if m.sync_future is not None and not m.sync_future.done():
                     m.sync_future.set_result(
@@ -495,6 +506,7 @@ class GroupCoordinator:
                 group.empty_since_ms = now_ms()
                 group.generation += 1
                 group.protocol_name = group.leader_id = None
+                self._changed(group)
         elif group.state is GroupState.PREPARING_REBALANCE:
             self.join_purgatory.check_and_complete(group.group_id)
             if not group.members and group.join_op is not None:
@@ -508,6 +520,82 @@ class GroupCoordinator:
         self.heartbeat_purgatory.check_and_complete(key)
         member.heartbeat = DelayedHeartbeat(self, group, member)
         self.heartbeat_purgatory.try_complete_else_watch(member.heartbeat, [key])
+
+    # -- durability --------------------------------------------------------------------------
+    def _changed(self, group: Group) -> None:
+        if self.on_change is not None:
+            self.on_change(group)
+
+    @staticmethod
+    def metadata_of(group: Group) -> GroupMetadataValue:
+        """The group as Kafka's GroupMetadataValue stores it."""
+        protocol = group.protocol_name
+        return GroupMetadataValue(
+            protocol_type=group.protocol_type or "",
+            generation=group.generation,
+            protocol=protocol,
+            leader=group.leader_id,
+            current_state_timestamp_ms=now_ms(),
+            members=tuple(
+                MemberMetadata(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    m.metadata(protocol) if protocol is not None else b"",
+                    m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
+
+    def restore(self, stored: Mapping[str, GroupMetadataValue]) -> None:
+        """Bring back groups from their stored metadata (at start, before serving).
+
+        A group stored with members comes back Stable at its generation; each member's
+        session starts now. A group stored empty comes back Empty, empty since its stored
+        timestamp (for offsets.retention.minutes).
+        """
+        for group_id, value in stored.items():
+            group = Group(
+                group_id,
+                generation=value.generation,
+                protocol_type=value.protocol_type or None,
+                protocol_name=value.protocol,
+                leader_id=value.leader,
+            )
+            for m in value.members:
+                protocols = [(value.protocol, m.subscription)] if value.protocol else []
+                member = Member(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.session_timeout_ms,
+                    m.rebalance_timeout_ms,
+                    value.protocol_type,
+                    protocols,
+                    assignment=m.assignment,
+                    is_new=False,
+                )
+                group.members[m.member_id] = member
+                if m.group_instance_id is not None:
+                    group.static[m.group_instance_id] = m.member_id
+            if group.members and value.protocol is not None:
+                group.state = GroupState.STABLE
+                for member in group.members.values():
+                    self._touch(group, member)
+            else:
+                group.members.clear()
+                group.static.clear()
+                group.state = GroupState.EMPTY
+                stamp = value.current_state_timestamp_ms
+                group.empty_since_ms = stamp if stamp >= 0 else now_ms()
+            self.groups[group_id] = group
+        if stored:
+            log.info("restored %d groups from %s", len(stored), "__consumer_offsets")
 
     # -- admin -------------------------------------------------------------------------------
     def offset_expiry_inputs(self) -> tuple[dict[str, int], set[str]]:

@@ -1,27 +1,23 @@
-"""Committed consumer-group offsets, kept in one JSON file until groups have their topic.
+"""Committed consumer-group offsets and group metadata, kept in ``__consumer_offsets``.
 
-What Kafka keeps in ``__consumer_offsets`` for a "simple" group (one that commits with
-generation -1 and no membership): per (group, topic, partition) the committed offset, the
-leader epoch of the record at that offset, the client's metadata string and the commit
-time. A single broker keeps them in ``tierlog-group-offsets.json`` in the first log dir,
-replaced atomically (``core.fs.atomic_write``: temp file, fsync, rename, fsync the dir) on
-every commit, so that acknowledged commits survive a crash or restart.
+What Kafka's group coordinator keeps: per (group, topic, partition) the committed offset,
+the leader epoch of the record before it, the client's metadata string and the commit time;
+per group its generation, protocol and members. The state lives in memory and every change
+is appended to the group's partition of the internal compacted topic ``__consumer_offsets``
+(``core.server.offsets_topic``) as Kafka's OffsetCommit / GroupMetadata records
+(``core.server.coordinator_records``); a deletion is a tombstone. At start the topic is
+replayed to rebuild the state. The log cleaner keeps the topic small.
 
-A later issue brings the group coordinator and replaces this file with the
-``__consumer_offsets`` topic (Kafka's OffsetCommit key/value records, compacted); the file is
-then read once to migrate and no longer written.
+Upgrade: a broker that kept offsets in ``tierlog-group-offsets.json`` (tierlog before the
+topic) imports that file once at start, writes it to the topic and renames it
+``tierlog-group-offsets.json.migrated``.
 
-Layout (version 1)::
-
-    {"version": 1,
-     "groups": {"<group>": {"<topic>": {"<partition>": {
-         "offset": 42, "leader_epoch": 3, "metadata": "", "commit_timestamp": 1700000000000}}}}}
-
-Concurrency: ``commit`` and ``delete_topic`` change the in-memory state at once (so the
-order of commits is the order of the calls, which the event loop makes the order of the
-requests) and return a version number; ``flush(version)`` is the blocking write, meant for
-an executor thread, that returns once a state at least that new is on disk. Concurrent
-flushes are serialised; one write may cover several commits.
+Concurrency: ``commit``, ``delete_topic``, ``expire``, ``delete_group`` and ``store_group``
+change the in-memory state at once (so the order of changes is the order of the calls,
+which the event loop makes the order of the requests), queue their records and return a
+version number; ``flush(version)`` is the blocking write, meant for an executor thread, that
+appends the queued records in order and fsyncs, returning once a state at least that new is
+durable. Concurrent flushes are serialised; one write may cover several changes.
 """
 
 from __future__ import annotations
@@ -31,62 +27,36 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.errors import CorruptCheckpointError
-from core.fs import atomic_write
+from core.server.coordinator_records import (
+    CommittedOffset,
+    CoordinatorRecordError,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    group_metadata_key,
+    group_metadata_value,
+    offset_commit_key,
+    offset_commit_value,
+)
+from core.server.offsets_topic import OFFSETS_TOPIC
+
+if TYPE_CHECKING:
+    from core.server.offsets_topic import CoordinatorRecord, OffsetsTopic
+
 
 log = logging.getLogger(__name__)
 
-OFFSETS_FILE = "tierlog-group-offsets.json"
+OFFSETS_FILE = "tierlog-group-offsets.json"  # tierlog before __consumer_offsets
 FORMAT_VERSION = 1
 
 TopicPartition = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    """One committed position (Kafka's OffsetAndMetadata).
-
-    Args:
-        offset: the next offset the group will consume.
-        leader_epoch: the leader epoch of the record before ``offset``; -1 when unknown.
-        metadata: the client's string ("" when the client sent null).
-        commit_timestamp_ms: when the broker accepted the commit.
-    """
-
-    offset: int
-    leader_epoch: int = -1
-    metadata: str = ""
-    commit_timestamp_ms: int = 0
-
-    def __post_init__(self) -> None:
-        if self.leader_epoch < -1:
-            raise ValueError(f"leader_epoch must be >= -1, got {self.leader_epoch}")
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "offset": self.offset,
-            "leader_epoch": self.leader_epoch,
-            "metadata": self.metadata,
-            "commit_timestamp": self.commit_timestamp_ms,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, object]) -> CommittedOffset:
-        return cls(
-            offset=_as_int(doc["offset"]),
-            leader_epoch=_as_int(doc.get("leader_epoch", -1)),
-            metadata=str(doc.get("metadata", "")),
-            commit_timestamp_ms=_as_int(doc.get("commit_timestamp", 0)),
-        )
-
-
-def _as_int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
-    return value
 
 
 def now_ms() -> int:
@@ -94,64 +64,119 @@ def now_ms() -> int:
 
 
 class GroupOffsetStore:
-    """Committed offsets per group, persisted in ``<directory>/tierlog-group-offsets.json``.
+    """Committed offsets and group metadata of every group, journaled in
+    ``__consumer_offsets``.
 
     Args:
-        directory: the first log dir (it must exist).
+        journal: the offsets topic; None keeps everything in memory only (tests, tools).
+        legacy_dir: where a ``tierlog-group-offsets.json`` of an older tierlog may be;
+            it is imported once (see the module docstring).
 
     Raises:
-        CorruptCheckpointError: the file exists but cannot be parsed; the message names it.
-            The broker does not start over a file it cannot read rather than forget commits.
+        CorruptCheckpointError: the legacy file exists but cannot be parsed (the message
+            names it): the broker does not start rather than forget commits.
+        KafkaStorageError: the topic cannot be read.
     """
 
-    def __init__(self, directory: Path) -> None:
-        self.path = Path(directory) / OFFSETS_FILE
+    def __init__(self, journal: OffsetsTopic | None = None, *, legacy_dir: Path | None = None):
+        self.journal = journal
         self._state_lock = threading.Lock()
         self._write_lock = threading.Lock()
         # group -> (topic, partition) -> offset
         self._groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self._metadata: dict[str, GroupMetadataValue] = {}
+        self._pending: list[tuple[int, list[CoordinatorRecord]]] = []  # (partition, records)
         self._version = 0
         self._persisted = 0
-        self._load()
+        self.skipped_records = 0
+        if journal is not None:
+            self._replay(journal)
+        if legacy_dir is not None:
+            self._migrate(Path(legacy_dir) / OFFSETS_FILE)
 
-    # -- persistence -----------------------------------------------------------------------
-    def _load(self) -> None:
+    # -- loading ---------------------------------------------------------------------------
+    def _replay(self, journal: OffsetsTopic) -> None:
+        records = 0
+        for key_bytes, value in journal.replay():
+            records += 1
+            try:
+                key = decode_key(key_bytes)
+                if isinstance(key, OffsetCommitKey):
+                    tp = (key.topic, key.partition)
+                    if value is None:
+                        offsets = self._groups.get(key.group, {})
+                        offsets.pop(tp, None)
+                        if not offsets:
+                            self._groups.pop(key.group, None)
+                    else:
+                        committed = decode_offset_commit_value(value)
+                        self._groups.setdefault(key.group, {})[tp] = committed
+                elif isinstance(key, GroupMetadataKey):
+                    if value is None:
+                        self._metadata.pop(key.group, None)
+                    else:
+                        self._metadata[key.group] = decode_group_metadata_value(value)
+                else:
+                    self.skipped_records += 1
+            except CoordinatorRecordError as e:
+                # Kafka skips what it cannot parse rather than refuse to coordinate at all.
+                self.skipped_records += 1
+                log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, e)
+        log.info(
+            "loaded %d groups with offsets and %d group metadata from %d records of %s",
+            len(self._groups),
+            len(self._metadata),
+            records,
+            OFFSETS_TOPIC,
+        )
+
+    def _migrate(self, path: Path) -> None:
         try:
-            text = self.path.read_text("utf-8")
+            text = path.read_text("utf-8")
         except FileNotFoundError:
             return
+        imported: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         try:
             doc = json.loads(text)
             if doc.get("version") != FORMAT_VERSION:
                 raise ValueError(f"unsupported version {doc.get('version')!r}")
             for group, topics in doc["groups"].items():
-                offsets: dict[TopicPartition, CommittedOffset] = {}
                 for topic, partitions in topics.items():
                     for partition, entry in partitions.items():
-                        offsets[(topic, int(partition))] = CommittedOffset.from_json(entry)
-                if offsets:
-                    self._groups[group] = offsets
+                        imported.setdefault(group, {})[(topic, int(partition))] = (
+                            CommittedOffset.from_json(entry)
+                        )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CorruptCheckpointError(f"cannot read committed offsets {self.path}: {e}") from e
-        log.info("loaded committed offsets of %d groups from %s", len(self._groups), self.path)
+            raise CorruptCheckpointError(f"cannot read committed offsets {path}: {e}") from e
+        count = 0
+        for group, offsets in imported.items():
+            # What the topic already holds is newer: a previous start imported the file
+            # and crashed before renaming it.
+            fresh = {tp: c for tp, c in offsets.items() if self.fetch(group, *tp) is None}
+            count += len(fresh)
+            self.commit(group, fresh)
+        self.flush()
+        path.rename(path.with_name(path.name + ".migrated"))
+        log.info("imported %d committed offsets from %s into %s", count, path, OFFSETS_TOPIC)
 
-    def _document(self) -> dict[str, object]:
-        groups: dict[str, dict[str, dict[str, object]]] = {}
-        for group, offsets in sorted(self._groups.items()):
-            topics: dict[str, dict[str, object]] = {}
-            for (topic, partition), committed in sorted(offsets.items()):
-                topics.setdefault(topic, {})[str(partition)] = committed.to_json()
-            groups[group] = topics
-        return {"version": FORMAT_VERSION, "groups": groups}
+    # -- persistence -----------------------------------------------------------------------
+    def _queue(self, group: str, records: list[CoordinatorRecord]) -> None:
+        """Under the state lock: queue the records of a change and bump the version."""
+        if not records:
+            return
+        partition = self.journal.partition_for(group) if self.journal is not None else 0
+        self._pending.append((partition, records))
+        self._version += 1
 
     def flush(self, version: int | None = None) -> None:
-        """Write the current state unless a state at least ``version`` new is on disk.
+        """Append the queued records and fsync, unless a state at least ``version`` new is
+        durable already. ``None`` writes whatever is queued.
 
-        Blocking (fsync): call it from an executor thread when on the event loop.
-        ``None`` writes whatever is newer than the last write.
+        Blocking: call it from an executor thread when on the event loop.
 
         Raises:
-            OSError: the write failed; the previous file is unchanged.
+            KafkaStorageError or OSError: the write failed; the records not written stay
+                queued for the next flush.
         """
         with self._write_lock:
             with self._state_lock:
@@ -159,8 +184,18 @@ class GroupOffsetStore:
                 if self._persisted >= target:
                     return
                 current = self._version
-                data = json.dumps(self._document(), indent=1).encode("utf-8")
-            atomic_write(self.path, data)
+                pending, self._pending = self._pending, []
+            if self.journal is not None:
+                done = 0
+                try:
+                    for partition, records in pending:
+                        self.journal.append(partition, records)
+                        done += 1
+                    self.journal.sync(p for p, _ in pending)
+                except BaseException:
+                    with self._state_lock:
+                        self._pending = pending[done:] + self._pending
+                    raise
             self._persisted = current
 
     # -- changes ---------------------------------------------------------------------------
@@ -172,8 +207,25 @@ class GroupOffsetStore:
         with self._state_lock:
             if offsets:
                 self._groups.setdefault(group, {}).update(offsets)
-                self._version += 1
+                self._queue(
+                    group,
+                    [
+                        (offset_commit_key(group, t, p), offset_commit_value(c))
+                        for (t, p), c in offsets.items()
+                    ],
+                )
             return self._version
+
+    def _drop(self, group: str, doomed: Iterable[TopicPartition]) -> int:
+        """Under the state lock: forget offsets, queue their tombstones; returns how many."""
+        offsets = self._groups.get(group, {})
+        tombstones = [(offset_commit_key(group, *tp), None) for tp in doomed if tp in offsets]
+        for tp in doomed:
+            offsets.pop(tp, None)
+        if not offsets:
+            self._groups.pop(group, None)
+        self._queue(group, tombstones)
+        return len(tombstones)
 
     def delete_topic(self, topic: str) -> int:
         """Forget every group's offsets of a deleted topic; returns the version to flush.
@@ -181,17 +233,8 @@ class GroupOffsetStore:
         Groups left without offsets are forgotten too (as Kafka drops an empty simple group).
         """
         with self._state_lock:
-            changed = False
             for group in list(self._groups):
-                offsets = self._groups[group]
-                doomed = [tp for tp in offsets if tp[0] == topic]
-                for tp in doomed:
-                    del offsets[tp]
-                changed = changed or bool(doomed)
-                if not offsets:
-                    del self._groups[group]
-            if changed:
-                self._version += 1
+                self._drop(group, [tp for tp in self._groups[group] if tp[0] == topic])
             return self._version
 
     def expire(
@@ -207,7 +250,8 @@ class GroupOffsetStore:
         Groups with members (``active``) keep every offset. A group that had members and is
         empty since ``empty_since[group]`` loses all its offsets once that is
         ``retention_ms`` ago; a group that never had members (a simple group) loses each
-        offset ``retention_ms`` after its commit.
+        offset ``retention_ms`` after its commit. An empty group left without offsets loses
+        its metadata too (a GroupMetadata tombstone), as in Kafka.
         """
         dropped = 0
         with self._state_lock:
@@ -224,20 +268,32 @@ class GroupOffsetStore:
                         for tp, c in offsets.items()
                         if now - c.commit_timestamp_ms >= retention_ms
                     ]
-                for tp in doomed:
-                    del offsets[tp]
-                dropped += len(doomed)
-                if not offsets:
-                    del self._groups[group]
-            if dropped:
-                self._version += 1
+                dropped += self._drop(group, doomed)
+                if group not in self._groups and group in self._metadata:
+                    del self._metadata[group]
+                    self._queue(group, [(group_metadata_key(group), None)])
             return self._version, dropped
 
     def delete_group(self, group: str) -> int:
-        """Forget a group's offsets (DeleteGroups); returns the version to flush."""
+        """Forget a group's offsets and metadata (DeleteGroups); returns the version to
+        flush."""
         with self._state_lock:
-            if self._groups.pop(group, None) is not None:
-                self._version += 1
+            self._drop(group, list(self._groups.get(group, {})))
+            if self._metadata.pop(group, None) is not None:
+                self._queue(group, [(group_metadata_key(group), None)])
+            return self._version
+
+    def store_group(self, group: str, value: GroupMetadataValue | None) -> int:
+        """Record a group's metadata (None: the group is gone); returns the version to
+        flush."""
+        with self._state_lock:
+            if value is None:
+                if self._metadata.pop(group, None) is None:
+                    return self._version
+                self._queue(group, [(group_metadata_key(group), None)])
+            else:
+                self._metadata[group] = value
+                self._queue(group, [(group_metadata_key(group), group_metadata_value(value))])
             return self._version
 
     # -- queries ---------------------------------------------------------------------------
@@ -249,6 +305,11 @@ class GroupOffsetStore:
     def groups(self) -> list[str]:
         with self._state_lock:
             return sorted(self._groups)
+
+    def group_metadata(self) -> dict[str, GroupMetadataValue]:
+        """The last stored metadata of every group that has some."""
+        with self._state_lock:
+            return dict(self._metadata)
 
     def fetch(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
         with self._state_lock:

@@ -7,11 +7,14 @@ describe; DELETE to delete.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from core.errors import CoreError
 from core.server.acl_apis import allowed, client_host
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType
@@ -22,6 +25,8 @@ from core.server.protocol import RequestContext
 
 if TYPE_CHECKING:
     from core.server.broker import Broker
+
+log = logging.getLogger(__name__)
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -258,6 +263,7 @@ async def handle_delete_groups(broker: Broker, ctx: RequestContext, request: Any
     result_cls = nested(response_type, "DeletableGroupResult")
     store = offset_store(broker)
     results = []
+    version = 0
     for gid in request.groups_names:
         if not _may(broker, ctx, Operation.DELETE, gid):
             error = ErrorCode.group_authorization_failed
@@ -265,9 +271,14 @@ async def handle_delete_groups(broker: Broker, ctx: RequestContext, request: Any
             error = _code(coordinator(broker).delete(gid))
         else:
             error = ErrorCode.none if store.has_group(gid) else ErrorCode.group_id_not_found
-        if error is ErrorCode.none and store.has_group(gid):
-            store.flush(store.delete_group(gid))
+        if error is ErrorCode.none:
+            version = store.delete_group(gid)  # offset and metadata tombstones
         results.append(make(result_cls, group_id=gid, error_code=error))
+    if version:
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, store.flush, version)
+        except (OSError, CoreError) as e:
+            log.error("cannot persist the deletion of groups %s: %s", request.groups_names, e)
     return make(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
 
 

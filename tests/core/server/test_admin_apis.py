@@ -29,6 +29,7 @@ from core.server.admin_apis import HANDLERS
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.config import load_broker_config
 from core.server.group_offsets import CommittedOffset, GroupOffsetStore
+from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec
 from core.server.replica_manager import ReplicaManager
 from core.server.timing_wheel import Timer
@@ -59,7 +60,10 @@ class FakeBroker:
             LogManagerConfig(log_dirs=(directory,)), topic_config=self.topics.log_config
         )
         self.replica_manager = ReplicaManager(self.log_manager, self.topics, Timer())
-        self.group_offsets = GroupOffsetStore(directory)
+        ensure_offsets_topic(self.topics, 2, 1 << 20)
+        offsets = self.replica_manager.open_topic(self.topics.get(OFFSETS_TOPIC))
+        self.journal = OffsetsTopic(lambda i: offsets[i], 2)
+        self.group_offsets = GroupOffsetStore(self.journal)
 
     def advertised_endpoint(self, listener: str) -> tuple[str, int]:
         return "127.0.0.1", 9092
@@ -172,8 +176,7 @@ def test_delete_topics_by_id_at_v6(broker: FakeBroker) -> None:
 
 
 def test_delete_topics_refuses_internal_and_duplicates(broker: FakeBroker) -> None:
-    broker.create_topic("__consumer_offsets", 1)
-    broker.create_topic("twice", 1)
+    broker.create_topic("twice", 1)  # __consumer_offsets exists, as on every broker
     response = delete_by_name(broker, 6, "__consumer_offsets", "twice", "twice")
     codes = [r.error_code for r in response.responses]
     assert codes == [ErrorCode.invalid_topic_exception] + [ErrorCode.invalid_request] * 2
@@ -203,7 +206,7 @@ def test_delete_topics_drops_committed_offsets(broker: FakeBroker) -> None:
     )
     delete_by_name(broker, 6, "t")
     assert broker.group_offsets.group_offsets("g") == {("other", 0): CommittedOffset(7)}
-    assert GroupOffsetStore(broker.topics.path.parent).fetch("g", "t", 0) is None
+    assert GroupOffsetStore(broker.journal).fetch("g", "t", 0) is None  # replayed: gone
 
 
 # -- DescribeConfigs --------------------------------------------------------------------------

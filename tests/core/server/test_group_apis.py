@@ -23,28 +23,48 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32
 
 from core.errors import CorruptCheckpointError
+from core.records.record import decode_records
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
-from core.server.group_apis import HANDLERS, offset_store
+from core.server.coordinator_records import partition_for
+from core.server.group_apis import HANDLERS
 from core.server.group_offsets import OFFSETS_FILE, CommittedOffset, GroupOffsetStore
+from core.server.offsets_topic import OFFSETS_TOPIC
 from core.server.protocol import ProtocolCodec
 from core.server.topics import TopicRegistry
+
+from .offsets_storage import OffsetsStorage
 
 CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
 
 
 # -- the store alone --------------------------------------------------------------------------
-def test_store_commit_fetch_and_reload(tmp_path: Path) -> None:
-    store = GroupOffsetStore(tmp_path)
+@pytest.fixture
+def storage(tmp_path: Path):
+    opened = [OffsetsStorage(tmp_path)]
+    yield opened
+    opened[-1].close()
+
+
+def reopen(storage: list[OffsetsStorage]) -> GroupOffsetStore:
+    storage.append(storage[-1].reopen())
+    return storage[-1].store()
+
+
+def test_store_commit_fetch_and_reload(storage) -> None:
+    store = storage[0].store()
     assert store.fetch("g", "t", 0) is None and not store.has_group("g")
     version = store.commit(
         "g", {("t", 0): CommittedOffset(5, 2, "m", 1), ("t", 1): CommittedOffset(9)}
     )
     store.commit("g", {("t", 0): CommittedOffset(6, 2, "n", 2)})
     store.commit("h", {("u", 3): CommittedOffset(1)})
-    assert not (tmp_path / OFFSETS_FILE).exists()  # nothing durable before a flush
+    ends = [
+        storage[0].replica_manager.partition(OFFSETS_TOPIC, i).log.log_end_offset for i in range(3)
+    ]
+    assert ends == [0, 0, 0]  # nothing written before a flush
     store.flush(version)
     store.flush()
-    reloaded = GroupOffsetStore(tmp_path)
+    reloaded = reopen(storage)
     assert reloaded.groups() == ["g", "h"]
     assert reloaded.group_offsets("g") == {
         ("t", 0): CommittedOffset(6, 2, "n", 2),
@@ -54,37 +74,68 @@ def test_store_commit_fetch_and_reload(tmp_path: Path) -> None:
         ("t", 1): CommittedOffset(9),
         ("t", 7): None,
     }
-    assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_store_flush_is_skipped_when_already_durable(tmp_path: Path) -> None:
-    store = GroupOffsetStore(tmp_path)
+def test_commits_are_kafka_records_in_the_groups_partition(storage) -> None:
+    store = storage[0].store()
+    store.commit("g", {("t", 0): CommittedOffset(5, 2, "m", 1)})
+    store.flush()
+    index = partition_for("g", 3)
+    plog = storage[0].replica_manager.partition(OFFSETS_TOPIC, index).log
+    (segment,) = plog.segments()
+    ((_, header),) = list(segment.log.scan_batches(0))
+    (record,) = decode_records(header)
+    # OffsetCommitKey v1: group, topic, partition; OffsetCommitValue v3.
+    assert record.key == b"\x00\x01\x00\x01g\x00\x01t\x00\x00\x00\x00"
+    assert record.value == (
+        b"\x00\x03"
+        + (5).to_bytes(8, "big")
+        + (2).to_bytes(4, "big")
+        + b"\x00\x01m"
+        + (1).to_bytes(8, "big")
+    )
+
+
+def test_store_flush_is_skipped_when_already_durable(storage) -> None:
+    store = storage[0].store()
     v = store.commit("g", {("t", 0): CommittedOffset(1)})
     store.flush(v)
-    path = tmp_path / OFFSETS_FILE
-    path.write_text("sentinel")
-    store.flush(v)  # an older or equal version: no rewrite
-    assert path.read_text() == "sentinel"
+    plog = storage[0].replica_manager.partition(OFFSETS_TOPIC, partition_for("g", 3)).log
+    end = plog.log_end_offset
+    store.flush(v)  # an older or equal version: nothing appended again
+    assert plog.log_end_offset == end == 1
 
 
-def test_store_delete_topic_forgets_empty_groups(tmp_path: Path) -> None:
-    store = GroupOffsetStore(tmp_path)
+def test_store_delete_topic_writes_tombstones_and_forgets_empty_groups(storage) -> None:
+    store = storage[0].store()
     store.commit("g", {("t", 0): CommittedOffset(1), ("u", 0): CommittedOffset(2)})
     store.commit("h", {("t", 1): CommittedOffset(3)})
     store.flush(store.delete_topic("t"))
-    assert GroupOffsetStore(tmp_path).group_offsets("g") == {("u", 0): CommittedOffset(2)}
-    assert not GroupOffsetStore(tmp_path).has_group("h")
+    reloaded = reopen(storage)
+    assert reloaded.group_offsets("g") == {("u", 0): CommittedOffset(2)}
+    assert not reloaded.has_group("h")
 
 
-def test_store_refuses_a_corrupt_file(tmp_path: Path) -> None:
+def test_store_imports_the_json_file_of_an_older_tierlog_once(storage, tmp_path: Path) -> None:
+    (tmp_path / OFFSETS_FILE).write_text(
+        json.dumps({"version": 1, "groups": {"g": {"t": {"0": {"offset": 7, "leader_epoch": 1}}}}})
+    )
+    store = storage[0].store(legacy=True)
+    assert store.fetch("g", "t", 0) == CommittedOffset(7, 1)
+    assert not (tmp_path / OFFSETS_FILE).exists()
+    assert (tmp_path / (OFFSETS_FILE + ".migrated")).exists()
+    assert reopen(storage).fetch("g", "t", 0) == CommittedOffset(7, 1)  # now in the topic
+
+
+def test_store_refuses_a_corrupt_legacy_file(storage, tmp_path: Path) -> None:
     (tmp_path / OFFSETS_FILE).write_text(
         json.dumps({"version": 1, "groups": {"g": {"t": {"0": {}}}}})
     )
     with pytest.raises(CorruptCheckpointError, match=OFFSETS_FILE):
-        GroupOffsetStore(tmp_path)
+        storage[0].store(legacy=True)
     (tmp_path / OFFSETS_FILE).write_text("{not json")
     with pytest.raises(CorruptCheckpointError):
-        GroupOffsetStore(tmp_path)
+        storage[0].store(legacy=True)
 
 
 # -- handlers ---------------------------------------------------------------------------------
@@ -307,10 +358,15 @@ def test_commit_with_a_generation_is_refused(broker: FakeBroker) -> None:
     assert fetch(broker, 9, {"t": [0]}, group="new") == {("t", 0): (-1, -1, "")}
 
 
-def test_commits_survive_a_restart_and_are_stored_next_to_the_registry(tmp_path: Path) -> None:
+def test_commits_survive_a_restart_in_the_offsets_topic(tmp_path: Path) -> None:
+    storage = OffsetsStorage(tmp_path / "offsets")
     broker = FakeBroker(tmp_path)
+    broker.group_offsets = storage.store()
     commit(broker, 9, {("t", 0): (11, 2, "m")})
-    assert (tmp_path / OFFSETS_FILE).exists()
-    restarted = FakeBroker(tmp_path)  # a new broker object over the same dir
-    assert offset_store(restarted) is not offset_store(broker)
-    assert fetch(restarted, 9, {"t": [0]}) == {("t", 0): (11, 2, "m")}
+    storage = storage.reopen()
+    try:
+        restarted = FakeBroker(tmp_path)  # a new broker object over the same dirs
+        restarted.group_offsets = storage.store()
+        assert fetch(restarted, 9, {"t": [0]}) == {("t", 0): (11, 2, "m")}
+    finally:
+        storage.close()

@@ -120,10 +120,10 @@ def test_new_members_get_an_id_first_and_protocols_must_overlap():
     asyncio.run(scenario())
 
 
-def test_offsets_expire_only_while_a_group_is_empty(tmp_path):
+def test_offsets_expire_only_while_a_group_is_empty():
     from core.server.group_offsets import CommittedOffset, GroupOffsetStore
 
-    store = GroupOffsetStore(tmp_path)
+    store = GroupOffsetStore()
     day = 86_400_000
     store.commit("members", {("t", 0): CommittedOffset(5, commit_timestamp_ms=0)})
     store.commit("emptied", {("t", 0): CommittedOffset(5, commit_timestamp_ms=0)})

@@ -1,0 +1,140 @@
+"""``__consumer_offsets``: the internal compacted topic behind the group coordinator.
+
+Created at start-up with ``offsets.topic.num.partitions`` partitions (an existing topic keeps
+its partition count, as in Kafka, where changing it would move groups between partitions)
+and Kafka's topic configs: ``cleanup.policy=compact``, ``compression.type=producer``,
+``segment.bytes=offsets.topic.segment.bytes``. A group's records all go to partition
+``partition_for(group)``; clients may read the topic but not produce to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from core.records.builder import RecordBatchBuilder
+from core.records.record import decode_records
+from core.server.coordinator_records import partition_for
+from core.server.topics import TopicInfo, TopicRegistry
+
+if TYPE_CHECKING:
+    from core.server.replica_manager import Partition
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# One appended batch stays well under max.message.bytes (1 MiB by default).
+MAX_BATCH_BYTES = 512 * 1024
+
+CoordinatorRecord = tuple[bytes, bytes | None]
+
+
+def offsets_topic_configs(segment_bytes: int) -> dict[str, str]:
+    """The topic-level configs Kafka gives ``__consumer_offsets``."""
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "segment.bytes": str(segment_bytes),
+    }
+
+
+def ensure_offsets_topic(topics: TopicRegistry, partitions: int, segment_bytes: int) -> TopicInfo:
+    """The registry's ``__consumer_offsets``, created if missing."""
+    info = topics.get(OFFSETS_TOPIC)
+    if info is None:
+        info = topics.create(OFFSETS_TOPIC, partitions, offsets_topic_configs(segment_bytes))
+        log.info("created %s with %d partitions", OFFSETS_TOPIC, partitions)
+    elif info.partitions != partitions:
+        log.warning(
+            "%s has %d partitions; offsets.topic.num.partitions=%d is ignored (changing it "
+            "would move groups to other partitions)",
+            OFFSETS_TOPIC,
+            info.partitions,
+            partitions,
+        )
+    return info
+
+
+class OffsetsTopic:
+    """Appends coordinator records to ``__consumer_offsets`` and replays them.
+
+    Args:
+        partition: the leader partition of ``__consumer_offsets`` with that index.
+        num_partitions: the topic's partition count.
+        on_append: called with the partition index after each append (to wake fetches of
+            consumers reading the topic); may be called from any thread.
+        clock: milliseconds since the epoch, the records' timestamps.
+    """
+
+    def __init__(
+        self,
+        partition: Callable[[int], Partition | None],
+        num_partitions: int,
+        *,
+        on_append: Callable[[int], None] | None = None,
+        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self._partition = partition
+        self.num_partitions = num_partitions
+        self._on_append = on_append
+        self._clock = clock
+
+    def partition_for(self, group: str) -> int:
+        return partition_for(group, self.num_partitions)
+
+    def _leader(self, index: int) -> Partition:
+        partition = self._partition(index)
+        if partition is None:
+            raise LookupError(f"{OFFSETS_TOPIC}-{index} is not open on this broker")
+        return partition
+
+    def append(self, index: int, records: Sequence[CoordinatorRecord]) -> None:
+        """Append records (key, value or None for a tombstone) to partition ``index``, in
+        batches of at most ``MAX_BATCH_BYTES``. Not idempotent: a retry appends again
+        (harmless: replay and compaction keep the latest record per key).
+
+        Raises:
+            KafkaStorageError: the write failed (earlier batches may be in the log).
+            LookupError: the partition is not open.
+        """
+        if not records:
+            return
+        partition = self._leader(index)
+        now = self._clock()
+        builder = RecordBatchBuilder()
+        size = 0
+        for key, value in records:
+            builder.append(value, key=key, timestamp=now)
+            size += len(key) + (len(value) if value is not None else 0) + 16
+            if size >= MAX_BATCH_BYTES:
+                partition.append_as_leader(builder.build())
+                builder, size = RecordBatchBuilder(), 0
+        if len(builder):
+            partition.append_as_leader(builder.build())
+        if self._on_append is not None:
+            self._on_append(index)
+
+    def sync(self, indexes: Iterable[int]) -> None:
+        """fsync the given partitions (blocking).
+
+        Raises:
+            KafkaStorageError: the fsync failed.
+        """
+        for index in sorted(set(indexes)):
+            self._leader(index).log.flush()
+
+    def replay(self) -> Iterator[CoordinatorRecord]:
+        """Every record of every partition from its log start, partition by partition, in
+        offset order (the order that rebuilds the coordinator's state)."""
+        for index in range(self.num_partitions):
+            plog = self._leader(index).log
+            start = plog.log_start_offset
+            for segment in plog.segments():
+                for _, header in segment.log.scan_batches(0):
+                    if header.is_control or header.last_offset < start:
+                        continue
+                    for record in decode_records(header, verify=False):
+                        if record.offset >= start and record.key is not None:
+                            yield record.key, record.value
