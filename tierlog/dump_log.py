@@ -63,6 +63,7 @@ from core.records.record import (
     decode_records,
     parse_control_type,
 )
+from tierlog import offsets_decoder
 from tierlog.cli import EXIT_BAD_DATA, EXIT_OK, Subparsers, positive_int
 from tierlog.dump_log_index import dump_offset_index, dump_time_index
 from tierlog.dump_output import JsonReport, Report, TextReport, text_bytes
@@ -85,6 +86,7 @@ class DumpOptions:
     verify_index_only: bool
     index_sanity_check: bool
     max_bytes: int | None
+    offsets_decoder: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +165,12 @@ def register(subparsers: Subparsers) -> None:
         help="also print record keys and values; implies --deep-iteration (.log)",
     )
     parser.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="decode records as __consumer_offsets records (group offsets and metadata); "
+        "implies --print-data (.log)",
+    )
+    parser.add_argument(
         "--verify-index-only",
         action="store_true",
         help="check index entries against the sibling .log without listing them "
@@ -190,8 +198,9 @@ def register(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     options = DumpOptions(
-        deep_iteration=args.deep_iteration or args.print_data,  # as Kafka does
-        print_data=args.print_data,
+        deep_iteration=args.deep_iteration or args.print_data or args.offsets_decoder,
+        print_data=args.print_data or args.offsets_decoder,  # as Kafka's options imply
+        offsets_decoder=args.offsets_decoder,
         verify_index_only=args.verify_index_only,
         index_sanity_check=args.index_sanity_check,
         max_bytes=args.max_bytes,
@@ -327,7 +336,7 @@ def _dump_batches(
                     f"records of the batch at byte {position} cannot be read: {e}", position
                 )
             else:
-                rows = [_record_fields(batch, r, options.print_data) for r in decoded]
+                rows = [_record_fields(batch, r, options) for r in decoded]
                 fields["records"] = rows
                 lines += [_format_record(batch, row) for row in rows]
                 for record in decoded:
@@ -401,7 +410,9 @@ def _format_batch(b: dict[str, Any]) -> str:
     )
 
 
-def _record_fields(batch: RecordBatchHeader, record: Record, print_data: bool) -> dict[str, Any]:
+def _record_fields(
+    batch: RecordBatchHeader, record: Record, options: DumpOptions
+) -> dict[str, Any]:
     base_sequence = batch.base_sequence
     fields: dict[str, Any] = {
         "offset": record.offset,
@@ -417,7 +428,11 @@ def _record_fields(batch: RecordBatchHeader, record: Record, print_data: bool) -
     }
     if batch.is_control:
         fields.update(_control_fields(record))
-    elif print_data:
+    elif options.offsets_decoder:
+        key_text, value_text = offsets_decoder.decode(record.key, record.value)
+        fields["key"] = key_text.encode("utf-8")
+        fields["value"] = value_text.encode("utf-8")
+    elif options.print_data:
         fields["key"] = record.key
         fields["value"] = record.value
         fields["headers"] = [{"key": k, "value": v} for k, v in record.headers]

@@ -236,8 +236,8 @@ _BROKER_KEYS = [
               "(__consumer_offsets among them)."),
     ConfigKey("log.cleaner.threads", I, 1, "Threads compacting logs.", at_least(0)),
     ConfigKey("log.cleaner.dedupe.buffer.size", L, 134217728,
-              "Memory for the key -> latest offset map of one cleaning, all threads "
-              "together (24 bytes per key, as Kafka counts).", at_least(1024)),
+              "Memory for the key -> latest offset maps of the cleaner threads together "
+              "(about 120 bytes per key in tierlog).", at_least(1024)),
     ConfigKey("log.cleaner.io.max.bytes.per.second", ConfigType.DOUBLE, 1.7976931348623157e308,
               "Cap on the bytes the cleaner reads plus writes per second.", at_least(1)),
     ConfigKey("log.cleaner.backoff.ms", L, 15000,

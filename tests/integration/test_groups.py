@@ -3,6 +3,7 @@ leaves, and resume after their committed offsets when the broker restarted after
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import subprocess
@@ -25,7 +26,9 @@ class Member:
     """A group consumer on a thread: what it received and what it is assigned."""
 
     bootstrap: str
-    kind: str  # "confluent" or "kafka-python"
+    kind: str  # "confluent", "kafka-python" or "aiokafka"
+    group: str = GROUP
+    assignments: int = 0  # how many assignments the member received (rebalances seen)
     seen: list[tuple[int, int]] = field(default_factory=list)  # (partition, offset)
     assigned: set[int] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
@@ -34,7 +37,11 @@ class Member:
     thread: threading.Thread | None = None
 
     def start(self) -> Member:
-        target = self._confluent if self.kind == "confluent" else self._kafka_python
+        target = {
+            "confluent": self._confluent,
+            "kafka-python": self._kafka_python,
+            "aiokafka": self._aiokafka,
+        }[self.kind]
         self.thread = threading.Thread(target=target, daemon=True)
         self.thread.start()
         return self
@@ -58,6 +65,7 @@ class Member:
         def on_assign(consumer: Any, parts: list[Any]) -> None:
             with self.lock:
                 self.assigned = {p.partition for p in parts}
+                self.assignments += 1
 
         def on_revoke(consumer: Any, parts: list[Any]) -> None:
             with self.lock:
@@ -66,7 +74,7 @@ class Member:
         consumer = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
-                "group.id": GROUP,
+                "group.id": self.group,
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
                 "session.timeout.ms": 10000,
@@ -102,7 +110,7 @@ class Member:
         consumer = KafkaConsumer(
             TOPIC,
             bootstrap_servers=self.bootstrap,
-            group_id=GROUP,
+            group_id=self.group,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             session_timeout_ms=10000,
@@ -122,6 +130,53 @@ class Member:
 
         finally:
             consumer.close()
+
+    def _aiokafka(self) -> None:
+        asyncio.run(self._aiokafka_loop())
+
+    async def _aiokafka_loop(self) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.abc import ConsumerRebalanceListener
+        from aiokafka.errors import CommitFailedError, KafkaError
+
+        member = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: Any) -> None:
+                with member.lock:
+                    member.assigned = set()
+
+            async def on_partitions_assigned(self, assigned: Any) -> None:
+                with member.lock:
+                    member.assigned = {tp.partition for tp in assigned}
+                    member.assignments += 1
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=10000,
+            heartbeat_interval_ms=500,
+        )
+        consumer.subscribe([TOPIC], listener=Listener())
+        await consumer.start()
+        try:
+            while not self.stop.is_set():
+                batches = await consumer.getmany(timeout_ms=200)
+                with self.lock:
+                    for tp, records in batches.items():
+                        self.seen.extend((tp.partition, r.offset) for r in records)
+                if batches:
+                    try:
+                        await consumer.commit()
+                    except CommitFailedError:
+                        pass  # rebalanced meanwhile: the next owner re-reads
+                    except KafkaError as e:
+                        if not getattr(e, "retriable", False):
+                            self.errors.append(repr(e))
+        finally:
+            await consumer.stop()
 
 
 def cli_json(broker: BrokerProcess, *args: str) -> dict:
@@ -272,3 +327,108 @@ def test_a_group_reading_a_tiered_topic_from_the_beginning_gets_the_remote_histo
     finally:
         consumer.close()
     assert offsets == set(range(N))
+
+
+def test_members_of_four_clients_keep_their_assignment_across_a_broker_sigkill(
+    broker_factory,
+) -> None:
+    """Group metadata is in __consumer_offsets: after a SIGKILL and restart the members carry
+    on in their generation (no new assignment) and consume what is produced next."""
+    broker: BrokerProcess = broker_factory({"group.initial.rebalance.delay.ms": "1000"})
+    create(broker)
+    produce(broker, 0, 60)
+    members = [
+        Member(broker.bootstrap, "confluent", group="kept").start(),
+        Member(broker.bootstrap, "aiokafka", group="kept").start(),
+    ]
+    try:
+
+        def shared() -> bool:
+            parts = [m.partitions() for m in members]
+            return all(parts) and sorted(p for ps in parts for p in ps) == list(range(PARTITIONS))
+
+        wait_until(shared, 60, 0.2, what="a confluent and an aiokafka member sharing")
+        wait_until(
+            lambda: len({o for m in members for o in m.offsets()}) == 60,
+            60,
+            0.2,
+            what="the first 60 records consumed by the group",
+        )
+        before = [(m.assignments, m.partitions()) for m in members]
+        generation = cli_json(broker, "describe", "kept")["groups"][0]
+
+        broker.kill()
+        broker = restart(broker)
+        produce(broker, 60, 60)
+        wait_until(
+            lambda: len({o for m in members for o in m.offsets()}) == 120,
+            60,
+            0.2,
+            what="the records produced after the restart",
+        )
+        assert [(m.assignments, m.partitions()) for m in members] == before
+        after = cli_json(broker, "describe", "kept")["groups"][0]
+        assert after["state"] == "STABLE"
+        assert {m["member_id"] for m in after["members"]} == {
+            m["member_id"] for m in generation["members"]
+        }
+        for m in members:
+            assert not m.errors, m.errors
+    finally:
+        for m in members:
+            m.close()
+        broker.kill()
+
+
+def test_consumer_offsets_holds_kafkas_records_readable_by_a_plain_consumer(
+    broker_factory,
+) -> None:
+    """A client reading __consumer_offsets (as Kafka tools do) finds OffsetCommitKey v1 /
+    OffsetCommitValue v3 records in the group's partition, decoded here independently."""
+    import struct
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    broker: BrokerProcess = broker_factory({"offsets.topic.num.partitions": "5"})
+    create(broker)
+    committer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "audited"})
+    committer.commit(offsets=[TopicPartition(TOPIC, 2, 17)], asynchronous=False)
+    committer.close()
+
+    # Java's "audited".hashCode() % 5, computed as Kafka's Utils.abs(...) % partitions.
+    h = 0
+    for ch in "audited":
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    h = h - (1 << 32) if h & 0x80000000 else h
+    partition = abs(h) % 5
+
+    reader = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "reader",
+            "enable.auto.commit": False,
+        }
+    )
+    reader.assign([TopicPartition("__consumer_offsets", partition, 0)])
+    records = []
+    try:
+        wait_until(
+            lambda: (
+                records.extend(m for m in reader.consume(10, 0.2) if not m.error()) or bool(records)
+            ),
+            30,
+            0.0,
+            what="the commit record in __consumer_offsets",
+        )
+    finally:
+        reader.close()
+    key, value = records[0].key(), records[0].value()
+    version, glen = struct.unpack_from(">hh", key)
+    group = key[4 : 4 + glen].decode()
+    (tlen,) = struct.unpack_from(">h", key, 4 + glen)
+    topic = key[6 + glen : 6 + glen + tlen].decode()
+    (part,) = struct.unpack_from(">i", key, 6 + glen + tlen)
+    assert (version, group, topic, part) == (1, "audited", TOPIC, 2)
+    value_version, offset = struct.unpack_from(">hq", value)
+    assert (value_version, offset) == (3, 17)
+    broker.kill()

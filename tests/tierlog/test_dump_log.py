@@ -515,3 +515,45 @@ def test_deleted_segment_names_are_understood(dump, partition: Path) -> None:
     assert run.status == 0, run.err
     assert "Log starting offset: 0" in run.out
     assert "offset: " in run.out.split(f"Dumping {index}.deleted")[1]
+
+
+def test_offsets_decoder_shows_consumer_offsets_records(tmp_path: Path, dump) -> None:
+    from core.server.coordinator_records import (
+        CommittedOffset,
+        GroupMetadataValue,
+        MemberMetadata,
+        group_metadata_key,
+        group_metadata_value,
+        offset_commit_key,
+        offset_commit_value,
+    )
+
+    directory = tmp_path / "__consumer_offsets-0"
+    log = PartitionLog(directory, "__consumer_offsets", 0, LogConfig(cleanup_policy=("compact",)))
+    builder = RecordBatchBuilder()
+    builder.append(
+        offset_commit_value(CommittedOffset(42, 3, "m", T0)),
+        key=offset_commit_key("g", "orders", 1),
+        timestamp=T0,
+    )
+    member = MemberMetadata("c-1", None, "c", "/127.0.0.1", 300000, 45000, b"sub", b"as")
+    builder.append(
+        group_metadata_value(GroupMetadataValue("consumer", 4, "range", "c-1", T0, (member,))),
+        key=group_metadata_key("g"),
+        timestamp=T0,
+    )
+    builder.append(None, key=offset_commit_key("g", "orders", 0), timestamp=T0)
+    log.append_as_leader(builder.build(), leader_epoch=0)
+    log.close()
+
+    run = dump("--offsets-decoder", directory / seg(0, ".log"))
+    assert run.status == 0, run.err
+    lines = [line for line in run.out.splitlines() if "| offset:" in line]
+    assert len(lines) == 3
+    assert (
+        'key: {"type":"1","data":{"group":"g","topic":"orders","partition":1}} '
+        'payload: {"version":"3","data":{"offset":42,"leaderEpoch":3,"metadata":"m",'
+        f'"commitTimestamp":{T0}}}}}' in lines[0]
+    )
+    assert '"generation":4' in lines[1] and '"memberId":"c-1"' in lines[1]
+    assert lines[2].endswith("payload: <DELETE>")

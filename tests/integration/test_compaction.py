@@ -1,0 +1,147 @@
+"""Compacted topics on a real broker: the cleaner keeps the latest record per key, drops a
+tombstone after delete.retention.ms, refuses keyless records, and compaction cannot be
+combined with tiering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from broker_process import BrokerProcess, restart, wait_until
+
+TOPIC = "compacted"
+KEYS = 20
+ROUNDS = 40
+
+
+def admin(broker: BrokerProcess) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def create(broker: BrokerProcess, name: str, configs: dict[str, str]) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(broker)  # kept alive until the answer: a collected client cancels it
+    client.create_topics([NewTopic(name, 1, 1, config=configs)])[name].result(30)
+
+
+def read_all(broker: BrokerProcess) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of the whole partition, from the log start to the end."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "reader", "enable.auto.commit": False}
+    )
+    _, high = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=10)
+    consumer.assign([TopicPartition(TOPIC, 0, 0)])
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    try:
+        while not out or out[-1][0] < high - 1:
+            batch = consumer.consume(1000, 1.0)
+            if not batch:
+                break
+            out.extend((m.offset(), m.key(), m.value()) for m in batch if not m.error())
+    finally:
+        consumer.close()
+    return out
+
+
+def produce(broker: BrokerProcess, records: list[tuple[bytes, bytes | None]]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for key, value in records:
+        producer.produce(TOPIC, key=key, value=value)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def latest(rows: list[tuple[int, bytes | None, bytes | None]]) -> dict[bytes, bytes | None]:
+    out: dict[bytes, bytes | None] = {}
+    for _, key, value in rows:
+        assert key is not None
+        out[key] = value
+    return out
+
+
+def test_the_cleaner_keeps_the_latest_value_per_key_and_then_drops_tombstones(
+    broker_factory,
+) -> None:
+    broker: BrokerProcess = broker_factory({"log.cleaner.backoff.ms": "100"})
+    create(
+        broker,
+        TOPIC,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "4096",
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": "3000",
+        },
+    )
+    written = [(b"k%02d" % k, b"v%d-%d" % (k, r)) for r in range(ROUNDS) for k in range(KEYS)]
+    produce(broker, written)
+    produce(broker, [(b"k05", None)])  # delete k05
+    # Later writes of other keys roll the tombstone's segment out of the active one.
+    produce(broker, [(b"filler", b"x" * 200) for _ in range(40)])
+    expected = latest(
+        [(0, k, v) for k, v in written] + [(0, b"k05", None), (0, b"filler", b"x" * 200)]
+    )
+
+    def compacted() -> bool:
+        rows = read_all(broker)
+        return len(rows) < len(written) / 4 and latest(rows) == expected
+
+    wait_until(compacted, 60, 0.5, what="the cleaner compacting the topic")
+    rows = read_all(broker)
+    offsets = [o for o, _, _ in rows]
+    assert offsets == sorted(set(offsets))  # offsets kept, never reused
+    assert (b"k05", None) in [(k, v) for _, k, v in rows]  # the delete is still visible
+
+    # After delete.retention.ms the tombstone itself goes.
+    wait_until(
+        lambda: b"k05" not in latest(read_all(broker)),
+        60,
+        0.5,
+        what="the tombstone dropped after delete.retention.ms",
+    )
+    # The cleaned log survives a SIGKILL and restart.
+    before = latest(read_all(broker))
+    broker.kill()
+    broker = restart(broker)
+    assert latest(read_all(broker)) == before
+    broker.kill()
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(broker_factory) -> None:
+    from confluent_kafka import KafkaError, Producer
+
+    broker: BrokerProcess = broker_factory()
+    create(broker, TOPIC, {"cleanup.policy": "compact"})
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(TOPIC, value=b"no key", on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(30)
+    assert errors and errors[0] is not None
+    assert errors[0].code() == KafkaError.INVALID_RECORD
+    produce(broker, [(b"k", b"with key")])
+    assert [(k, v) for _, k, v in read_all(broker)] == [(b"k", b"with key")]
+    broker.kill()
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [
+        {"cleanup.policy": "compact", "remote.storage.enable": "true"},
+        {"cleanup.policy": "compact,delete", "remote.storage.enable": "true"},
+    ],
+)
+def test_compaction_and_tiering_cannot_be_combined(broker_factory, configs) -> None:
+    from confluent_kafka import KafkaException
+
+    broker: BrokerProcess = broker_factory()
+    with pytest.raises(KafkaException) as e:
+        create(broker, "tiered-compacted", configs)
+    assert "cleanup.policy" in str(e.value) and "remote" in str(e.value)
+    broker.kill()
