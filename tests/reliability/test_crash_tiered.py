@@ -112,7 +112,19 @@ def test_sigkill_at_random_moments_loses_nothing_and_leaves_no_debris(
         writer.join(120)
     assert not load.fatal, load.fatal
 
-    wait_until(lambda: settled(broker.bootstrap, bucket), 120, 0.5, what="tiering settled")
+    try:
+        wait_until(lambda: settled(broker.bootstrap, bucket), 120, 0.5, what="tiering settled")
+    except AssertionError:
+        started = [
+            (s["segment_id"], s["state"])
+            for s in metadata_segments(broker.bootstrap, TOPIC)
+            if s["state"].endswith("STARTED")
+        ]
+        raise AssertionError(
+            f"tiering not settled after 120 s: segments in STARTED states {started}; "
+            f"incomplete object sets {bucket.incomplete_stems(TOPIC)}; broker log:\n"
+            f"{broker.log_tail()}"
+        ) from None
     finished = {
         s["segment_id"] for s in metadata_segments(broker.bootstrap, TOPIC, "COPY_SEGMENT_FINISHED")
     }
