@@ -38,6 +38,7 @@ from core.log.files import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     filename_prefix,
     parse_offset_file,
     segment_file,
@@ -71,6 +72,10 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+
+
+# The files of a segment (producer snapshots share the naming but belong to no segment).
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 def _without(path: Path, suffix: str, replacement: str) -> Path:
@@ -233,7 +238,12 @@ class PartitionLog:
             log.info("%s: completing the interrupted swap of cleaned segment %d", self.dir, base)
             for path in self.dir.iterdir():
                 other = parse_offset_file(path.name)
-                if other is not None and not other[2] and base <= other[0] <= last:
+                if (
+                    other is not None
+                    and not other[2]
+                    and other[1] in SEGMENT_SUFFIXES
+                    and base <= other[0] <= last
+                ):
                     path.unlink(missing_ok=True)
             for path in self.dir.glob(f"{filename_prefix(base)}.*{SWAP_SUFFIX}"):
                 path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))

@@ -8,6 +8,7 @@ housekeeping tasks, then listen. Shutdown reverses it and leaves the clean-shutd
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -140,7 +141,9 @@ class Broker:
         fetches = self.replica_manager.fetch_purgatory
 
         def wake_fetches(index: int) -> None:
-            loop.call_soon_threadsafe(fetches.check_and_complete, (OFFSETS_TOPIC, index))
+            # Called from flushes on executor threads; one may outlive the loop at shutdown.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(fetches.check_and_complete, (OFFSETS_TOPIC, index))
 
         journal = OffsetsTopic(
             lambda i: self.replica_manager.partition(OFFSETS_TOPIC, i),

@@ -272,6 +272,18 @@ class GroupOffsetStore:
                 if group not in self._groups and group in self._metadata:
                     del self._metadata[group]
                     self._queue(group, [(group_metadata_key(group), None)])
+            # Groups that never committed leave only their metadata: it goes once they have
+            # been empty for the retention too.
+            for group, value in list(self._metadata.items()):
+                since = empty_since.get(group, value.current_state_timestamp_ms)
+                if (
+                    group not in self._groups
+                    and group not in active
+                    and not value.members
+                    and now - since >= retention_ms
+                ):
+                    del self._metadata[group]
+                    self._queue(group, [(group_metadata_key(group), None)])
             return self._version, dropped
 
     def delete_group(self, group: str) -> int:

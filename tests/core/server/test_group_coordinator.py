@@ -160,3 +160,53 @@ def test_the_coordinator_reports_when_groups_became_empty():
         c.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_a_group_stored_in_consumer_offsets_comes_back_with_its_members():
+    """Stored at the leader's sync, restored by a new coordinator (a broker restart): the
+    members carry on in their generation; one that does not come back expires."""
+
+    async def scenario() -> None:
+        stored = {}
+        c = coordinator()
+        c.on_change = lambda g: stored.__setitem__(g.group_id, GroupCoordinator.metadata_of(g))
+        a = await join(c, session_ms=200)
+        await c.sync("g", a.generation, a.member_id, {a.member_id: b"all"})
+        value = stored["g"]
+        assert (value.generation, value.protocol, value.leader) == (1, "range", a.member_id)
+        assert [(m.member_id, m.assignment) for m in value.members] == [(a.member_id, b"all")]
+        c.shutdown()
+
+        restarted = coordinator()
+        restarted.restore(stored)
+        group = restarted.groups["g"]
+        assert group.state is GroupState.STABLE and group.generation == 1
+        assert restarted.heartbeat("g", 1, a.member_id) is GroupError.NONE
+        synced = await restarted.sync("g", 1, a.member_id, {})
+        assert synced.assignment == b"all"  # no rebalance: the stored assignment holds
+        # No more heartbeats: the session (200 ms) runs out and the group empties.
+        await until(lambda: group.state is GroupState.EMPTY)
+        restarted.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_groups_stored_empty_come_back_empty_and_their_metadata_expires():
+    from core.server.coordinator_records import GroupMetadataValue
+    from core.server.group_offsets import GroupOffsetStore
+
+    async def scenario() -> None:
+        c = coordinator()
+        c.restore({"idle": GroupMetadataValue("consumer", 7, None, None, 1_000)})
+        group = c.groups["idle"]
+        assert group.state is GroupState.EMPTY and group.generation == 7
+        assert group.empty_since_ms == 1_000
+        c.shutdown()
+
+    asyncio.run(scenario())
+    store = GroupOffsetStore()
+    store.store_group("idle", GroupMetadataValue("consumer", 7, None, None, 1_000))
+    store.expire(1_000 + 59_999, 60_000, {}, set())
+    assert "idle" in store.group_metadata()
+    store.expire(1_000 + 60_000, 60_000, {}, set())
+    assert "idle" not in store.group_metadata()
