@@ -1,13 +1,13 @@
 """FindCoordinator, OffsetCommit, OffsetFetch (membership APIs: ``membership_apis``).
 
-Consumers that ``assign()`` partitions and commit (librdkafka, kafka-python, the Java
-client) still find a coordinator and commit to it as a "simple" group. This broker is the
-coordinator of every group. Commits are accepted as Kafka accepts them from a group that
-does not use membership: generation -1. JoinGroup does not exist yet, so no group ever has
-members; a commit with a generation >= 0 is answered as Kafka answers one for a group that
-has none (ILLEGAL_GENERATION, or GROUP_ID_NOT_FOUND from OffsetCommit v9 when the group is
-unknown; UNKNOWN_MEMBER_ID when the simple group exists). Offsets live in
-:class:`core.server.group_offsets.GroupOffsetStore`.
+This broker is the coordinator of every group. A commit is validated as Kafka validates it:
+against the group's members and generation when the group has members
+(``GroupCoordinator.validate_commit``), else as a "simple" group's (generation -1 accepted;
+a generation >= 0 answered ILLEGAL_GENERATION, GROUP_ID_NOT_FOUND from OffsetCommit v9 for
+an unknown group, UNKNOWN_MEMBER_ID for a known one). Offsets live in
+:class:`core.server.group_offsets.GroupOffsetStore`, journaled in ``__consumer_offsets``; a
+commit is answered once its records are appended and fsynced (NOT_COORDINATOR if that
+failed, as Kafka answers a failed write to the offsets topic).
 
 Transactions have no coordinator yet: FindCoordinator for key type 1 answers
 COORDINATOR_NOT_AVAILABLE with a message saying so.
