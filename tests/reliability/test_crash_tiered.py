@@ -33,6 +33,7 @@ from producer_load import Load
 from s3_harness import (
     Bucket,
     local_log_start,
+    local_segment_bases,
     metadata_segments,
     orphan_report,
     tiering_settings,
@@ -57,10 +58,19 @@ def create_topic(bootstrap: str) -> None:
         future.result(30)
 
 
-def settled(bootstrap: str, bucket: Bucket) -> bool:
-    segments = metadata_segments(bootstrap, TOPIC)
+def settled(broker: BrokerProcess, bucket: Bucket) -> bool:
+    """Tiering caught up (every inactive local segment copied), nothing left STARTED, and
+    every object set complete. Catching up matters: after the last restart the broker may
+    still be copying a backlog, and an object copied after the metadata was listed would
+    look like an orphan."""
+    segments = metadata_segments(broker.bootstrap, TOPIC)
     started = [s for s in segments if s["state"].endswith("STARTED")]
-    return not started and not bucket.incomplete_stems(TOPIC)
+    copied_end = max(
+        (s["end_offset"] for s in segments if s["state"] == "COPY_SEGMENT_FINISHED"), default=-1
+    )
+    bases = local_segment_bases(broker, TOPIC)
+    caught_up = bool(bases) and copied_end + 1 >= bases[-1]
+    return caught_up and not started and not bucket.incomplete_stems(TOPIC)
 
 
 def verify_local_files(data_dir: Path) -> None:
@@ -113,7 +123,7 @@ def test_sigkill_at_random_moments_loses_nothing_and_leaves_no_debris(
     assert not load.fatal, load.fatal
 
     try:
-        wait_until(lambda: settled(broker.bootstrap, bucket), 120, 0.5, what="tiering settled")
+        wait_until(lambda: settled(broker, bucket), 120, 0.5, what="tiering settled")
     except AssertionError:
         started = [
             (s["segment_id"], s["state"])
@@ -121,7 +131,9 @@ def test_sigkill_at_random_moments_loses_nothing_and_leaves_no_debris(
             if s["state"].endswith("STARTED")
         ]
         raise AssertionError(
-            f"tiering not settled after 120 s: segments in STARTED states {started}; "
+            f"tiering not settled after 120 s: local segments "
+            f"{local_segment_bases(broker, TOPIC)}; "
+            f"segments in STARTED states {started}; "
             f"incomplete object sets {bucket.incomplete_stems(TOPIC)}; broker log:\n"
             f"{broker.log_tail()}"
         ) from None
