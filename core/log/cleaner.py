@@ -327,9 +327,14 @@ class LogCleaner:
             return True
         max_lag = plog.config.max_compaction_lag_ms
         if max_lag < (1 << 62):
+            # Kafka's rule: the dirty section's first batch timestamp bounds its age.
             first = plog.segment_for(rng.first_dirty_offset)
-            if first is not None and first.created_ms >= 0 and now - first.created_ms >= max_lag:
-                return True
+            if first is not None:
+                for _, header in first.log.batch_headers(0):
+                    ts = header.max_timestamp
+                    if ts >= 0 and now - ts >= max_lag:
+                        return True
+                    break
         return False
 
     def clean_once(self, now: int | None = None) -> CleanerStats | None:

@@ -269,3 +269,17 @@ def test_a_compacted_log_refuses_records_without_a_key(tmp_path, clock):
     with pytest.raises(InvalidRecordError, match="without key"):
         plog.append_as_leader(client_batch([b"a", b"b"], keys=[b"k", None]), 0)
     assert plog.log_end_offset == 0  # nothing of the batch was appended
+
+
+def test_max_compaction_lag_forces_a_cleaning_below_the_dirty_ratio(tmp_path, clock):
+    config = compact_config(**{"min.cleanable.dirty.ratio": 0.99, "max.compaction.lag.ms": DAY})
+    plog = open_log(tmp_path, config, clock)
+    fill(plog, 30)
+    cleaner = cleaner_for(plog, clock)
+    assert cleaner.clean_once() is not None  # all dirty at first
+    put(plog, [(b"k1", b"late")])
+    plog.roll()
+    assert cleaner.clean_once() is None  # one small dirty segment: ratio far below 0.99
+    clock.now = NOW + DAY + 100  # the dirty section is now max.compaction.lag.ms old
+    assert cleaner.clean_once() is not None
+    assert latest_by_key(records(plog))[b"k1"] == b"late"
