@@ -290,13 +290,16 @@ class ReplicaManager:
         wait in the remote-fetch purgatory until all are done or ``remote.fetch.max.wait.ms``
         passes. Unlike Kafka before KAFKA-14915, every remote partition of the fetch is read,
         in parallel, within what is left of the response's ``max_bytes``. A read that fails
-        or does not finish in time errors its partition only; the others keep their data."""
+        errors its partition only; one that does not finish in time leaves its partition
+        empty (Kafka's answer); the others keep their data."""
         remote = self.remote
         assert remote is not None
         loop = asyncio.get_running_loop()
         read_committed = params.isolation_level == READ_COMMITTED
         budget = params.max_bytes - gathered
-        reads: list[tuple[FetchPartitionResult, asyncio.Future[RemoteFetchResult]]] = []
+        reads: list[
+            tuple[FetchRequestPartition, FetchPartitionResult, asyncio.Future[RemoteFetchResult]]
+        ] = []
         for req, result in zip(params.partitions, results, strict=True):
             if not result.remote:
                 continue
@@ -323,7 +326,7 @@ class ReplicaManager:
             future.add_done_callback(
                 lambda _, tp=tp: self.remote_fetch_purgatory.check_and_complete(tp)
             )
-            reads.append((result, future))
+            reads.append((req, result, future))
         if not reads:
             return results
         done: asyncio.Future[None] = loop.create_future()
@@ -451,15 +454,18 @@ class DelayedRemoteFetch(DelayedOperation):
 
     Completes when every read is done (each read's completion calls ``check_and_complete``
     for its partition) or when ``remote.fetch.max.wait.ms`` expires; on completion each
-    remote partition gets its records, or the error of its read, or REQUEST_TIMED_OUT for a
-    read still running, which is cancelled. Kafka answers a timed-out remote partition with
-    no records and no error; tierlog names the timeout so that operators and clients see
-    a slow remote tier for what it is.
+    remote partition gets its records or the error of its read. A read still running is
+    cancelled and its partition answered with no records and no error, as Kafka answers it:
+    the client fetches again. (An error code here, REQUEST_TIMED_OUT, reaches applications
+    as a consumer error through librdkafka, which does not flag it retriable; the expiry is
+    logged instead.)
     """
 
     def __init__(
         self,
-        reads: list[tuple[FetchPartitionResult, asyncio.Future[RemoteFetchResult]]],
+        reads: list[
+            tuple[FetchRequestPartition, FetchPartitionResult, asyncio.Future[RemoteFetchResult]]
+        ],
         timeout_ms: int,
         done: asyncio.Future[None],
     ) -> None:
@@ -468,7 +474,7 @@ class DelayedRemoteFetch(DelayedOperation):
         self.done = done
 
     def try_complete(self) -> bool:
-        if self.done.done() or all(future.done() for _, future in self.reads):
+        if self.done.done() or all(future.done() for _, _, future in self.reads):
             return self.force_complete()
         return False
 
@@ -476,10 +482,17 @@ class DelayedRemoteFetch(DelayedOperation):
         pass
 
     def on_complete(self) -> None:
-        for result, future in self.reads:
+        for req, result, future in self.reads:
             if not future.done() or future.cancelled():
                 future.cancel()
-                result.error = REQUEST_TIMED_OUT
+                log.info(
+                    "remote read of %s-%d at offset %d did not finish within "
+                    "remote.fetch.max.wait.ms (%d ms): answered with no records",
+                    req.topic,
+                    req.partition,
+                    req.fetch_offset,
+                    self.delay_ms,
+                )
                 continue
             error = future.exception()
             if error is None:

@@ -209,8 +209,8 @@ def consume_confluent(
                 if retry_retriable and (
                     msg.error().retriable() or msg.error().code() == KafkaError.REQUEST_TIMED_OUT
                 ):
-                    # A remote read past remote.fetch.max.wait.ms answers REQUEST_TIMED_OUT for
-                    # the partition; librdkafka reports it (not flagged retriable) and refetches.
+                    # A client may also meet a Kafka broker answering REQUEST_TIMED_OUT for a
+                    # partition; librdkafka reports it (not flagged retriable) and refetches.
                     continue
                 raise AssertionError(f"confluent consumer error: {msg.error()}")
             ts_type, ts = msg.timestamp()

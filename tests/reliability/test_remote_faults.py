@@ -3,9 +3,9 @@ and S3 (moto) and answers a share of the requests with 500 InternalError, 503 Sl
 connection resets, 2 s stalls or bodies cut in half.
 
 - Tiering retries with backoff and completes; nothing acknowledged is lost.
-- Reads from the remote tier go through the same faults: a consumer sees per-partition errors
-  (REQUEST_TIMED_OUT after remote.fetch.max.wait.ms, KAFKA_STORAGE_ERROR) and retries, and
-  gets every record identical in the end.
+- Reads from the remote tier go through the same faults: a read that fails answers its
+  partition KAFKA_STORAGE_ERROR, one that misses remote.fetch.max.wait.ms answers it empty
+  (as Kafka does); the consumer fetches again and gets every record identical in the end.
 - A batch corrupted in the bucket is never served: the broker refuses it (its CRC32C) and
   the consumer never gets different bytes.
 - Produce latency with faults vs without, in the same run, is printed for

@@ -19,7 +19,6 @@ from core.records.builder import RecordBatchBuilder
 from core.server.remote_seam import RemoteFetchResult
 from core.server.replica_manager import (
     KAFKA_STORAGE_ERROR,
-    REQUEST_TIMED_OUT,
     FetchParams,
     FetchRequestPartition,
     ReplicaManager,
@@ -137,7 +136,9 @@ def test_several_remote_partitions_are_read_in_parallel_in_one_fetch(node):
     assert results[0].log_start_offset == 0
 
 
-def test_a_slow_remote_read_times_out_for_its_partition_only(node):
+def test_a_slow_remote_read_leaves_its_partition_empty_without_error(node):
+    # Kafka's DelayedRemoteFetch answers an expired remote read with the local read result:
+    # no records, no error; the client fetches again.
     node.tiered_topic("t", 2)
 
     async def scenario():
@@ -150,7 +151,7 @@ def test_a_slow_remote_read_times_out_for_its_partition_only(node):
 
     results, slow = asyncio.run(scenario())
     assert results[0].error == 0 and results[0].records == b"fast"
-    assert results[1].error == REQUEST_TIMED_OUT and results[1].records is None
+    assert results[1].error == 0 and results[1].records is None
     assert slow.cancelled()  # the read is abandoned, as Kafka cancels its remote task
 
 
