@@ -224,3 +224,8 @@ def test_many_partitions_producers_and_consumers(
         f"{min(rss):.0f}-{max(rss):.0f} MB; {verified} records verified from offset 0; "
         f"{consumers.retried} retriable consumer errors"
     )
+    step = max(1, len(rss) // 10)  # the RSS samples are one a second: print ten of them
+    print(
+        "broker RSS over time (s: MB): "
+        + ", ".join(f"{i}: {rss[i]:.0f}" for i in range(0, len(rss), step))
+    )
