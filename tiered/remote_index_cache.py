@@ -3,8 +3,9 @@
 Kafka's RemoteIndexCache. Remote reads need a segment's byte position for an offset, and
 ListOffsets its time index; fetching those from the remote tier on every read would cost a
 round trip each, so the first use downloads them into ``<log dir>/remote-log-index-cache/``
-and later uses read the parsed copy kept in memory. As in Kafka the three indexes of a segment
-are fetched together; READ_COMMITTED fetches need the transaction index, and a segment
+and later uses read the copy kept in memory (the index bytes themselves, searched in place,
+so that the byte bound below also bounds the cache's memory). As in Kafka the three indexes
+of a segment are fetched together; READ_COMMITTED fetches need the transaction index, and a segment
 without one (no aborted transaction) is cached as an empty file.
 
 Files are named ``<20-digit start offset>_<segment uuid>.index`` / ``.timeindex`` /
@@ -26,7 +27,6 @@ Index layouts (Kafka's, big-endian)::
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import struct
@@ -62,58 +62,86 @@ _OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
 
 
+def _valid_entries(data: bytes, entry: struct.Struct, increasing: int, strict: int) -> int:
+    """How many leading entries of an index file are valid: the ``increasing`` field of each
+    entry grows strictly (``strict``) or not at all below the previous one, and a
+    preallocated zero tail stops the count."""
+    usable = len(data) - len(data) % entry.size
+    count = 0
+    previous: tuple[int, ...] | None = None
+    for fields in entry.iter_unpack(data[:usable]):
+        if previous is not None and (
+            fields[strict] <= previous[strict] or fields[increasing] < previous[increasing]
+        ):
+            break
+        previous = fields
+        count += 1
+    return count
+
+
 @dataclass(frozen=True, slots=True)
 class OffsetIndexView:
-    """A parsed remote offset index: sorted relative offsets and their positions."""
+    """A remote offset index kept as its file bytes (8 bytes an entry, so the cache's byte
+    bound is also its memory bound), searched in place."""
 
     base_offset: int
-    relatives: list[int]
-    positions: list[int]
+    data: bytes
+    count: int
 
     @classmethod
     def parse(cls, base_offset: int, data: bytes) -> OffsetIndexView:
-        relatives: list[int] = []
-        positions: list[int] = []
-        usable = len(data) - len(data) % _OFFSET_ENTRY.size
-        for rel, pos in _OFFSET_ENTRY.iter_unpack(data[:usable]):
-            # A preallocated tail reads as zeros: stop where offsets stop increasing.
-            if relatives and rel <= relatives[-1]:
-                break
-            relatives.append(rel)
-            positions.append(pos)
-        return cls(base_offset, relatives, positions)
+        return cls(base_offset, bytes(data), _valid_entries(data, _OFFSET_ENTRY, 0, 0))
+
+    @property
+    def relatives(self) -> list[int]:
+        return [self._entry(i)[0] for i in range(self.count)]
+
+    def _entry(self, i: int) -> tuple[int, int]:
+        return _OFFSET_ENTRY.unpack_from(self.data, i * _OFFSET_ENTRY.size)  # type: ignore[return-value]
 
     def lookup(self, offset: int) -> int:
         """The position of the last entry at or below ``offset`` (0 when there is none)."""
-        i = bisect.bisect_right(self.relatives, offset - self.base_offset) - 1
-        return self.positions[i] if i >= 0 else 0
+        target = offset - self.base_offset
+        lo, hi = 0, self.count  # the first entry above target, by bisection
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._entry(mid)[0] <= target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self._entry(lo - 1)[1] if lo > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
 class TimeIndexView:
-    """A parsed remote time index: non-decreasing timestamps and their relative offsets."""
+    """A remote time index kept as its file bytes (12 bytes an entry), searched in place."""
 
     base_offset: int
-    timestamps: list[int]
-    relatives: list[int]
+    data: bytes
+    count: int
 
     @classmethod
     def parse(cls, base_offset: int, data: bytes) -> TimeIndexView:
-        timestamps: list[int] = []
-        relatives: list[int] = []
-        usable = len(data) - len(data) % _TIME_ENTRY.size
-        for ts, rel in _TIME_ENTRY.iter_unpack(data[:usable]):
-            if timestamps and (ts < timestamps[-1] or rel <= relatives[-1]):
-                break
-            timestamps.append(ts)
-            relatives.append(rel)
-        return cls(base_offset, timestamps, relatives)
+        return cls(base_offset, bytes(data), _valid_entries(data, _TIME_ENTRY, 0, 1))
+
+    @property
+    def timestamps(self) -> list[int]:
+        return [self._entry(i)[0] for i in range(self.count)]
+
+    def _entry(self, i: int) -> tuple[int, int]:
+        return _TIME_ENTRY.unpack_from(self.data, i * _TIME_ENTRY.size)  # type: ignore[return-value]
 
     def lookup(self, timestamp: int) -> int:
         """The offset of the last entry with a timestamp <= ``timestamp``, else the base
         offset: a scan for the first record at or after ``timestamp`` may start there."""
-        i = bisect.bisect_right(self.timestamps, timestamp) - 1
-        return self.base_offset + self.relatives[i] if i >= 0 else self.base_offset
+        lo, hi = 0, self.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._entry(mid)[0] <= timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self.base_offset + self._entry(lo - 1)[1] if lo > 0 else self.base_offset
 
 
 @dataclass(slots=True)
