@@ -406,7 +406,7 @@ class LogCleaner:
         aborted = plog.collect_aborted_txns(plog.log_start_offset, end)
         for group in self._group_segments(plog, segments, all_segments):
             group_horizon = self._clean_group(
-                plog, group, all_segments, offset_map, aborted, now, horizon, stats, state
+                plog, group, offset_map, aborted, now, horizon, stats, state
             )
             if group_horizon is not None:
                 next_horizon = (
@@ -513,7 +513,6 @@ class LogCleaner:
         self,
         plog: PartitionLog,
         group: list[LogSegment],
-        all_segments: list[LogSegment],
         offset_map: OffsetMap,
         aborted: list[AbortedTxn],
         now: int,

@@ -29,7 +29,7 @@ from core.server.apis import NO_THROTTLE, Handler, error_of
 from core.server.authorizer import Operation
 from core.server.authorizer import ResourceType as AclResource
 from core.server.config import BROKER_CONFIG
-from core.server.group_apis import offset_store
+from core.server.group_apis import flush_offsets, offset_store
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
 from core.server.topics import TopicInfo
@@ -150,7 +150,7 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any
         for name in deleted:
             version = store.delete_topic(name)
         try:
-            await asyncio.get_running_loop().run_in_executor(None, store.flush, version)
+            await flush_offsets(store, version)
         except (OSError, CoreError) as e:
             log.error("cannot persist committed offsets after deleting %s: %s", deleted, e)
     return make(response_type, throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -126,12 +126,19 @@ class Broker:
         version, dropped = self.group_offsets.expire(now_ms(), retention_ms, empty, active)
         if dropped:
             log.info("expired %d committed offsets (offsets.retention.minutes)", dropped)
-            future = asyncio.get_running_loop().run_in_executor(
-                None, self.group_offsets.flush, version
-            )
-            future.add_done_callback(
-                lambda f: f.exception() and log.error("cannot persist offsets: %s", f.exception())
-            )
+        # Also when only group metadata expired: its tombstones are queued too.
+        self._flush_in_background(version, "expired offsets")
+
+    def _flush_in_background(self, version: int, what: str) -> None:
+        """Persist the offset store up to ``version`` on an executor thread; a failure is
+        logged (nobody waits for the answer)."""
+        store = self.group_offsets
+        if store is None:
+            return
+        future = asyncio.get_running_loop().run_in_executor(None, store.flush, version)
+        future.add_done_callback(
+            lambda f: f.exception() and log.error("cannot persist %s: %s", what, f.exception())
+        )
 
     async def _load_groups(self) -> None:
         """Replay ``__consumer_offsets`` into the offset store and the coordinator."""
@@ -159,19 +166,11 @@ class Broker:
     def _store_group(self, group: Group) -> None:
         """The coordinator's hook: journal the group's metadata in the background (a lost
         record only makes the group's members rejoin after a restart)."""
-        store = self.group_offsets
-        if store is None:
+        if self.group_offsets is None:
             return
-        version = store.store_group(group.group_id, GroupCoordinator.metadata_of(group))
-        future = asyncio.get_running_loop().run_in_executor(None, store.flush, version)
-        future.add_done_callback(
-            lambda f: (
-                f.exception()
-                and log.error(
-                    "cannot store the metadata of group %s: %s", group.group_id, f.exception()
-                )
-            )
-        )
+        metadata = GroupCoordinator.metadata_of(group)
+        version = self.group_offsets.store_group(group.group_id, metadata)
+        self._flush_in_background(version, f"the metadata of group {group.group_id}")
 
     def _open_storage(self) -> None:
         first_dir = Path(self.config.log_dirs[0])

@@ -266,17 +266,23 @@ def decode_key(key: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownRecord
     return UnknownRecord(version)
 
 
+def _value_reader(value: bytes, name: str) -> tuple[_Reader, int]:
+    """A reader positioned after the value's version, flexible from version 4 on."""
+    r = _Reader(value)
+    version = r.i16()
+    if not 0 <= version <= FLEXIBLE_VERSION:
+        raise CoordinatorRecordError(f"unknown {name} version {version}")
+    r.flexible = version >= FLEXIBLE_VERSION
+    return r, version
+
+
 def decode_offset_commit_value(value: bytes) -> CommittedOffset:
     """An OffsetCommitValue of any version (v1's expire timestamp is read and ignored).
 
     Raises:
         CoordinatorRecordError: truncated, malformed or of an unknown version.
     """
-    r = _Reader(value)
-    version = r.i16()
-    if not 0 <= version <= FLEXIBLE_VERSION:
-        raise CoordinatorRecordError(f"unknown OffsetCommitValue version {version}")
-    r.flexible = version >= FLEXIBLE_VERSION
+    r, version = _value_reader(value, "OffsetCommitValue")
     offset = r.i64()
     leader_epoch = r.i32() if version >= 3 else -1
     metadata = r.string()
@@ -293,11 +299,7 @@ def decode_group_metadata_value(value: bytes) -> GroupMetadataValue:
     Raises:
         CoordinatorRecordError: truncated, malformed or of an unknown version.
     """
-    r = _Reader(value)
-    version = r.i16()
-    if not 0 <= version <= FLEXIBLE_VERSION:
-        raise CoordinatorRecordError(f"unknown GroupMetadataValue version {version}")
-    r.flexible = version >= FLEXIBLE_VERSION
+    r, version = _value_reader(value, "GroupMetadataValue")
     protocol_type = r.string()
     generation = r.i32()
     protocol = r.nullable_string()

@@ -58,7 +58,8 @@ def offset_store(broker: Broker) -> GroupOffsetStore:
     return store
 
 
-async def _flush(store: GroupOffsetStore, version: int) -> None:
+async def flush_offsets(store: GroupOffsetStore, version: int) -> None:
+    """``store.flush(version)`` on an executor thread (it appends and fsyncs)."""
     await asyncio.get_running_loop().run_in_executor(None, store.flush, version)
 
 
@@ -176,7 +177,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any
     if pending:
         version = store.commit(request.group_id, pending)
         try:
-            await _flush(store, version)
+            await flush_offsets(store, version)
         except (OSError, CoreError) as e:
             # Kafka answers a failed write to __consumer_offsets with NOT_COORDINATOR: the
             # client looks the coordinator up again and retries.

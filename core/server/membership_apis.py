@@ -7,7 +7,6 @@ describe; DELETE to delete.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from core.errors import CoreError
 from core.server.acl_apis import allowed, client_host
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType
-from core.server.group_apis import offset_store
+from core.server.group_apis import flush_offsets, offset_store
 from core.server.group_coordinator import GroupCoordinator, GroupError, GroupState
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
@@ -276,7 +275,7 @@ async def handle_delete_groups(broker: Broker, ctx: RequestContext, request: Any
         results.append(make(result_cls, group_id=gid, error_code=error))
     if version:
         try:
-            await asyncio.get_running_loop().run_in_executor(None, store.flush, version)
+            await flush_offsets(store, version)
         except (OSError, CoreError) as e:
             log.error("cannot persist the deletion of groups %s: %s", request.groups_names, e)
     return make(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
