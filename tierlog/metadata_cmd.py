@@ -551,7 +551,12 @@ def parse_state(text: str) -> RemoteLogSegmentState:
     """
     name = text.strip().upper()
     state = _STATE_NAMES.get(name)
-    if state is None and name.isdigit() and int(name) in RemoteLogSegmentState._value2member_map_:
+    if (
+        state is None
+        and name.isascii()
+        and name.isdigit()
+        and int(name) in RemoteLogSegmentState._value2member_map_
+    ):
         state = RemoteLogSegmentState(int(name))
     listable = ", ".join(s.name for s in RemoteLogSegmentState if s.value < 3)
     if state is None:

@@ -39,6 +39,7 @@ from core.log.files import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    deleted_dir_name,
     filename_prefix,
     parse_offset_file,
     segment_file,
@@ -877,7 +878,7 @@ class PartitionLog:
             for segment in self._segments:
                 segment.close()
             self._closed = True
-            doomed = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
+            doomed = self.dir.with_name(deleted_dir_name(self.dir.name, uuid.uuid4().hex))
             self.dir.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 

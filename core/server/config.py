@@ -691,6 +691,7 @@ def _process_roles(roles: list[str]) -> tuple[str, ...]:
 
 _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 _LISTENER_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_PORT = re.compile(r"[0-9]+")
 
 
 def _valid_host(host: str) -> bool:
@@ -720,7 +721,9 @@ def _split_host_port(key: str, entry: str, hostport: str) -> tuple[str, int]:
             raise _invalid(key, entry, "missing port (expected NAME://host:port)")
     if not port_text:
         raise _invalid(key, entry, "missing port (expected NAME://host:port)")
-    if not port_text.isdigit() or int(port_text) > 65535:
+    # ASCII digits only, as Kafka's port pattern ([0-9]+): str.isdigit also accepts "²" and
+    # non-ASCII digits.
+    if _PORT.fullmatch(port_text) is None or int(port_text) > 65535:
         raise _invalid(key, entry, f"port {port_text} is not a number in 0-65535")
     if not _valid_host(host):
         raise _invalid(key, entry, f"{host!r} is not a valid hostname or IP address")
@@ -854,8 +857,8 @@ def _inter_broker_listener(
     return name
 
 
-_VOTER = re.compile(r"(\d+)@(\[[^\]]+\]|[^:@]+):(\d+)")
-_BOOTSTRAP = re.compile(r"(\[[^\]]+\]|[^:@]+):(\d+)")
+_VOTER = re.compile(r"([0-9]+)@(\[[^\]]+\]|[^:@]+):([0-9]+)")
+_BOOTSTRAP = re.compile(r"(\[[^\]]+\]|[^:@]+):([0-9]+)")
 
 
 def _validate_quorum(values: Mapping[str, Any]) -> None:

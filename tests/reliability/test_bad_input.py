@@ -1,23 +1,36 @@
-"""Hostile connections: slow-loris clients, connection floods and idle sockets do not take
-the broker's service or memory away from real clients.
+"""Hostile input: slow-loris clients, connection floods, idle sockets, hostile topic names
+and stray directories do not take the broker's service or memory away from real clients.
 
 Protocol fuzzing of a live broker (random, mutated, oversize, truncated frames) is in
 tests/integration/test_protocol_fuzz.py; this suite adds what fuzzing does not: connections
 that send a frame's length and then trickle (or never send) the rest, more connections than
 ``max.connections``, and sockets that stay idle past ``connections.max.idle.ms``. Throughout,
 a real client produces and consumes, and the broker's resident memory stays bounded.
+
+Topic names: Metadata requests (with auto-creation on, as by default, and no authorizer) for
+names with a trailing newline, a carriage return, a tab, a NUL, or non-ASCII look-alikes of
+legal characters are answered INVALID_TOPIC_EXCEPTION and create nothing; the broker then
+stops cleanly on SIGTERM and starts again. Directories that are not partitions (planted by
+hand, or left with a registry entry by a tierlog that let "evil\n" through) are logged by
+path and skipped at start-up, and the broker serves.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
+import uuid
 from pathlib import Path
 
-from broker_process import BrokerProcess, start_broker, wait_until
+import pytest
+from broker_process import BrokerProcess, restart, start_broker, wait_until
 from kafka_clients import Rec, consume_confluent, produce_confluent
+from kafka_wire import metadata_errors
 from soak import SOAK
+
+from core.log.checkpoints import OffsetCheckpointFile
 
 SLOW_CLIENTS = 400 if SOAK else 120
 MAX_CONNECTIONS = SLOW_CLIENTS + 30
@@ -109,3 +122,119 @@ def test_slow_loris_floods_and_idle_sockets_leave_real_clients_served(
         f"\n{SLOW_CLIENTS} slow-loris connections: real client served; RSS {rss_before:.0f} -> "
         f"{rss_during:.0f} MB; idle socket closed after {idle_closed_after:.1f}s"
     )
+
+
+INVALID_TOPIC_EXCEPTION = 17
+HOSTILE_TOPIC_NAMES = [
+    "evil\n",
+    "evil\r\n",
+    "a\rb",
+    "a\tb",
+    "a\x00b",
+    "a b",
+    "t\u0435st",  # Cyrillic small ie for the "e"
+    "\uff54\uff45\uff53\uff54",  # fullwidth "test"
+    "topic\u0663",  # Arabic-Indic digit three
+    "topic\u00b2",  # superscript two
+    "a\u2028b",  # line separator
+]
+# Checkpoints written often, so that a broken one shows within the test.
+FAST_CHECKPOINTS = {
+    "replica.high.watermark.checkpoint.interval.ms": "100",
+    "log.flush.offset.checkpoint.interval.ms": "100",
+}
+
+
+def data_dir(broker: BrokerProcess) -> Path:
+    return Path(broker.settings["log.dirs"])
+
+
+def partition_dirs(broker: BrokerProcess) -> set[str]:
+    return {p.name for p in data_dir(broker).iterdir() if p.is_dir()}
+
+
+def hw_checkpoint(broker: BrokerProcess) -> dict[tuple[str, int], int]:
+    return OffsetCheckpointFile(data_dir(broker) / "replication-offset-checkpoint").read()
+
+
+@pytest.mark.parametrize("version", [1, 4, 12])
+def test_hostile_topic_names_are_refused_and_the_broker_restarts_cleanly(
+    tmp_path: Path, brokers: list[BrokerProcess], version: int
+) -> None:
+    broker = start_broker(tmp_path / "b", FAST_CHECKPOINTS)  # auto-create on, no authorizer
+    brokers.append(broker)
+    sent = [Rec(b"k", b"before")]
+    assert produce_confluent(broker.bootstrap, "served", sent) == [0]
+    before = partition_dirs(broker)
+
+    answers = metadata_errors(broker.bootstrap, HOSTILE_TOPIC_NAMES, version)
+    assert answers == [(name, INVALID_TOPIC_EXCEPTION) for name in HOSTILE_TOPIC_NAMES]
+    # The same request path still auto-creates a legal name.
+    assert metadata_errors(broker.bootstrap, ["legal-name"], version) == [("legal-name", 0)]
+    assert partition_dirs(broker) - before == {"legal-name-0"}
+    registry = json.loads((data_dir(broker) / "tierlog-metadata.json").read_text())
+    assert not set(registry["topics"]) & set(HOSTILE_TOPIC_NAMES)
+
+    # Every checkpoint still works: the high watermarks are written, the new topic's too.
+    wait_until(
+        lambda: {("served", 0), ("legal-name", 0)} <= set(hw_checkpoint(broker)),
+        20,
+        what="high-watermark checkpoint with every partition",
+    )
+    assert broker.stop() == 0
+    assert (data_dir(broker) / ".kafka_cleanshutdown").exists()
+
+    again = restart(broker)
+    brokers.append(again)
+    assert [r.value for r in consume_confluent(again.bootstrap, "served")] == [b"before"]
+    assert again.stop() == 0
+    for log_file in (broker.log_file, again.log_file):
+        assert "Traceback" not in log_file.read_text(errors="replace")
+
+
+STRAY_DIRS = ["evil\n-0", "notapartition", "x-abc", "t-01", "topic-\u0663", "a b-0"]
+
+
+def test_stray_directories_in_a_log_dir_are_logged_and_the_broker_serves(
+    tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    broker = start_broker(tmp_path / "b", FAST_CHECKPOINTS)
+    brokers.append(broker)
+    sent = [Rec(b"k%d" % i, b"v%d" % i) for i in range(10)]
+    assert produce_confluent(broker.bootstrap, "orders", sent) == list(range(10))
+    assert broker.stop() == 0
+
+    # What an older tierlog left after a Metadata request for "evil\n": a registry entry and
+    # its partition directory. Plus directories planted by hand.
+    data = data_dir(broker)
+    for name in STRAY_DIRS:
+        (data / name).mkdir()
+        (data / name / "00000000000000000000.log").write_bytes(b"")
+    registry_path = data / "tierlog-metadata.json"
+    registry = json.loads(registry_path.read_text())
+    registry["topics"]["evil\n"] = dict(registry["topics"]["orders"], id=str(uuid.uuid4()))
+    registry_path.write_text(json.dumps(registry))
+
+    again = restart(broker)
+    brokers.append(again)
+    text = again.log_file.read_text(errors="replace")
+    for name in STRAY_DIRS:
+        assert f"{str(data / name)!r} is not a partition directory" in text, name
+    assert "'evil\\n' has an illegal name and is not served" in text
+    assert "Traceback" not in text
+
+    assert [r.value for r in consume_confluent(again.bootstrap, "orders")] == [
+        r.value for r in sent
+    ]
+    assert produce_confluent(again.bootstrap, "orders", [Rec(b"k", b"after")]) == [10]
+    wait_until(
+        lambda: hw_checkpoint(again).get(("orders", 0)) == 11,
+        20,
+        what="high-watermark checkpoint of orders-0 at 11",
+    )
+    assert again.stop() == 0
+    for name in STRAY_DIRS:  # left as they were, for the operator
+        assert (data / name / "00000000000000000000.log").exists()
+    third = restart(again)
+    brokers.append(third)
+    assert third.stop() == 0

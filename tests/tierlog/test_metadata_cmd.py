@@ -291,6 +291,8 @@ def test_table_output_is_aligned(capsys, populated) -> None:
     [
         (["--state", "BOGUS"], "unknown state"),
         (["--state", "DELETE_SEGMENT_FINISHED"], "never listed"),
+        (["--state", "\u00b2"], "unknown state"),  # isdigit() but not int(): no traceback
+        (["--state", "\u0661"], "unknown state"),  # Arabic-Indic one is not a state id
         (["--partition", "-1"], "--partition must not be negative"),
         (["--epoch", "-2"], "--epoch must not be negative"),
         (["--count", "0"], "--count must be at least 1"),

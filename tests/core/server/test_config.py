@@ -359,6 +359,13 @@ def test_listeners_parse(value: str, expected: list[tuple[str, str, int]]) -> No
         ("localhost:9092", "expected NAME://host:port"),
         ("PLAINTEXT://a:9092,PLAINTEXT://b:9093", "different name"),
         ("PLAINTEXT://a:9092,plaintext://b:9093", "different name"),
+        # Whole-string checks, ASCII digits only: isdigit() takes "²" (which int() then
+        # refuses) and Arabic-Indic digits (which int() reads as 9092).
+        ("PLAINTEXT://localhost:90\n92", "port 90\n92"),
+        ("PLAINTEXT://localhost:\u00b2", "port \u00b2"),
+        ("PLAINTEXT://localhost:\u0669\u0660\u0669\u0662", "port \u0669\u0660\u0669\u0662"),
+        ("PLAINTEXT://local\nhost:9092", "not a valid hostname"),
+        ("PLAIN\nTEXT://localhost:9092", "listener name"),
     ],
 )
 def test_bad_listeners_name_the_key(value: str, reason: str) -> None:
@@ -430,6 +437,13 @@ def test_controller_listeners_are_not_broker_listeners() -> None:
     assert "configuration controller.quorum.voters" in error({"controller.quorum.voters": "bad"})
     assert "controller.quorum.bootstrap.servers" in error(
         {"controller.quorum.bootstrap.servers": "nohost"}
+    )
+    arabic_one = "\u0661"
+    assert "controller.quorum.voters" in error(
+        {"controller.quorum.voters": f"{arabic_one}@localhost:9093"}
+    )
+    assert "controller.quorum.bootstrap.servers" in error(
+        {"controller.quorum.bootstrap.servers": f"localhost:909{arabic_one}"}
     )
 
 
