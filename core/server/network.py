@@ -75,6 +75,7 @@ class SocketServer:
         send_buffer_bytes: ``socket.send.buffer.bytes`` (-1: the OS default).
         receive_buffer_bytes: ``socket.receive.buffer.bytes`` (-1: the OS default).
         listen_backlog: ``socket.listen.backlog.size``.
+        The defaults are Kafka's, the broker config's defaults.
     """
 
     def __init__(
@@ -86,8 +87,8 @@ class SocketServer:
         max_request_bytes: int = 104_857_600,
         max_connections: int = 2**31 - 1,
         idle_timeout_s: float = 600.0,
-        send_buffer_bytes: int = -1,
-        receive_buffer_bytes: int = -1,
+        send_buffer_bytes: int = 102_400,
+        receive_buffer_bytes: int = 102_400,
         listen_backlog: int = 50,
     ) -> None:
         self.codec = codec
