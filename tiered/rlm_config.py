@@ -8,8 +8,9 @@ raises ``ValueError`` naming the key for an unparsable or out-of-range value.
 KIP-405 named two keys that Kafka shipped under other names. Configs written from the KIP
 still start: ``DEPRECATED_ALIASES`` maps each old name to Kafka's (converting the unit), and
 ``from_props`` logs a warning naming both. When both are set the new name wins and the old
-one is ignored, with a warning too: Kafka's rule for its own renamed keys (the new key is
-read first; the old one only fills in when the new one is absent).
+one is ignored, with a warning too, as Kafka does with its own renamed keys (the old
+``remote.log.manager.thread.pool.size`` only fills in for
+``remote.log.manager.copier.thread.pool.size`` when that one is not set).
 """
 
 from __future__ import annotations

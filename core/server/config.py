@@ -155,7 +155,8 @@ _BROKER_KEYS = [
               "the defaults."),
     ConfigKey("ssl.endpoint.identification.algorithm", S, "https",
               "Kafka: host name verification of the server certificate, applied when the "
-              "broker is a TLS client (of other brokers). tierlog opens no TLS connections.",
+              "broker is a TLS client of other brokers. tierlog has no other brokers to "
+              "connect to.",
               inert=True),
     ConfigKey("ssl.principal.mapping.rules", S, "DEFAULT",
               "Kafka: rules turning a client certificate's distinguished name into a principal. "
