@@ -62,6 +62,8 @@ class LogManagerConfig:
     flush_start_offset_checkpoint_interval_ms: int = 60_000
     high_watermark_checkpoint_interval_ms: int = 5_000  # replica.high.watermark.checkpoint...
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    # producer.id.expiration.check.interval.ms
+    producer_id_expiration_check_interval_ms: int = 600_000
     default_log_config: LogConfig = field(default_factory=LogConfig)
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)  # log.cleaner.*
 
@@ -238,6 +240,12 @@ class LogManager:
             c.flush_start_offset_checkpoint_interval_ms,
         )
         self.scheduler.schedule(
+            "producer-id-expiration",
+            self.remove_expired_producers,
+            c.producer_id_expiration_check_interval_ms,
+            c.producer_id_expiration_check_interval_ms,
+        )
+        self.scheduler.schedule(
             "high-watermark-checkpoint",
             self.checkpoint_high_watermarks,
             c.high_watermark_checkpoint_interval_ms,
@@ -326,6 +334,17 @@ class LogManager:
             except CoreError:
                 log.exception("retention failed for %s", plog)
         return deleted
+
+    def remove_expired_producers(self) -> int:
+        """Kafka's PeriodicProducerExpirationCheck over every log; returns the producers
+        dropped."""
+        dropped = 0
+        for plog in self.all_logs():
+            try:
+                dropped += plog.remove_expired_producers()
+            except CoreError:
+                log.exception("producer expiration failed for %s", plog)
+        return dropped
 
     def flush_dirty_logs(self) -> None:
         for plog in self.all_logs():

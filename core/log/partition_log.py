@@ -791,6 +791,13 @@ class PartitionLog:
             out.append(segment)
         return out
 
+    def remove_expired_producers(self, now: int | None = None) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms`` without an open
+        transaction (Kafka's removeExpiredProducers); returns how many were dropped."""
+        with self.lock:
+            now_ms = self.clock() if now is None else now
+            return len(self.producer_state.remove_expired_producers(now_ms))
+
     def delete_old_segments(self, now: int | None = None) -> int:
         """Apply retention; returns the number of segments deleted (renamed, then removed)."""
         with self.lock:

@@ -174,7 +174,9 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
     return make(
         response_type,
         throttle_time=NO_THROTTLE,
-        brokers=(make(broker_cls, node_id=node, host=host, port=port, rack=None),),
+        brokers=(
+            make(broker_cls, node_id=node, host=host, port=port, rack=broker.config.broker_rack),
+        ),
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),

@@ -86,6 +86,7 @@ class Broker:
             initial_rebalance_delay_ms=self.config.get("group.initial.rebalance.delay.ms"),
             min_session_timeout_ms=self.config.get("group.min.session.timeout.ms"),
             max_session_timeout_ms=self.config.get("group.max.session.timeout.ms"),
+            max_size=self.config.get("group.max.size"),
             on_change=self._store_group,
         )
         self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
@@ -102,6 +103,9 @@ class Broker:
             max_request_bytes=self.config.socket_request_max_bytes,
             max_connections=self.config.max_connections,
             idle_timeout_s=self.config.connections_max_idle_ms / 1000,
+            send_buffer_bytes=self.config.socket_send_buffer_bytes,
+            receive_buffer_bytes=self.config.socket_receive_buffer_bytes,
+            listen_backlog=self.config.socket_listen_backlog_size,
         )
         specs = [
             ListenerSpec(x.name, x.host, x.port, security[x.name])

@@ -27,6 +27,7 @@ from core.server.errors import InvalidRequestError, UnsupportedVersionRequestErr
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.sasl_apis import SaslSession
 from core.server.security import ANONYMOUS, ListenerSecurity, principal_of_certificate
+from core.server.socket_buffers import set_receive_buffer, set_send_buffer
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,10 @@ class SocketServer:
         max_request_bytes: ``socket.request.max.bytes``.
         max_connections: ``max.connections``.
         idle_timeout_s: ``connections.max.idle.ms`` in seconds.
+        send_buffer_bytes: ``socket.send.buffer.bytes`` (-1: the OS default).
+        receive_buffer_bytes: ``socket.receive.buffer.bytes`` (-1: the OS default).
+        listen_backlog: ``socket.listen.backlog.size``.
+        The defaults are Kafka's, the broker config's defaults.
     """
 
     def __init__(
@@ -82,6 +87,9 @@ class SocketServer:
         max_request_bytes: int = 104_857_600,
         max_connections: int = 2**31 - 1,
         idle_timeout_s: float = 600.0,
+        send_buffer_bytes: int = 102_400,
+        receive_buffer_bytes: int = 102_400,
+        listen_backlog: int = 50,
     ) -> None:
         self.codec = codec
         self.handler = handler
@@ -89,6 +97,9 @@ class SocketServer:
         self.max_request_bytes = max_request_bytes
         self.max_connections = max_connections
         self.idle_timeout_s = idle_timeout_s
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
+        self.listen_backlog = listen_backlog
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[Connection] = set()
         self.bound: list[BoundListener] = []
@@ -103,7 +114,10 @@ class SocketServer:
                 reuse_address=True,
                 limit=1 << 20,
                 ssl=security.ssl_context if security is not None else None,
+                backlog=self.listen_backlog,
             )
+            # Before the loop runs again, so no connection is accepted without it.
+            set_receive_buffer(server.sockets, self.receive_buffer_bytes)
             port = server.sockets[0].getsockname()[1]
             self._servers.append(server)
             self.bound.append(BoundListener(spec.name, spec.host, port))
@@ -141,6 +155,7 @@ class SocketServer:
             )
             writer.close()
             return
+        set_send_buffer(writer, self.send_buffer_bytes)
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         connection = Connection(self, reader, writer, listener, address, security)

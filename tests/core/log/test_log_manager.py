@@ -176,3 +176,34 @@ def test_no_partition_directory_is_made_for_an_illegal_topic_name(tmp_path, topi
     assert not [c for c in d.iterdir() if c.is_dir()]
     lm.checkpoint_high_watermarks()  # nothing illegal to break it
     lm.shutdown()
+
+
+def test_idle_producers_are_forgotten_every_check_interval(tmp_path, batch):
+    """producer.id.expiration.check.interval.ms: the LogManager's periodic task drops the
+    producers idle for producer.id.expiration.ms (Kafka's PeriodicProducerExpirationCheck);
+    a producer still active stays."""
+    import time
+
+    now = [1_700_000_000_000]
+    lm = LogManager(
+        LogManagerConfig(
+            log_dirs=(tmp_path / "d",),
+            producer_id_expiration_ms=60_000,
+            producer_id_expiration_check_interval_ms=20,
+        ),
+        clock=lambda: now[0],
+    )
+    plog = lm.get_or_create_log("t", 0)
+    for pid, timestamp in ((7, now[0] - 120_000), (8, now[0])):
+        idempotent = batch(
+            [b"v"], timestamp=timestamp, producer_id=pid, producer_epoch=0, base_sequence=0
+        )
+        plog.append_as_leader(idempotent, 0)
+    assert set(plog.producer_state.active_producers) == {7, 8}
+    lm.startup()
+    deadline = time.monotonic() + 10
+    while 7 in plog.producer_state.active_producers:
+        assert time.monotonic() < deadline, "the idle producer was never expired"
+        time.sleep(0.01)
+    assert set(plog.producer_state.active_producers) == {8}
+    lm.shutdown()

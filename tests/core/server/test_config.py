@@ -506,3 +506,37 @@ def test_config_is_frozen() -> None:
     c = build({})
     with pytest.raises(AttributeError):
         c.num_partitions = 2  # type: ignore[misc]
+
+
+# -- inert keys -------------------------------------------------------------------------------
+
+
+def test_the_inert_keys_a_kafka_sample_sets_are_named_in_order() -> None:
+    c = BrokerConfig.from_props(parse_properties(KAFKA_SAMPLE))
+    assert c.inert_keys_given() == [
+        "controller.quorum.bootstrap.servers",
+        "controller.quorum.voters",
+        "inter.broker.listener.name",
+        "num.io.threads",
+        "num.network.threads",
+        "offsets.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.replication.factor",
+    ]
+    zk = BrokerConfig.from_props(parse_properties(KAFKA_ZK_SAMPLE))
+    assert zk.inert_keys_given() == [
+        "num.network.threads",
+        "zookeeper.connect",
+        "zookeeper.connection.timeout.ms",
+    ]
+    # Keys that work are not named, and a topic default inherits its topic key's marker.
+    assert cfg(num_partitions="3", socket_send_buffer_bytes="-1").inert_keys_given() == []
+    assert cfg(min_insync_replicas="2").inert_keys_given() == ["min.insync.replicas"]
+
+
+def test_socket_buffer_sizes_take_minus_one_for_the_os_default() -> None:
+    c = cfg(socket_send_buffer_bytes="-1", socket_receive_buffer_bytes="65536")
+    assert (c.socket_send_buffer_bytes, c.socket_receive_buffer_bytes) == (-1, 65536)
+    assert "socket.receive.buffer.bytes" in error({"socket.receive.buffer.bytes": "-2"})
