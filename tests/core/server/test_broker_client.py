@@ -402,13 +402,17 @@ def settings(**over: Any) -> ClientSettings:
     return ClientSettings(local_id=1, security=ClientSecurity("PLAINTEXT"), **over)
 
 
-def test_node_client_backs_off_between_failed_connects_and_resets_once_connected():
+def test_node_client_backs_off_between_failed_connects_and_resets_once_connected(
+    monkeypatch: pytest.MonkeyPatch,
+):
     attempts: list[float] = []
     original = BrokerConnection.open
 
     async def recording_open(*args: Any, **kwargs: Any) -> BrokerConnection:
         attempts.append(asyncio.get_running_loop().time())
         return await original(*args, **kwargs)
+
+    monkeypatch.setattr(BrokerConnection, "open", recording_open)
 
     async def script(reader, writer):
         await peer.handshake(reader, writer)
@@ -422,30 +426,29 @@ def test_node_client_backs_off_between_failed_connects_and_resets_once_connected
         await peer.stop()
         node = BrokerEndpoint(2, "127.0.0.1", port)
         client = NodeClient(settings(), rng=random.Random(1))
-        backoffs = []
+        remaining = []
         for _ in range(3):
             with pytest.raises(ConnectFailedError):
                 await client.connection(node, "controller")
-            backoffs.append(client.backoff_remaining_ms(2, "controller"))
+            remaining.append(client.backoff_remaining_ms(2, "controller"))
         await peer.start(port)  # the broker is back
         connection = await client.connection(node, "controller")
         assert not connection.closed
-        assert client.backoff_remaining_ms(2, "controller") == 0
+        assert client.backoff_remaining_ms(2, "controller") == 0  # reset by the success
         await client.close()
         await peer.stop()
-        return backoffs
+        return remaining
 
-    BrokerConnection.open = recording_open  # type: ignore[method-assign]
-    try:
-        backoffs = run(main())
-    finally:
-        BrokerConnection.open = original  # type: ignore[method-assign]
-    # 50 ms, then 100, then 200, each +-20%: the waits grow after each failure.
-    for n, wait in enumerate(backoffs):
-        assert 50 * 2**n * 0.8 * 0.9 <= wait <= 50 * 2**n * 1.2, backoffs
-    # No attempt before the backoff of the failure before it had passed.
-    for n in range(1, len(attempts)):
-        assert attempts[n] - attempts[n - 1] >= 50 * 2 ** (n - 1) * 0.8 / 1000 - 0.001
+    remaining = run(main())
+    # The same random sequence as the client's: about 50, 100, 200 ms (+-20%).
+    rng = random.Random(1)
+    expected = [reconnect_backoff_ms(n, 50, 1000, rng) for n in range(3)]
+    assert expected == sorted(expected) and expected[2] > 150
+    assert all(0 < r <= e for r, e in zip(remaining, expected, strict=True)), remaining
+    # Each attempt came no earlier than the backoff after the failure before it.
+    assert len(attempts) == 4
+    for n in range(1, 4):
+        assert attempts[n] - attempts[n - 1] >= expected[n - 1] / 1000 - 0.001
 
 
 def test_node_client_keeps_one_connection_per_broker_and_purpose():
