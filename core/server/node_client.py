@@ -199,9 +199,14 @@ class NodeClient:
 
     async def disconnect(self, node_id: int, purpose: str) -> None:
         """Close the (node, purpose) connection, if any; the next use reconnects at once."""
-        slot = self._slots.pop((node_id, purpose), None)
-        if slot is not None and slot.connection is not None:
-            await slot.connection.close()
+        slot = self._slots.get((node_id, purpose))
+        if slot is None:
+            return
+        async with slot.lock:  # after a connect in progress, so that it is closed too
+            connection, slot.connection = slot.connection, None
+            slot.failures, slot.next_attempt = 0, 0.0
+        if connection is not None:
+            await connection.close()
 
     async def close(self) -> None:
         """Close every connection; requests in flight fail with ConnectionClosedError."""

@@ -472,6 +472,10 @@ def test_node_client_keeps_one_connection_per_broker_and_purpose():
             node, "fetcher-0", ApiKey.METADATA, metadata("x"), versions=(0, 12)
         )
         assert answer.topics[0].name == "x"
+        await client.disconnect(2, "fetcher-0")  # no backoff after a deliberate close
+        assert fetcher.closed and client.backoff_remaining_ms(2, "fetcher-0") == 0
+        fetcher = await client.connection(node, "fetcher-0")
+        assert not fetcher.closed
         # The broker moved: the old connection is closed, a new one opened.
         moved = await client.connection(BrokerEndpoint(2, "localhost", peer.port), "controller")
         assert moved is not controller and controller.closed
@@ -485,6 +489,7 @@ def test_node_client_keeps_one_connection_per_broker_and_purpose():
     api_versions = [c for c in peer.seen if c.api_key == ApiKey.API_VERSIONS]
     assert [c.client_id for c in api_versions] == [
         "broker-1-controller",
+        "broker-1-fetcher-0",
         "broker-1-fetcher-0",
         "broker-1-controller",
     ]
