@@ -457,6 +457,9 @@ class BrokerConnection:
             self._shutdown(ConnectionResetError(f"{self.address} closed the connection"))
         except (ConnectionError, OSError, ProtocolViolationError) as e:
             self._shutdown(e)
+        except Exception as e:  # a bug here must not leave requests waiting for their timeout
+            log.exception("reading from %s failed", self.address)
+            self._shutdown(e)
 
     def _complete(self, frame: bytes) -> None:
         correlation_id = _SIZE.unpack_from(frame, 0)[0]
