@@ -18,7 +18,7 @@ from core.log.config import LogConfig
 from core.log.log_manager import LogManager
 from core.server.acl_apis import HANDLERS as ACL_HANDLERS
 from core.server.admin_apis import HANDLERS as ADMIN_HANDLERS
-from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.api_keys import INTER_BROKER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from core.server.apis import HANDLERS, api_versions_response, error_code
 from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
@@ -48,7 +48,6 @@ class Broker:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.codec = ProtocolCodec(SUPPORTED_VERSIONS)
         self.handlers = {
             **HANDLERS,
             **ADMIN_HANDLERS,
@@ -59,6 +58,10 @@ class Broker:
         }
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         assert not missing, f"advertised apis without a handler: {missing}"
+        # An inter-broker api is decoded only once it has a handler: a request that decodes
+        # must get an answer.
+        served = {k: r for k, r in INTER_BROKER_VERSIONS.items() if k in self.handlers}
+        self.codec = ProtocolCodec(SUPPORTED_VERSIONS, served)
         self.group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
         self.group_coordinator: GroupCoordinator | None = None

@@ -154,10 +154,8 @@ _BROKER_KEYS = [
     ConfigKey("ssl.cipher.suites", LS, [], "OpenSSL cipher names for TLSv1.2; empty keeps "
               "the defaults."),
     ConfigKey("ssl.endpoint.identification.algorithm", S, "https",
-              "Kafka: host name verification of the server certificate, applied when the "
-              "broker is a TLS client of other brokers. tierlog has no other brokers to "
-              "connect to.",
-              inert=True),
+              "https: a broker connecting to another over TLS checks the peer's host name "
+              "against its certificate; empty: it does not."),
     ConfigKey("ssl.principal.mapping.rules", S, "DEFAULT",
               "Kafka: rules turning a client certificate's distinguished name into a principal. "
               "tierlog applies DEFAULT (the whole distinguished name), the one value accepted.",
@@ -166,8 +164,8 @@ _BROKER_KEYS = [
               "SASL mechanisms served on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
               "(Kafka's default GSSAPI is not available)."),
     ConfigKey("sasl.mechanism.inter.broker.protocol", S, "GSSAPI",
-              "Kafka: the SASL mechanism brokers use between themselves. tierlog has no other "
-              "brokers.", inert=True),
+              "SASL mechanism brokers use with each other on a SASL inter-broker listener: "
+              "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, one of its sasl.enabled.mechanisms."),
     ConfigKey("sasl.jaas.config", P, None,
               "JAAS login module entry with the accounts (user_<name>=\"<password>\"), for "
               "every SASL listener and mechanism without a listener.name.* one."),
@@ -212,6 +210,19 @@ _BROKER_KEYS = [
     ConfigKey("max.connections", I, INT32_MAX, "Connections accepted at once.", at_least(0)),
     ConfigKey("queued.max.requests", I, 500, "Requests queued before reads pause.",
               at_least(1)),
+    # -- connections to other brokers (core/server/node_client.py) ---------------------------
+    ConfigKey("request.timeout.ms", I, 30000,
+              "How long a broker waits for another broker's response before it closes the "
+              "connection.", at_least(0)),
+    ConfigKey("socket.connection.setup.timeout.ms", L, 10000,
+              "How long a broker waits for a connection (TCP and TLS) to another broker.",
+              at_least(0)),
+    ConfigKey("reconnect.backoff.ms", L, 50,
+              "First wait before reconnecting to a broker after a failed or lost connection; "
+              "doubled per failure, +-20% jitter (Kafka's client key; Kafka's brokers fix it).",
+              at_least(0)),
+    ConfigKey("reconnect.backoff.max.ms", L, 1000,
+              "Largest wait before reconnecting to a broker.", at_least(0)),
     # -- log layer --------------------------------------------------------------------------
     ConfigKey("log.dirs", LS, None, "Directories holding the logs; overrides log.dir."),
     ConfigKey("log.dir", S, "/tmp/kafka-logs", "The log directory when log.dirs is not set."),

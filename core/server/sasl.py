@@ -143,16 +143,32 @@ class ScramCredential:
         salt: bytes | None = None,
     ) -> ScramCredential:
         """Salt and hash ``password`` (a random 32-byte salt unless one is given)."""
-        hash_name = _SCRAM_HASH[mechanism]
         salt = secrets.token_bytes(SCRAM_SALT_BYTES) if salt is None else salt
-        salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
-        client_key = hmac.digest(salted, b"Client Key", hash_name)
-        return cls(
-            salt,
-            iterations,
-            hashlib.new(hash_name, client_key).digest(),
-            hmac.digest(salted, b"Server Key", hash_name),
-        )
+        _, stored_key, server_key = scram_keys(mechanism, password, salt, iterations)
+        return cls(salt, iterations, stored_key, server_key)
+
+
+def scram_keys(
+    mechanism: str, password: str, salt: bytes, iterations: int
+) -> tuple[bytes, bytes, bytes]:
+    """RFC 5802 section 3: (ClientKey, StoredKey, ServerKey) of a password.
+
+    Used by both sides: the server keeps StoredKey and ServerKey, the client
+    (core.server.sasl_client) proves ClientKey and checks the server's signature.
+    """
+    hash_name = _SCRAM_HASH[mechanism]
+    salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+    client_key = hmac.digest(salted, b"Client Key", hash_name)
+    return (
+        client_key,
+        hashlib.new(hash_name, client_key).digest(),
+        hmac.digest(salted, b"Server Key", hash_name),
+    )
+
+
+def scram_hmac(mechanism: str, key: bytes, message: bytes) -> bytes:
+    """HMAC(key, message) with the mechanism's hash (RFC 5802's signatures)."""
+    return hmac.digest(key, message, _SCRAM_HASH[mechanism])
 
 
 @dataclass(frozen=True, slots=True, repr=False)
