@@ -67,6 +67,8 @@ _RECONNECT_MAX_DELAY_S = 1.0
 
 
 class ZkConnectionState(enum.Enum):
+    """What a state listener is told (see the module docstring for the order)."""
+
     CONNECTED = "connected"
     SUSPENDED = "suspended"
     RECONNECTED = "reconnected"

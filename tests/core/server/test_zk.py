@@ -124,6 +124,8 @@ def test_persistent_paths_are_created_with_no_data(zk_chroot):
             for path in zk_paths.PERSISTENT_PATHS:
                 assert (await zk.zookeeper.get(path)).data is None, path
             assert "/config/users" in zk_paths.PERSISTENT_PATHS
+            # An empty /latest_producer_id_block means no block was handed out yet.
+            assert await zk.allocate_producer_id_block(3) == ProducerIdBlock(3, 0, 1000)
         finally:
             await zk.close()
 
@@ -452,7 +454,7 @@ def test_producer_id_blocks_are_unique_under_concurrent_allocators(zk_chroot):
     async def scenario():
         a, b = await connect(zk_chroot), await connect(zk_chroot)
         try:
-            await a.ensure_persistent_paths()
+            # No /latest_producer_id_block yet: the allocators also race to create it.
             blocks: list[ProducerIdBlock] = await asyncio.gather(
                 *(a.allocate_producer_id_block(1) for _ in range(15)),
                 *(b.allocate_producer_id_block(2) for _ in range(15)),
