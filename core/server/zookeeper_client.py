@@ -129,7 +129,6 @@ class ZooKeeperClient:
             timeout=session_timeout_ms / 1000,
             handler=handler,
             connection_retry=retry,
-            logger=logging.getLogger("kazoo.client"),
         )
         client = cls(kazoo, asyncio.get_running_loop(), max_in_flight_requests)
         kazoo.add_listener(client._on_kazoo_state)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 JAVA_LIB = Path("/usr/share/java")
 ZOOKEEPER_JAR = JAVA_LIB / "zookeeper.jar"
@@ -239,8 +240,6 @@ def expire_session(connect_string: str, client_id: tuple[int, bytes]) -> None:
     deletes the session's ephemeral znodes, and the original client is told its session
     expired when it next talks to the server (kazoo's own test technique).
     """
-    from kazoo.client import KazooClient
-
     intruder = KazooClient(hosts=connect_string, client_id=client_id)
     intruder.start(timeout=START_TIMEOUT_S)
     try:
