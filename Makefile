@@ -35,13 +35,15 @@ check-java:
 		echo "Install it, e.g. on Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2; \
 		exit 1; fi
 
-# Tools the tests drive as a user would: kcat (the command-line client) and fiu-utils
-# (libfiu, disk fault injection for tests/reliability), both Debian packages. Installed
-# when missing; needs root or sudo and Debian's apt.
+# Tools the tests drive as a user would: kcat (the command-line client), fiu-utils
+# (libfiu, disk fault injection for tests/reliability) and zookeeper (Apache ZooKeeper 3.8,
+# the coordination service of the replicated cluster; its jars go to /usr/share/java), all
+# Debian packages. Installed when missing; needs root or sudo and Debian's apt.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	command -v fiu-run >/dev/null 2>&1 || missing="$$missing fiu-utils"; \
+	[ -e /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing (Debian packages) for the tests"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
