@@ -15,16 +15,16 @@ from typing import Any, TypeVar
 import pytest
 from zookeeper_server import expire_session, free_port
 
-from core.server import zk_paths
-from core.server.zk import ControllerEpoch, KafkaZkClient, split_chroot
-from core.server.zk_data import (
+from core.server.zookeeper import paths as zk_paths
+from core.server.zookeeper.client import ZkConnectionState
+from core.server.zookeeper.data import (
     BrokerRegistration,
     EndPoint,
     ProducerIdBlock,
     encode_broker_registration,
     encode_cluster_id,
 )
-from core.server.zk_errors import (
+from core.server.zookeeper.errors import (
     ZkBrokerIdInUseError,
     ZkClosedError,
     ZkConnectionTimeoutError,
@@ -32,15 +32,15 @@ from core.server.zk_errors import (
     ZkNodeExistsError,
     ZkNoNodeError,
 )
-from core.server.zk_ops import ZnodeData
-from core.server.zk_paths import MATCH_ANY_VERSION
-from core.server.zk_topic_data import (
+from core.server.zookeeper.kafka_zk import ControllerEpoch, KafkaZkClient, split_chroot
+from core.server.zookeeper.ops import ZnodeData
+from core.server.zookeeper.paths import MATCH_ANY_VERSION
+from core.server.zookeeper.topic_data import (
     PartitionState,
     ReplicaAssignment,
     TopicAssignment,
     encode_config,
 )
-from core.server.zookeeper_client import ZkConnectionState
 
 T = TypeVar("T")
 TEST_TIMEOUT_S = 90.0

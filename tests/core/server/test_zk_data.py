@@ -14,9 +14,9 @@ import uuid
 import pytest
 
 from core.log.meta_properties import uuid_from_base64
-from core.server import zk_paths
 from core.server.sasl import ScramCredential
-from core.server.zk_data import (
+from core.server.zookeeper import paths as zk_paths
+from core.server.zookeeper.data import (
     BrokerRegistration,
     ControllerRegistration,
     EndPoint,
@@ -33,8 +33,8 @@ from core.server.zk_data import (
     encode_controller_epoch,
     encode_producer_id_block,
 )
-from core.server.zk_errors import ZkDataError
-from core.server.zk_topic_data import (
+from core.server.zookeeper.errors import ZkDataError
+from core.server.zookeeper.topic_data import (
     LeaderRecoveryState,
     PartitionState,
     ReplicaAssignment,

@@ -1,4 +1,4 @@
-"""Errors of the ZooKeeper layer (``zookeeper_client``, ``zk_data``, ``zk``).
+"""Errors of the ZooKeeper layer (``client``, ``data``, ``kafka_zk``).
 
 Every failure a caller of the ZooKeeper layer can see is a ``ZkError``; kazoo's own exceptions
 never escape it. The subclasses follow ZooKeeper's result codes (NODEEXISTS, NONODE,

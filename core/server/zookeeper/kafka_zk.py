@@ -2,8 +2,8 @@
 3.x's KafkaZkClient (``core/src/main/scala/kafka/zk``) lays them out.
 
 ``KafkaZkClient`` is a thin typed layer over ``ZooKeeperClient`` (asyncio over kazoo). The
-formats are in ``zk_data`` and ``zk_topic_data``, the paths in ``zk_paths``, the watch
-semantics in ``zk_watch``. Paths are relative to the chroot of ``zookeeper.connect``
+formats are in ``data`` and ``topic_data``, the paths in ``paths``, the watch
+semantics in ``watch``. Paths are relative to the chroot of ``zookeeper.connect``
 (``host:port/kafka``), which ``connect`` creates if it is missing, as a Kafka broker does.
 
 =============================================  =====  ========================================
@@ -35,7 +35,7 @@ E: ephemeral (gone with the session that created it), P: persistent, S: persiste
 
 Controller writes take ``controller_epoch_zk_version``: the ``/controller_epoch`` version the
 controller got when elected (``ControllerEpoch.zk_version``). They are fenced on it (see
-``zk_store``) and raise ``ZkControllerMovedError`` once another controller was elected.
+``store``) and raise ``ZkControllerMovedError`` once another controller was elected.
 """
 
 from __future__ import annotations
@@ -47,8 +47,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from core.log.meta_properties import uuid_to_base64
-from core.server import zk_paths as paths
-from core.server.zk_data import (
+from core.server.zookeeper import paths
+from core.server.zookeeper.client import (
+    DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+    DEFAULT_SESSION_TIMEOUT_MS,
+    StateListener,
+    ZooKeeperClient,
+)
+from core.server.zookeeper.data import (
     INT64_MAX,
     PRODUCER_ID_BLOCK_SIZE,
     BrokerRegistration,
@@ -65,7 +71,7 @@ from core.server.zk_data import (
     encode_controller_epoch,
     encode_producer_id_block,
 )
-from core.server.zk_errors import (
+from core.server.zookeeper.errors import (
     ZkBadVersionError,
     ZkBrokerIdInUseError,
     ZkDataError,
@@ -73,16 +79,10 @@ from core.server.zk_errors import (
     ZkNoNodeError,
     ZkProducerIdsExhaustedError,
 )
-from core.server.zk_notifications import NotificationZnodes
-from core.server.zk_ops import CreateOp, DeleteOp, SetDataOp, ZnodeData, ZnodeStat
-from core.server.zk_topics import TopicZnodes
-from core.server.zk_watch import ZkWatch
-from core.server.zookeeper_client import (
-    DEFAULT_MAX_IN_FLIGHT_REQUESTS,
-    DEFAULT_SESSION_TIMEOUT_MS,
-    StateListener,
-    ZooKeeperClient,
-)
+from core.server.zookeeper.notifications import NotificationZnodes
+from core.server.zookeeper.ops import CreateOp, DeleteOp, SetDataOp, ZnodeData, ZnodeStat
+from core.server.zookeeper.topics import TopicZnodes
+from core.server.zookeeper.watch import ZkWatch
 
 # The epoch /controller_epoch is created with (Kafka's KafkaController.InitialControllerEpoch).
 INITIAL_CONTROLLER_EPOCH = 0
@@ -229,7 +229,7 @@ class KafkaZkClient(TopicZnodes, NotificationZnodes):
     async def watch_broker_ids(
         self, callback: Callable[[list[str]], Awaitable[None] | None]
     ) -> ZkWatch:
-        """Children watch on ``/brokers/ids`` (delivery semantics in ``zk_watch``)."""
+        """Children watch on ``/brokers/ids`` (delivery semantics in ``watch``)."""
         return await self.zookeeper.watch_children(paths.BROKER_IDS, callback)
 
     # -- controller --------------------------------------------------------------------------

@@ -11,16 +11,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from core.server import zk_paths as paths
-from core.server.zk_errors import (
+from core.server.zookeeper import paths
+from core.server.zookeeper.client import ZooKeeperClient
+from core.server.zookeeper.errors import (
     ZkBadVersionError,
     ZkControllerMovedError,
     ZkError,
     ZkNoNodeError,
 )
-from core.server.zk_ops import CheckOp, CreateOp, DeleteOp, OpResult, SetDataOp, ZkOp, ZnodeData
-from core.server.zk_paths import MATCH_ANY_VERSION
-from core.server.zookeeper_client import ZooKeeperClient
+from core.server.zookeeper.ops import (
+    CheckOp,
+    CreateOp,
+    DeleteOp,
+    OpResult,
+    SetDataOp,
+    ZkOp,
+    ZnodeData,
+)
+from core.server.zookeeper.paths import MATCH_ANY_VERSION
 
 
 class ZnodeStore:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from core.server import zk_paths as paths
-from core.server.zk_errors import ZkNoNodeError
-from core.server.zk_paths import MATCH_ANY_VERSION
-from core.server.zk_store import ZnodeStore
-from core.server.zk_topic_data import (
+from core.server.zookeeper import paths
+from core.server.zookeeper.errors import ZkNoNodeError
+from core.server.zookeeper.paths import MATCH_ANY_VERSION
+from core.server.zookeeper.store import ZnodeStore
+from core.server.zookeeper.topic_data import (
     TopicPartition,
     decode_config_change,
     decode_isr_change,

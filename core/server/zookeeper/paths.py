@@ -1,7 +1,7 @@
 """The znode paths of Kafka's ZooKeeper mode (Kafka's ZkData.scala), relative to the chroot.
 
-The table of what each path holds is in ``core.server.zk``'s docstring; the formats are in
-``core.server.zk_data``.
+The table of what each path holds is in ``kafka_zk``'s docstring; the formats are in
+``data``.
 """
 
 from __future__ import annotations

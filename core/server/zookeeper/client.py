@@ -36,14 +36,14 @@ from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import ZnodeStat as KazooStat
 from kazoo.retry import KazooRetry
 
-from core.server.zk_errors import (
+from core.server.zookeeper.errors import (
     ZkClosedError,
     ZkConnectionLossError,
     ZkConnectionTimeoutError,
     ZkNodeExistsError,
     ZkNoNodeError,
 )
-from core.server.zk_ops import (
+from core.server.zookeeper.ops import (
     CheckOp,
     CreateOp,
     DeleteOp,
@@ -54,7 +54,7 @@ from core.server.zk_ops import (
     ZnodeStat,
     map_kazoo_error,
 )
-from core.server.zk_watch import ZkWatch
+from core.server.zookeeper.watch import ZkWatch
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -359,7 +359,7 @@ class ZooKeeperClient:
         self, path: str, callback: Callable[[ZnodeData | None], Awaitable[None] | None]
     ) -> ZkWatch:
         """Call ``callback`` with the znode's data (None while it does not exist) now and after
-        every change. See ``core.server.zk_watch`` for the delivery guarantees."""
+        every change. See ``core.server.zookeeper.watch`` for the delivery guarantees."""
         return await self._watch(ZkWatch(self._loop, path, self._read_data, callback))
 
     async def watch_children(

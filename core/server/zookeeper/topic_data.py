@@ -1,6 +1,6 @@
 """The content of the topic, partition, config and admin znodes, as Kafka 3.x writes them.
 
-Same conventions as ``zk_data``: compact JSON, keys in the order Kafka 3.9 is seen to write
+Same conventions as ``data``: compact JSON, keys in the order Kafka 3.9 is seen to write
 them, znode versions taken from the stat rather than the content.
 
 ``/brokers/topics/<topic>`` (version 3; ``topic_id`` is Kafka's base64url uuid; partitions
@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.log.meta_properties import uuid_from_base64, uuid_to_base64
-from core.server import zk_json
 from core.server.sasl import ScramCredential
-from core.server.zk_errors import ZkDataError
+from core.server.zookeeper import json_format as zk_json
+from core.server.zookeeper.errors import ZkDataError
 
 TopicPartition = tuple[str, int]
 

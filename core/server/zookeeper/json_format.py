@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from core.server.zk_errors import ZkDataError
+from core.server.zookeeper.errors import ZkDataError
 
 
 def dumps(value: Any) -> bytes:

@@ -17,7 +17,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import ZnodeStat as KazooStat
 
-from core.server.zk_errors import (
+from core.server.zookeeper.errors import (
     ZkBadVersionError,
     ZkClosedError,
     ZkConnectionLossError,

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-from core.server.zk_errors import ZkClosedError, ZkError
+from core.server.zookeeper.errors import ZkClosedError, ZkError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

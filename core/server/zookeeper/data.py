@@ -38,8 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.server import zk_json
-from core.server.zk_errors import ZkDataError
+from core.server.zookeeper import json_format as zk_json
+from core.server.zookeeper.errors import ZkDataError
 
 BROKER_REGISTRATION_VERSION = 5
 CONTROLLER_VERSION = 2

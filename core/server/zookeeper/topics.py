@@ -7,18 +7,18 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from core.server import zk_paths as paths
-from core.server.zk_errors import (
+from core.server.zookeeper import paths
+from core.server.zookeeper.errors import (
     ZkBadVersionError,
     ZkControllerMovedError,
     ZkError,
     ZkNodeExistsError,
     ZkNoNodeError,
 )
-from core.server.zk_ops import CreateOp, SetDataOp, ZnodeStat
-from core.server.zk_paths import MATCH_ANY_VERSION
-from core.server.zk_store import ZnodeStore
-from core.server.zk_topic_data import (
+from core.server.zookeeper.ops import CreateOp, SetDataOp, ZnodeStat
+from core.server.zookeeper.paths import MATCH_ANY_VERSION
+from core.server.zookeeper.store import ZnodeStore
+from core.server.zookeeper.topic_data import (
     PartitionState,
     TopicAssignment,
     TopicPartition,
