@@ -52,30 +52,32 @@ class TopicDeletionManager:
     # -- requests ----------------------------------------------------------------------------
     async def init(self, marked: set[str]) -> None:
         """At failover: queue the topics marked for deletion; those with replicas on dead
-        brokers start ineligible. Without ``delete.topic.enable`` the markers are removed."""
-        context = self._context
-        if not self.enabled:
-            if marked:
-                log.info("delete.topic.enable is false: ignoring deletion of %s", sorted(marked))
-                await self._zk.remove_topic_deletion_markers(
-                    marked, controller_epoch_zk_version=context.epoch_zk_version
-                )
-            return
-        unknown = marked - context.all_topics
-        if unknown:
-            await self._zk.remove_topic_deletion_markers(
-                unknown, controller_epoch_zk_version=context.epoch_zk_version
-            )
-        queued = marked & context.all_topics
-        context.topics_to_delete |= queued
-        context.topics_ineligible_for_deletion |= {
+        brokers start ineligible (Kafka's fetchTopicDeletionsInProgress)."""
+        queued = await self._accept(marked)
+        self._context.topics_ineligible_for_deletion |= {
             t for t in queued if any(not self._online(b) for _, b in self._replicas(t))
         }
 
     async def enqueue(self, marked: set[str]) -> None:
-        """A change of ``/admin/delete_topics``: queue the new topics and go on."""
-        await self.init(marked - self._context.topics_to_delete)
+        """A change of ``/admin/delete_topics``: queue the new topics and go on (replicas on
+        dead brokers are found when the deletion starts)."""
+        await self._accept(marked - self._context.topics_to_delete)
         await self.resume()
+
+    async def _accept(self, marked: set[str]) -> set[str]:
+        """Queue the marked topics that exist; remove the markers of the others, and all of
+        them without ``delete.topic.enable`` (Kafka)."""
+        context = self._context
+        refused = marked if not self.enabled else marked - context.all_topics
+        if refused:
+            if not self.enabled:
+                log.info("delete.topic.enable is false: not deleting %s", sorted(refused))
+            await self._zk.remove_topic_deletion_markers(
+                refused, controller_epoch_zk_version=context.epoch_zk_version
+            )
+        queued = marked - refused
+        context.topics_to_delete |= queued
+        return queued
 
     async def resume_for_topics(self, topics: Iterable[str]) -> None:
         """A broker holding replicas of these topics came back: they are eligible again."""
