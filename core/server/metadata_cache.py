@@ -144,13 +144,20 @@ class MetadataCache:
                     f"{controller_epoch}: the latest known controller epoch is "
                     f"{old.controller_epoch}"
                 )
-            partitions = {t: dict(parts) for t, parts in old.partitions.items()}
+            # Copy on write, per topic: an update costs what it names, not the cluster size.
+            partitions: dict[str, Mapping[int, PartitionState]] = dict(old.partitions)
+            touched: dict[str, dict[int, PartitionState]] = {}
             topic_ids = dict(old.topic_ids)
             removed: set[TopicPartition] = set()
 
+            def writable(topic: str) -> dict[int, PartitionState]:
+                if topic not in touched:
+                    touched[topic] = dict(partitions.get(topic, _EMPTY))
+                return touched[topic]
+
             def remove(tp: TopicPartition) -> None:
-                parts = partitions.get(tp[0])
-                if parts is not None and parts.pop(tp[1], None) is not None:
+                known = tp[0] in partitions or tp[0] in touched
+                if known and writable(tp[0]).pop(tp[1], None) is not None:
                     removed.add(tp)
 
             for tp in deleted_partitions:
@@ -159,20 +166,21 @@ class MetadataCache:
                 if state.leader == LEADER_DURING_DELETE:
                     remove(state.tp)
                     continue
-                partitions.setdefault(state.topic, {})[state.partition] = state
+                writable(state.topic)[state.partition] = state
                 removed.discard(state.tp)
                 if state.topic_id != ZERO_UUID:
                     topic_ids[state.topic] = state.topic_id
-            for topic in [t for t, parts in partitions.items() if not parts]:
-                del partitions[topic]
-                topic_ids.pop(topic, None)
+            for topic, parts in touched.items():
+                if parts:
+                    partitions[topic] = MappingProxyType(parts)
+                else:  # the topic went with its last partition
+                    partitions.pop(topic, None)
+                    topic_ids.pop(topic, None)
             self._snapshot = MetadataSnapshot(
                 controller_id=controller_id if controller_id >= 0 else None,
                 controller_epoch=controller_epoch,
                 brokers=MappingProxyType({b.broker_id: b for b in brokers}),
-                partitions=MappingProxyType(
-                    {t: MappingProxyType(parts) for t, parts in partitions.items()}
-                ),
+                partitions=MappingProxyType(partitions),
                 topic_ids=MappingProxyType(topic_ids),
                 topic_names=MappingProxyType({v: k for k, v in topic_ids.items()}),
             )

@@ -86,7 +86,7 @@ class ControllerRequest:
 
 @dataclass(slots=True)
 class _BrokerChannel:
-    broker: BrokerInfo
+    node: NodeEndpoint
     queue: asyncio.Queue[ControllerRequest]
     task: asyncio.Task[None] | None = None
 
@@ -104,7 +104,13 @@ class ControllerChannelManager:
         """Start the queue and sender of a broker that became live (a no-op if it has one)."""
         if broker.broker_id in self._brokers:
             return
-        channel = _BrokerChannel(broker, asyncio.Queue())
+        endpoint = broker.endpoint(self._listener)
+        if endpoint is None:
+            log.error("broker %d has no endpoint for the inter-broker listener %s: the "
+                      "controller cannot reach it", broker.broker_id, self._listener)  # fmt: skip
+            return
+        node = NodeEndpoint(broker.broker_id, endpoint.host, endpoint.port)
+        channel = _BrokerChannel(node, asyncio.Queue())
         channel.task = asyncio.create_task(
             self._run(channel), name=f"controller-channel-{broker.broker_id}"
         )
@@ -127,30 +133,16 @@ class ControllerChannelManager:
             return
         channel.queue.put_nowait(request)
 
-    def queued(self, broker_id: int) -> int:
-        channel = self._brokers.get(broker_id)
-        return 0 if channel is None else channel.queue.qsize()
-
     async def close(self) -> None:
         for broker_id in list(self._brokers):
             await self.remove_broker(broker_id)
         await self._client.close()
 
     async def _run(self, channel: _BrokerChannel) -> None:
-        broker_id = channel.broker.broker_id
-        endpoint = channel.broker.endpoint(self._listener)
-        if endpoint is None:
-            log.error(
-                "broker %d has no endpoint for the inter-broker listener %s: the controller "
-                "cannot reach it",
-                broker_id,
-                self._listener,
-            )
-            return
-        node = NodeEndpoint(broker_id, endpoint.host, endpoint.port)
+        broker_id = channel.node.id
         while True:
             request = await channel.queue.get()
-            response = await self._send_until_answered(node, request)
+            response = await self._send_until_answered(channel.node, request)
             if request.on_response is not None:
                 try:
                     request.on_response(response)

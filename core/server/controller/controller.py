@@ -99,11 +99,6 @@ class ZkController:
         """The epoch of this broker's latest term as controller (-1 if it never was)."""
         return self._epoch
 
-    @property
-    def context(self) -> Any:
-        """The active term's ControllerContext (None when not active); for tests and tools."""
-        return None if self._active is None else self._active.context
-
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         """Start processing events and campaign for ``/controller``."""
