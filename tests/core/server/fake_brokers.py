@@ -37,8 +37,10 @@ from core.server.interbroker_schema import UpdateMetadataResponse
 from core.server.kio_build import make, nested
 from core.server.metadata_cache import MetadataCache, StaleControllerEpochError
 from core.server.protocol import ProtocolCodec
-from core.server.zookeeper.data import BrokerRegistration, EndPoint
+from core.server.zookeeper import paths as zk_paths
+from core.server.zookeeper.data import BrokerRegistration, EndPoint, encode_broker_registration
 from core.server.zookeeper.kafka_zk import KafkaZkClient
+from core.server.zookeeper.ops import CreateOp, DeleteOp
 from core.server.zookeeper.topic_data import ReplicaAssignment, TopicAssignment
 
 SIZE = struct.Struct(">i")
@@ -102,18 +104,41 @@ class FakeBroker:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> FakeBroker:
         """Listen on a new port and register (a new broker epoch)."""
+        self.zk = await connect_zk(self.connect_string)
+        self.epoch = await self.zk.register_broker(await self._listen())
+        return self
+
+    async def _listen(self) -> BrokerRegistration:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
-        self.zk = await connect_zk(self.connect_string)
         endpoint = EndPoint("PLAINTEXT", "127.0.0.1", port, "PLAINTEXT")
-        self.epoch = await self.zk.register_broker(BrokerRegistration(self.broker_id, (endpoint,)))
-        return self
+        return BrokerRegistration(self.broker_id, (endpoint,))
+
+    async def bounce(self) -> None:
+        """Restart so fast that ``/brokers/ids`` never lacks the broker: a new session
+        replaces the registration in one transaction. The controller sees the same id with
+        a new epoch, as when it reads the brokers after a restart it had no time to see."""
+        old_zk = self.zk
+        await self.kill_server()
+        registration = await self._listen()
+        self.zk = await connect_zk(self.connect_string)
+        path = zk_paths.broker(self.broker_id)
+        data = encode_broker_registration(registration)
+        await self.zk.zookeeper.multi([DeleteOp(path), CreateOp(path, data, ephemeral=True)])
+        found = await self.zk.get_broker(self.broker_id)
+        assert found is not None
+        self.epoch = found.epoch
+        if old_zk is not None:
+            await old_zk.close()
 
     async def kill(self) -> None:
         """A crash: the session ends (ZooKeeper drops the registration), connections close."""
         if self.zk is not None:
             await self.zk.close()
             self.zk = None
+        await self.kill_server()
+
+    async def kill_server(self) -> None:
         if self._server is not None:
             self._server.close()
             for writer in list(self._connections):

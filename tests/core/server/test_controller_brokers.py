@@ -145,6 +145,62 @@ def test_auto_rebalance_moves_leadership_back_to_the_preferred_replica(zk_chroot
     run(scenario())
 
 
+def test_a_bounced_broker_is_handled_as_a_failure_then_a_startup(zk_chroot, tmp_path):
+    async def scenario():
+        async with Cluster(zk_chroot, tmp_path) as cluster:
+            b1, b2 = await cluster.start_brokers(1, 2)
+            await cluster.create_topic("t", {0: (1, 2), 1: (2, 1)})
+            await cluster.start_controller(9)
+            await eventually(lambda: b1.latest_state(("t", 1)) is not None, "metadata")
+            old_epoch = b1.epoch
+            await b1.bounce()
+            assert b1.epoch > old_epoch
+            # As a failure: its leadership moves, it leaves the ISRs (epochs bumped) ...
+            t0 = await cluster.wait_state(("t", 0), lambda s: s.leader == 2, "t-0 led by 2")
+            assert (t0.isr, t0.leader_epoch) == ((2,), 1)
+            t1 = await cluster.wait_state(("t", 1), lambda s: s.isr == (2,), "1 out of t-1's ISR")
+            assert t1.leader_epoch == 1
+            # ... then as a startup: it is told its partitions, with its new epoch.
+            await eventually(
+                lambda: (
+                    b1.latest_state(("t", 0)).leader == 2
+                    and b1.latest_state(("t", 1)).leader_epoch == 1
+                ),
+                "LeaderAndIsr to the bounced broker",
+            )
+            assert b1.requests(ApiKey.LEADER_AND_ISR)[-1].broker_epoch == b1.epoch
+            assert b2.latest_state(("t", 0)).leader == 2
+
+    run(scenario())
+
+
+def test_the_brokers_unclean_default_applies_unless_the_topic_says_otherwise(zk_chroot, tmp_path):
+    async def scenario():
+        async with Cluster(zk_chroot, tmp_path) as cluster:
+            b1, b2 = await cluster.start_brokers(1, 2)
+            await cluster.create_topic("dirty", {0: (1, 2)})
+            await cluster.create_topic("clean", {0: (1, 2)})
+            await cluster.admin.set_topic_config(
+                "clean", {"unclean.leader.election.enable": "false"}
+            )
+            await cluster.start_controller(9, {"unclean.leader.election.enable": "true"})
+            await eventually(lambda: b2.cache.partition(("clean", 0)) is not None, "metadata")
+            await b2.kill()
+            for topic in ("dirty", "clean"):
+                await cluster.wait_state((topic, 0), lambda s: s.isr == (1,), "2 out of ISR")
+            await b1.kill()
+            for topic in ("dirty", "clean"):
+                await cluster.wait_state((topic, 0), lambda s: s.leader == -1, "leaderless")
+            # Broker 2 returns, out of both ISRs: only the topic without an override leads.
+            await cluster.restart(2)
+            dirty = await cluster.wait_state(("dirty", 0), lambda s: s.leader == 2, "unclean")
+            assert (dirty.isr, int(dirty.leader_recovery_state)) == ((2,), 1)
+            await eventually(lambda: b2.cache.is_alive(2), "broker 2 back")
+            assert (await cluster.state(("clean", 0))).leader == -1
+
+    run(scenario())
+
+
 def test_controlled_shutdown_moves_leaderships_away_and_returns_what_cannot_move(
     zk_chroot, tmp_path
 ):
