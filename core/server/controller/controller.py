@@ -33,7 +33,7 @@ from core.server.controller import events
 from core.server.controller.active_controller import ActiveController, ElectionResults
 from core.server.controller.channel import NodeSender
 from core.server.controller.elections import ElectionType
-from core.server.controller.errors import NotControllerError
+from core.server.controller.errors import ControllerError, NotControllerError
 from core.server.node_client import ClientSettings, NodeClient
 from core.server.zookeeper import paths
 from core.server.zookeeper.client import ZkConnectionState
@@ -83,6 +83,7 @@ class ZkController:
         self._clock = clock
         self._queue: asyncio.Queue[events.Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._current: events.Event | None = None  # the event being processed
         self._controller_watch: ZkWatch | None = None
         self._active: ActiveController | None = None
         self._rebalance_task: asyncio.Task[None] | None = None
@@ -121,8 +122,11 @@ class ZkController:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._resign()
+        stopping = NotControllerError("the controller is stopping")
+        if self._current is not None:
+            _fail(self._current, stopping)
         while not self._queue.empty():
-            _fail(self._queue.get_nowait(), NotControllerError("the controller is stopping"))
+            _fail(self._queue.get_nowait(), stopping)
 
     # -- the broker side's requests ----------------------------------------------------------
     async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> set[TopicPartition]:
@@ -164,25 +168,36 @@ class ZkController:
 
     async def _run(self) -> None:
         while True:
-            event = await self._queue.get()
+            event = self._current = await self._queue.get()
             started = self._clock()
             try:
-                result = await self._process(event)
-            except ZkControllerMovedError as e:
-                log.info("controller %d: a newer controller was elected (%s); resigning",
-                         self.broker_id, e)  # fmt: skip
-                _fail(event, NotControllerError("the controller moved"))
-                await self._resign_fenced()
-            except Exception as e:
-                log.exception("controller %d: processing %s failed", self.broker_id, event)
-                _fail(event, e)
-            else:
-                answer = getattr(event, "answer", None)
-                if answer is not None and not answer.done():
-                    answer.set_result(result)
+                await self._handle(event)
+            except Exception:
+                log.exception("controller %d: handling %s failed", self.broker_id, event)
+            # Not on cancellation: stop() answers the event that was cut short.
+            self._current = None
             elapsed = self._clock() - started
             if elapsed > SLOW_EVENT_S:
                 log.warning("controller event %s took %.1f s", type(event).__name__, elapsed)
+
+    async def _handle(self, event: events.Event) -> None:
+        try:
+            result = await self._process(event)
+        except ZkControllerMovedError as e:
+            log.info("controller %d: a newer controller was elected (%s); resigning",
+                     self.broker_id, e)  # fmt: skip
+            _fail(event, NotControllerError("the controller moved"))
+            await self._resign_fenced()
+        except ControllerError as e:
+            log.info("controller %d: %s refused: %s", self.broker_id, type(event).__name__, e)
+            _fail(event, e)
+        except Exception as e:
+            log.exception("controller %d: processing %s failed", self.broker_id, event)
+            _fail(event, e)
+        else:
+            answer = getattr(event, "answer", None)
+            if answer is not None and not answer.done():
+                answer.set_result(result)
 
     async def _process(self, event: events.Event) -> Any:
         if isinstance(event, events.ControllerChange):
