@@ -23,7 +23,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
@@ -516,17 +516,16 @@ class RemoteLogReader:
 
     def _lineage_segments(
         self, tp: TopicIdPartition, plog: PartitionLog
-    ) -> list[RemoteLogSegmentMetadata]:
-        """The finished remote segments of the current leader-epoch lineage, each once."""
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        """The finished remote segments of the current leader-epoch lineage, each once,
+        lazily (a timestamp search stops at its first match)."""
         seen: set[object] = set()
-        out = []
         for entry in plog.leader_epoch_cache.entries():
             for md in self.rlmm.list_remote_log_segments(tp, entry.epoch):
                 if md.segment_id in seen or md.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
                     continue
                 seen.add(md.segment_id)
-                out.append(md)
-        return out
+                yield md
 
     def _scan_for_timestamp(
         self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int
