@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import CoreError, KafkaStorageError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
-from core.log.partition_log import TimestampAndOffset
+from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
 from core.log.producer_state import encode_snapshot
 from core.server.remote_seam import EARLIEST_PENDING_UPLOAD_TIMESTAMP, RemoteFetchResult
 from tiered.api import (
@@ -636,9 +636,11 @@ class RemoteLogManager:
     def find_offset_by_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
     ) -> TimestampAndOffset | None:
-        """ListOffsets over the remote tier; blocking. ``timestamp`` >= 0, or -6."""
+        """ListOffsets over the remote tier; blocking. ``timestamp`` >= 0, -3 or -6."""
         if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
             return self.earliest_pending_upload(tp, plog)
+        if timestamp == MAX_TIMESTAMP:
+            return self.reader.find_max_timestamp(tp, plog)
         return self.reader.find_offset_by_timestamp(tp, plog, timestamp)
 
     def earliest_pending_upload(
@@ -702,11 +704,11 @@ class RemoteLogManager:
     async def offset_for_timestamp(
         self, topic_id: object, topic: str, partition: int, log: PartitionLog, timestamp: int
     ) -> TimestampAndOffset | None:
-        """core's ``RemoteTier.offset_for_timestamp`` (timestamps >= 0 and -6)."""
+        """core's ``RemoteTier.offset_for_timestamp`` (timestamps >= 0, -3 and -6)."""
         tp = TopicIdPartition(topic_id, topic, partition)  # type: ignore[arg-type]
         if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
             return self.earliest_pending_upload(tp, log)
-        if timestamp < 0:
+        if timestamp < 0 and timestamp != MAX_TIMESTAMP:
             return None
         try:
             future = self.reader.submit_offset_for_timestamp(tp, log, timestamp)

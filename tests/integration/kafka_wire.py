@@ -1,7 +1,8 @@
 """One Kafka request over a raw socket, encoded and decoded with kio.
 
 For what no client library sends: ListOffsets -6 (KIP-1023) at v11, which kafka-python and
-librdkafka refuse to put on the wire, and Metadata requests for topic names clients would
+librdkafka refuse to put on the wire (and the timestamp and leader epoch of an answer, which
+clients do not all show), and Metadata requests for topic names clients would
 refuse to send (control characters, non-ASCII look-alikes).
 """
 
@@ -77,6 +78,14 @@ def call(bootstrap: str, api_key: int, version: int, request: Any, timeout_s: fl
 
 def list_offset_v11(bootstrap: str, topic: str, partition: int, timestamp: int) -> int:
     """ListOffsets v11 for one partition; the offset answered (fails on an error code)."""
+    return list_offset_answer(bootstrap, topic, partition, timestamp)[1]
+
+
+def list_offset_answer(
+    bootstrap: str, topic: str, partition: int, timestamp: int
+) -> tuple[int, int, int]:
+    """ListOffsets v11 for one partition: ``(timestamp, offset, leader epoch)`` answered
+    (fails on an error code)."""
     request = ListOffsetsRequest(
         replica_id=i32(-1),
         isolation_level=i8(0),  # READ_UNCOMMITTED
@@ -97,7 +106,7 @@ def list_offset_v11(bootstrap: str, topic: str, partition: int, timestamp: int) 
     response = call(bootstrap, ApiKey.LIST_OFFSETS, 11, request)
     answer = response.topics[0].partitions[0]
     assert answer.error_code.value == 0, f"ListOffsets {timestamp}: {answer.error_code}"
-    return int(answer.offset)
+    return int(answer.timestamp), int(answer.offset), int(answer.leader_epoch)
 
 
 def metadata_errors(
