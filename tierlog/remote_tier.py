@@ -134,7 +134,13 @@ class RemoteTier:
             await loop.run_in_executor(None, self.rlm.on_leadership, tiered)
         self.rlm.start()
         if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
-            self.remover = RemotePartitionRemover(rlmm, rsm, config.node_id, interval_ms=remover_ms)
+            self.remover = RemotePartitionRemover(
+                rlmm,
+                rsm,
+                config.node_id,
+                interval_ms=remover_ms,
+                topic_exists=lambda topic_id: self.broker.topics.by_id(topic_id) is not None,
+            )
             self.remover.start()
         log.info(
             "remote tier started: %s, %s; %d tiered partitions", rsm_class, rlmm_class, len(tiered)
