@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 import time
@@ -396,3 +397,55 @@ def test_a_cancelled_read_that_has_not_started_never_runs(env):
     blocker.result(5)
     env.rlm.reader._pool.submit(lambda: None).result(5)  # everything queued before has run
     assert calls == []
+
+
+# -- DELETE_SEGMENT_STARTED read from the metadata: resumed only when a rule of this broker
+# -- deletes the segment (a forged event replayed at start-up destroys nothing)
+
+
+def start_deleting(env: Env, md: RemoteLogSegmentMetadata) -> None:
+    """Put ``md`` in DELETE_SEGMENT_STARTED, as an event replayed at start-up would."""
+    event = RemoteLogSegmentMetadataUpdate(
+        md.remote_log_segment_id, 5, None, S.DELETE_SEGMENT_STARTED, 1
+    )
+    env.rlmm.update_remote_log_segment_metadata(event).result(10)
+
+
+def test_a_deletion_no_rule_of_this_broker_decided_is_not_resumed(env, memory_rsm, caplog):
+    caplog.set_level(logging.WARNING, "tiered.remote_log_manager")
+    remote = tier_everything(env)
+    victim = remote[1]
+    start_deleting(env, victim)
+    for _ in range(2):
+        assert env.rlm.expire_once(env.tp, env.plog) == 0
+    assert victim.segment_id in memory_rsm.segment_ids()
+    assert memory_rsm.segment_ids() == {md.segment_id for md in remote}
+    warnings = [r.getMessage() for r in caplog.records if "remote_delete_refused" in r.getMessage()]
+    assert len(warnings) == 1 and str(victim.segment_id) in warnings[0]
+    # Once retention does expire it, the deletion goes ahead with the older segment.
+    env.clock.now = victim.max_timestamp_ms + 60_000
+    env.plog.update_config(tiered_config(retention_ms=60_000, local_retention_ms=1))
+    assert env.rlm.expire_once(env.tp, env.plog) >= 2
+    assert victim.segment_id not in memory_rsm.segment_ids()
+    assert env.plog.log_start_offset > victim.end_offset
+
+
+def test_a_deletion_whose_offsets_are_in_finished_segments_is_resumed(env, memory_rsm):
+    """A failed copy left DELETE_SEGMENT_STARTED, then copied again: nothing is lost."""
+    remote = tier_everything(env)
+    twin = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate_new(env.tp),
+        remote[0].start_offset,
+        remote[1].end_offset,
+        max_timestamp_ms=T0,
+        broker_id=1,
+        event_timestamp_ms=1,
+        segment_size_in_bytes=10,
+        segment_leader_epochs={0: remote[0].start_offset},
+    )
+    env.rlmm.add_remote_log_segment_metadata(twin).result(10)
+    memory_rsm.objects[(twin.segment_id, "log")] = b"partial"
+    start_deleting(env, twin)
+    assert env.rlm.expire_once(env.tp, env.plog) == 1
+    assert memory_rsm.segment_ids() == {md.segment_id for md in remote}
+    assert [md.segment_id for md in env.segments()] == [md.segment_id for md in remote]

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from broker_process import BrokerProcess, start_broker
+from super_user import client_config, sasl_bootstrap, settings
 
 from core.log.config import LogConfig
 from core.log.partition_log import PartitionLog
@@ -500,9 +501,10 @@ def online(
 
     from rlmm.kafka_client import KafkaMetadataTopicClient
 
-    broker = start_broker(tmp_path_factory.mktemp("metadata-cmd") / "broker")
+    # Only brokers and super users may write __remote_log_metadata; the tool reads anonymously.
+    broker = start_broker(tmp_path_factory.mktemp("metadata-cmd") / "broker", settings())
     try:
-        client = KafkaMetadataTopicClient(broker.bootstrap, timeout_s=15)
+        client = KafkaMetadataTopicClient(sasl_bootstrap(broker), timeout_s=15, **client_config())
         client.ensure_topic(NUM)
         segs = []
         for p in range(2):
