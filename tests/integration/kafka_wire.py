@@ -1,7 +1,7 @@
-"""One Kafka request over a raw socket, encoded and decoded with kio.
+"""Kafka requests over a raw socket, encoded and decoded with kio.
 
 For what no client library sends: ListOffsets -6 (KIP-1023) at v11, which kafka-python and
-librdkafka refuse to put on the wire.
+librdkafka refuse to put on the wire, and requests pipelined on one connection.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import datetime
 import io
 import socket
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -28,30 +29,49 @@ SIZE = struct.Struct(">i")
 
 def call(bootstrap: str, api_key: int, version: int, request: Any, timeout_s: float = 10) -> Any:
     """Send ``request`` on a fresh connection and return the decoded response body."""
-    request_cls = load_request_schema(api_key, version)
-    header_cls = request_cls.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_cls)(
-        out,
-        header_cls(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(1),
-            client_id="tierlog-tests",
-        ),
-    )
-    entity_writer(request_cls)(out, request)
-    body = out.getvalue()
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
-        sock.sendall(SIZE.pack(len(body)) + body)
-        (size,) = SIZE.unpack(_read_exactly(sock, 4))
-        answer = _read_exactly(sock, size)
-    response_cls = load_response_schema(api_key, version)
-    header, used = entity_reader(response_cls.__header_schema__)(answer, 0)
-    assert header.correlation_id == 1
-    response, _ = entity_reader(response_cls)(answer, used)
+    (response,) = pipeline(bootstrap, [(api_key, version, request)], timeout_s)
     return response
+
+
+def pipeline(
+    bootstrap: str, requests: Sequence[tuple[int, int, Any]], timeout_s: float = 10
+) -> list[Any]:
+    """Send every ``(api_key, version, request)`` at once on one fresh connection, then read
+    the responses (in request order, as Kafka answers them) and return their bodies.
+
+    Raises:
+        TimeoutError: a response did not come within ``timeout_s`` of the previous one.
+    """
+    frames = bytearray()
+    for correlation_id, (api_key, version, request) in enumerate(requests, start=1):
+        request_cls = load_request_schema(api_key, version)
+        header_cls = request_cls.__header_schema__
+        out = io.BytesIO()
+        entity_writer(header_cls)(
+            out,
+            header_cls(
+                request_api_key=i16(api_key),
+                request_api_version=i16(version),
+                correlation_id=i32(correlation_id),
+                client_id="tierlog-tests",
+            ),
+        )
+        entity_writer(request_cls)(out, request)
+        body = out.getvalue()
+        frames += SIZE.pack(len(body)) + body
+    host, port = bootstrap.rsplit(":", 1)
+    responses = []
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(frames)
+        for correlation_id, (api_key, version, _) in enumerate(requests, start=1):
+            (size,) = SIZE.unpack(_read_exactly(sock, 4))
+            answer = _read_exactly(sock, size)
+            response_cls = load_response_schema(api_key, version)
+            header, used = entity_reader(response_cls.__header_schema__)(answer, 0)
+            assert header.correlation_id == correlation_id
+            response, _ = entity_reader(response_cls)(answer, used)
+            responses.append(response)
+    return responses
 
 
 def list_offset_v11(bootstrap: str, topic: str, partition: int, timestamp: int) -> int:
