@@ -185,7 +185,8 @@ def register(subparsers: Subparsers) -> None:
         help="every field of one segment and every event seen for it",
         description=(
             "Every field of one segment and every event seen for it, in the order of the "
-            "topic. Give SEGMENT_ID before --log-dirs (which takes several values)."
+            "topic. Give SEGMENT_ID before --log-dirs (which takes several values) or "
+            "after --. An id starting with '-', as one in 64 does, is taken as it is."
         ),
     )
     p.add_argument("segment_id", metavar="SEGMENT_ID", help="Kafka's base64 form or a dashed uuid")
