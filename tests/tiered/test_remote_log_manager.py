@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import T0, Env, local_dir_rsm, produce, tiered_config
 
-from core.errors import OffsetOutOfRangeError
+from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
 from tiered.api import (
     RemoteLogSegmentId,
@@ -115,10 +115,7 @@ def test_local_retention_then_reads_below_local_start_come_from_remote(env, memo
 
 
 def test_local_dir_rsm_end_to_end(tmp_path):
-    rsm = local_dir_rsm(tmp_path / "bucket")
-    if rsm is None:
-        pytest.skip("rsm_plugins.local has not landed yet")
-    env = Env(tmp_path, rsm, tiered_config())
+    env = Env(tmp_path, local_dir_rsm(tmp_path / "bucket"), tiered_config())
     try:
         produce(env.plog, 30)
         before = local_reads(env, env.plog.active_segment.base_offset, 1000)
@@ -371,10 +368,13 @@ def test_reader_rejects_beyond_pending_bound(env):
 
 
 def test_a_cancelled_read_that_has_not_started_never_runs(env):
-    # An expired DelayedRemoteFetch cancels its reads: queued ones must not cost a round trip.
+    # An expired DelayedRemoteFetch cancels its reads: a queued one must not cost a round
+    # trip to the remote tier, and must give its place in the bounded queue back at once.
     tier_everything(env, 20)
     env.rlm.shutdown()
-    env.rlm = env.new_rlm(**{"remote.log.reader.threads": 1})
+    env.rlm = env.new_rlm(
+        **{"remote.log.reader.threads": 1, "remote.log.reader.max.pending.tasks": 2}
+    )
     calls = []
     original = env.rlm.reader.read
 
@@ -384,19 +384,29 @@ def test_a_cancelled_read_that_has_not_started_never_runs(env):
 
     env.rlm.reader.read = counted  # type: ignore[method-assign]
     gate = threading.Event()
-    blocker = env.rlm.reader._submit(gate.wait)
+    blocker = env.rlm.reader._submit(gate.wait)  # holds the only reader thread
 
-    async def start_then_cancel() -> bool:
-        future = env.rlm.start_read(env.tp.topic_id, "t", 0, env.plog, 0, 100, read_committed=False)
+    def start_read():
+        return env.rlm.start_read(env.tp.topic_id, "t", 0, env.plog, 0, 100, read_committed=False)
+
+    async def queue_then_cancel() -> None:
+        future = start_read()
+        with pytest.raises(KafkaStorageError):  # the queue is full: the blocker and the read
+            start_read()
         future.cancel()
-        await asyncio.sleep(0)  # let the cancellation reach the pool's future
-        return future.cancelled()
+        # asyncio hands the cancellation to the pool's future in a callback it schedules
+        # with call_soon: one turn of the loop runs it.
+        await asyncio.sleep(0)
 
-    assert asyncio.run(start_then_cancel())
-    gate.set()
+    try:
+        asyncio.run(queue_then_cancel())
+        # The cancelled read left the queue while the blocker still runs: a new read fits.
+        after = env.rlm.reader.submit_fetch(env.tp, env.plog, 0, 100)
+    finally:
+        gate.set()  # whatever failed, free the reader thread so that the pool can stop
     blocker.result(5)
-    env.rlm.reader._pool.submit(lambda: None).result(5)  # everything queued before has run
-    assert calls == []
+    assert after.result(5).records
+    assert len(calls) == 1, "the cancelled read ran"
 
 
 # -- DELETE_SEGMENT_STARTED read from the metadata: resumed only when a rule of this broker
