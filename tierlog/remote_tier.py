@@ -136,6 +136,7 @@ class RemoteTier:
                 rsm,
                 config.node_id,
                 interval_ms=rlm_config.remote_partition_remover_task_interval_ms,
+                topic_exists=lambda topic_id: self.broker.topics.by_id(topic_id) is not None,
             )
             self.remover.start()
         log.info(

@@ -18,6 +18,12 @@ from core.errors import CoreError, KafkaStorageError
 from core.server.acl_apis import allowed, cluster_allowed
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
+from core.server.internal_topics import (
+    PROTECTED_TOPICS,
+    PolicyViolationError,
+    protected_message,
+    refused_for,
+)
 from core.server.kio_build import make, nested, nested_optional
 from core.server.protocol import RequestContext
 from core.server.replica_manager import (
@@ -128,7 +134,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
                 if (
                     allow_auto
                     and broker.config.auto_create_topics_enable
-                    and (name not in INTERNAL_TOPICS)
+                    and (name not in PROTECTED_TOPICS)  # the broker creates those itself
                     and (
                         cluster_allowed(broker, ctx, Operation.CREATE)
                         or may(Operation.CREATE, name or "")
@@ -208,11 +214,12 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                     error = ErrorCode.invalid_required_acks
                 elif not allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, name):
                     error = ErrorCode.topic_authorization_failed
+                elif refused_for(broker, ctx, name):
+                    # Whatever the ACLs say (core/server/internal_topics.py).
+                    error = ErrorCode.topic_authorization_failed
+                    message = protected_message(name, "produce to")
                 elif partition is None:
                     error = ErrorCode.unknown_topic_or_partition
-                elif name in INTERNAL_TOPICS:
-                    error = ErrorCode.invalid_topic_exception
-                    message = f"cannot produce to the internal topic {name}"
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
@@ -440,6 +447,10 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
                 or allowed(broker, ctx, Operation.CREATE, ResourceType.TOPIC, topic.name)
             ):
                 raise TopicAuthorizationError(f"not authorized to create topic {topic.name}")
+            if refused_for(broker, ctx, topic.name):
+                # A client creating __remote_log_metadata first could give it a short
+                # retention; the broker creates these topics itself, with their settings.
+                raise PolicyViolationError(protected_message(topic.name, "create"))
             if topic.assignments:
                 if partitions != -1 or replication != -1:
                     raise CoreError(

@@ -25,6 +25,7 @@ from core.server.config import BrokerConfig
 from core.server.group_apis import HANDLERS as GROUP_HANDLERS
 from core.server.group_coordinator import Group, GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore, now_ms
+from core.server.internal_topics import BrokerTrust
 from core.server.membership_apis import HANDLERS as MEMBERSHIP_HANDLERS
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
@@ -64,6 +65,8 @@ class Broker:
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS, served)
         self.group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        # Who may write the internal topics; the listener rule needs the listeners' security.
+        self.broker_trust = BrokerTrust.from_config(config)
         self.group_coordinator: GroupCoordinator | None = None
         self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
@@ -81,6 +84,7 @@ class Broker:
         # TLS material and SASL accounts first: a bad setting stops start-up naming its key
         # before any disk work.
         security = {x.name: listener_security(self.config, x) for x in self.config.broker_listeners}
+        self.broker_trust = BrokerTrust.from_config(self.config, security)
         # Loading and recovery do blocking disk work: keep them off the event loop.
         await loop.run_in_executor(None, self._open_storage)
         self.timer = Timer(loop)
@@ -191,7 +195,7 @@ class Broker:
         if self.config.get("authorizer.class.name"):
             self.authorizer = AclAuthorizer(
                 first_dir,
-                [p.strip() for p in self.config.get("super.users").split(";") if p.strip()],
+                self.broker_trust.super_users,
                 allow_if_no_acl=self.config.get("allow.everyone.if.no.acl.found"),
             )
         self.log_manager = LogManager(

@@ -177,7 +177,8 @@ _BROKER_KEYS = [
                      "kafka.security.authorizer.AclAuthorizer",
                      "core.server.authorizer.AclAuthorizer")),
     ConfigKey("super.users", S, "", "Principals allowed everything, ';'-separated "
-              "(User:admin;User:ops)."),
+              "(User:admin;User:ops); with or without an authorizer, the only clients that may "
+              "write the internal topics."),
     ConfigKey("allow.everyone.if.no.acl.found", B, False,
               "Allow a request on a resource that has no ACL at all."),
     # -- metrics (tierlog's; Kafka exports JMX) ----------------------------------------------

@@ -27,9 +27,9 @@ from core.topic_name import InvalidTopicError, is_legal_topic_name, validate_top
 log = logging.getLogger(__name__)
 
 REGISTRY_FILE = "tierlog-metadata.json"
-# Kafka's Topic.INTERNAL_TOPICS: clients may not produce to them. __remote_log_metadata is
-# not among them: Kafka's TopicBasedRemoteLogMetadataManager writes it with an ordinary
-# producer, and tools read it with ordinary consumers.
+# Kafka's Topic.INTERNAL_TOPICS, reported as internal in Metadata. __remote_log_metadata is
+# not among them in Kafka (its metadata manager writes it with an ordinary producer); who may
+# write all three here is core/server/internal_topics.py's business.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 PRODUCER_ID_BLOCK = 1000
 

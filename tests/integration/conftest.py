@@ -41,10 +41,3 @@ def broker_factory(tmp_path: Path):
     yield factory
     for b in started:
         b.kill()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "needs_handlers(*apis): the Kafka APIs (handlers in core.server) a test exercises",
-    )

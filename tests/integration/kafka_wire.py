@@ -1,8 +1,9 @@
-"""One Kafka request over a raw socket, encoded and decoded with kio.
+"""Kafka requests over a raw socket, encoded and decoded with kio.
 
 For what no client library sends: ListOffsets -6 (KIP-1023) at v11, which kafka-python and
-librdkafka refuse to put on the wire, and Metadata requests for topic names clients would
-refuse to send (control characters, non-ASCII look-alikes).
+librdkafka refuse to put on the wire (and the timestamp and leader epoch of an answer, which
+clients do not all show), Metadata requests for topic names clients would refuse to send
+(control characters, non-ASCII look-alikes), and requests pipelined on one connection.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import io
 import socket
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -42,8 +44,8 @@ class Connection:
     def __exit__(self, *exc: object) -> None:
         self.sock.close()
 
-    def request(self, api_key: int, version: int, request: Any) -> Any:
-        """Send ``request`` and return the decoded response body."""
+    def send(self, api_key: int, version: int, request: Any) -> int:
+        """Send ``request`` without waiting; returns its correlation id."""
         self.correlation_id += 1
         request_cls = load_request_schema(api_key, version)
         header_cls = request_cls.__header_schema__
@@ -60,13 +62,21 @@ class Connection:
         entity_writer(request_cls)(out, request)
         body = out.getvalue()
         self.sock.sendall(SIZE.pack(len(body)) + body)
+        return self.correlation_id
+
+    def receive(self, api_key: int, version: int, correlation_id: int) -> Any:
+        """Read the next response, which must answer ``correlation_id``, and decode it."""
         (size,) = SIZE.unpack(_read_exactly(self.sock, 4))
         answer = _read_exactly(self.sock, size)
         response_cls = load_response_schema(api_key, version)
         header, used = entity_reader(response_cls.__header_schema__)(answer, 0)
-        assert header.correlation_id == self.correlation_id
+        assert header.correlation_id == correlation_id
         response, _ = entity_reader(response_cls)(answer, used)
         return response
+
+    def request(self, api_key: int, version: int, request: Any) -> Any:
+        """Send ``request`` and return the decoded response body."""
+        return self.receive(api_key, version, self.send(api_key, version, request))
 
 
 def call(bootstrap: str, api_key: int, version: int, request: Any, timeout_s: float = 10) -> Any:
@@ -75,8 +85,30 @@ def call(bootstrap: str, api_key: int, version: int, request: Any, timeout_s: fl
         return connection.request(api_key, version, request)
 
 
+def pipeline(
+    bootstrap: str, requests: Sequence[tuple[int, int, Any]], timeout_s: float = 10
+) -> list[Any]:
+    """Send every ``(api_key, version, request)`` at once on one fresh connection, then read
+    the responses (in request order, as Kafka answers them) and return their bodies.
+
+    Raises:
+        TimeoutError: a response did not come within ``timeout_s`` of the previous one.
+    """
+    with Connection(bootstrap, timeout_s) as connection:
+        sent = [(k, v, connection.send(k, v, r)) for k, v, r in requests]
+        return [connection.receive(k, v, correlation_id) for k, v, correlation_id in sent]
+
+
 def list_offset_v11(bootstrap: str, topic: str, partition: int, timestamp: int) -> int:
     """ListOffsets v11 for one partition; the offset answered (fails on an error code)."""
+    return list_offset_answer(bootstrap, topic, partition, timestamp)[1]
+
+
+def list_offset_answer(
+    bootstrap: str, topic: str, partition: int, timestamp: int
+) -> tuple[int, int, int]:
+    """ListOffsets v11 for one partition: ``(timestamp, offset, leader epoch)`` answered
+    (fails on an error code)."""
     request = ListOffsetsRequest(
         replica_id=i32(-1),
         isolation_level=i8(0),  # READ_UNCOMMITTED
@@ -97,7 +129,7 @@ def list_offset_v11(bootstrap: str, topic: str, partition: int, timestamp: int) 
     response = call(bootstrap, ApiKey.LIST_OFFSETS, 11, request)
     answer = response.topics[0].partitions[0]
     assert answer.error_code.value == 0, f"ListOffsets {timestamp}: {answer.error_code}"
-    return int(answer.offset)
+    return int(answer.timestamp), int(answer.offset), int(answer.leader_epoch)
 
 
 def metadata_errors(

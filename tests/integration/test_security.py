@@ -1,4 +1,5 @@
-"""TLS and SASL listeners with real clients (confluent-kafka, kcat) on one broker process.
+"""TLS and SASL listeners with real clients (confluent-kafka, kcat, KafkaJS) on one broker
+process.
 
 The broker serves four listeners: PLAINTEXT; SSL requiring a client certificate signed by
 the test CA; SASL_PLAINTEXT and SASL_SSL with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512
@@ -27,6 +28,8 @@ import pytest
 from broker_process import BrokerProcess, start_broker
 from kafka_clients import Rec, consume_confluent, consume_kcat, produce_confluent, produce_kcat
 from kafka_wire import Connection
+from kafkajs_driver import client_config as kafkajs_config
+from kafkajs_driver import consume_kafkajs, produce_kafkajs
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from pki import Pki, make_pki
@@ -66,6 +69,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         "remote.log.storage.system.enable": "true",
         "rsm.config.storage.root": str(tmp_path_factory.mktemp("bucket")),
         "rlmm.config.remote.log.metadata.topic.num.partitions": "2",
+        # KafkaJS reads through a consumer group: no join delay.
+        "group.initial.rebalance.delay.ms": "0",
     }
     for listener in ("sasl_plaintext", "sasl_ssl"):
         for mechanism in MECHANISMS:
@@ -127,6 +132,35 @@ def test_kcat_produces_and_consumes_over_tls_and_sasl(
     sent = records(topic, 10)
     produce_kcat(bootstrap, topic, sent, tmp_path, [], extra)
     got = consume_kcat(bootstrap, topic, 0, extra)
+    assert [(g.key, g.value) for g in got] == [(r.key, r.value) for r in sent]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "mechanism"),
+    [
+        ("SSL", None),
+        ("SASL_PLAINTEXT", "PLAIN"),
+        ("SASL_SSL", "SCRAM-SHA-256"),
+        ("SASL_SSL", "SCRAM-SHA-512"),
+    ],
+)
+def test_kafkajs_produces_and_consumes_over_tls_and_sasl(
+    broker: BrokerProcess, pki: Pki, protocol: str, mechanism: str | None
+) -> None:
+    topic = f"kafkajs-{protocol.lower()}-{(mechanism or 'cert').lower()}"
+    bootstrap = broker.endpoints[protocol]
+    ssl = None
+    if protocol in ("SSL", "SASL_SSL"):
+        ssl = {"ca": [pki.ca.read_text()]}
+        if protocol == "SSL":
+            ssl |= {"cert": pki.client_cert.read_text(), "key": pki.client_key.read_text()}
+    sasl = None
+    if mechanism is not None:
+        sasl = {"mechanism": mechanism.lower(), "username": "alice", "password": PASSWORD}
+    client = kafkajs_config(bootstrap, ssl, sasl)
+    sent = records(topic, 10)
+    assert produce_kafkajs(bootstrap, topic, sent, client=client) == list(range(len(sent)))
+    got = consume_kafkajs(bootstrap, topic, client=client)
     assert [(g.key, g.value) for g in got] == [(r.key, r.value) for r in sent]
 
 
