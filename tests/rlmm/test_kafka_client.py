@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+sys.path.insert(0, str(Path(__file__).parent))
 from broker_process import BrokerProcess, start_broker
+from contract import MakeRlmm, RemoteLogMetadataManagerContract
 
 from rlmm.kafka_client import KafkaMetadataTopicClient
 from rlmm.manager import BOOTSTRAP_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
@@ -165,3 +167,17 @@ def test_the_manager_connects_with_bootstrap_servers(broker: BrokerProcess, tmp_
         assert found.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
     finally:
         reader.close()
+
+
+class TestTopicBasedOverKafka(RemoteLogMetadataManagerContract):
+    """The RLMM contract over a real broker's ``__remote_log_metadata``, through a Kafka
+    client (what ``configure`` builds without an attached client)."""
+
+    @pytest.fixture
+    def make_rlmm(self, broker: BrokerProcess, client: KafkaMetadataTopicClient) -> MakeRlmm:
+        def make() -> TopicBasedRemoteLogMetadataManager:
+            m = TopicBasedRemoteLogMetadataManager()
+            m.configure({BOOTSTRAP_KEY: broker.bootstrap, NUM_PARTITIONS_KEY: str(PARTITIONS)})
+            return m
+
+        return make
