@@ -401,7 +401,7 @@ class RemoteLogMetadataManager(ABC):
     Loaded from ``remote.log.metadata.manager.class.name`` and configured with the
     ``rlmm.config.*`` properties, prefix stripped. Writes return futures that complete once
     the event is durable and, for a partition whose metadata is loaded here, visible to this
-    manager's own reads. ``tests/rlmm/contract.py`` checks every implementation against
+    manager's own reads. ``tests/rlmm/rlmm_contract.py`` checks every implementation against
     these docstrings.
     """
 

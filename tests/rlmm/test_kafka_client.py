@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 sys.path.insert(0, str(Path(__file__).parent))
 from broker_process import BrokerProcess, start_broker
-from contract import MakeRlmm, RemoteLogMetadataManagerContract
+from rlmm_contract import MakeRlmm, RemoteLogMetadataManagerContract
 
 from rlmm.kafka_client import KafkaMetadataTopicClient
 from rlmm.manager import BOOTSTRAP_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager

@@ -1,4 +1,4 @@
-"""The RLMM contract (``contract.py``) against TopicBasedRemoteLogMetadataManager over an
+"""The RLMM contract (``rlmm_contract.py``) against TopicBasedRemoteLogMetadataManager over an
 in-memory metadata topic, without and with snapshot files in a log dir.
 
 The same contract runs over a real broker's ``__remote_log_metadata`` in
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from contract import MakeRlmm, RemoteLogMetadataManagerContract
+from rlmm_contract import MakeRlmm, RemoteLogMetadataManagerContract
 from test_manager import MemoryTopic, manager
 
 from rlmm.manager import (
