@@ -73,8 +73,13 @@ def run_export(args: argparse.Namespace) -> int:
         options["startingTimestamp"] = str(timestamp_ms(args.since, "--since"))
     if args.until:
         options["endingTimestamp"] = str(timestamp_ms(args.until, "--until"))
-    from spark_jobs.export import run_export as export
-    from spark_jobs.export import spark_session
+    from core.extras import MissingExtraError
+
+    try:
+        from spark_jobs.export import run_export as export
+        from spark_jobs.export import spark_session
+    except MissingExtraError as e:
+        raise CommandError(str(e)) from e
 
     spark = spark_session(args.master)
     try:

@@ -9,6 +9,8 @@ specification on 127.0.0.1; no HDFS cluster can run here). Set ``TIERLOG_HDFS_UR
 from __future__ import annotations
 
 import os
+import socket
+import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -20,6 +22,7 @@ from contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
 from webhdfs_emulator import WebHdfsEmulator
 
 from rsm_plugins.fsspec import FsspecRemoteStorageManager
+from tiered.api import RemoteStorageError
 
 HDFS_URL = os.environ.get("TIERLOG_HDFS_URL")
 
@@ -182,3 +185,72 @@ class TestFsspecRealHdfs(RemoteStorageManagerContract):
     @pytest.fixture
     def invalid_settings(self) -> list[tuple[dict[str, str], str]]:
         return COMMON_INVALID
+
+
+# -- hdfs:// through hdfs-native (the hdfs extra) --------------------------------------------
+# No NameNode can run here: these check that hdfs:// reaches hdfs-native and that an
+# unreachable NameNode is a clear configure-time error. A real round trip runs in
+# TestFsspecRealHdfs when TIERLOG_HDFS_URL names a cluster.
+
+# One attempt instead of Hadoop's 15 with backoff (about three minutes on a closed port).
+ONE_ATTEMPT = '{"dfs.client.failover.max.attempts": "1"}'
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_hdfs_urls_resolve_to_hdfs_native() -> None:
+    from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
+
+    assert fsspec.get_filesystem_class("hdfs") is HdfsFileSystem
+    assert fsspec.get_filesystem_class("viewfs") is ViewfsFileSystem
+    fs, root = fsspec.core.url_to_fs("hdfs://namenode.invalid:8020/tierlog/remote")
+    assert isinstance(fs, HdfsFileSystem)
+    assert (fs.host, fs.port, root) == ("namenode.invalid", 8020, "/tierlog/remote")
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_namenode_fails_configure_naming_the_url() -> None:
+    url = f"hdfs://127.0.0.1:{closed_port()}/tierlog"
+    plugin = FsspecRemoteStorageManager()
+    with pytest.raises(RemoteStorageError) as raised:
+        plugin.configure({"storage.url": url, "storage.fsspec.options": ONE_ATTEMPT})
+    message = str(raised.value)
+    assert message.startswith(f"Invalid value {url} for configuration rsm.config.storage.url: ")
+    assert "cannot reach the file system" in message and "Connection refused" in message
+
+
+def test_hdfs_options_that_are_not_strings_name_the_options_key() -> None:
+    options = '{"dfs.client.failover.max.attempts": 1}'
+    plugin = FsspecRemoteStorageManager()
+    with pytest.raises(RemoteStorageError) as raised:
+        plugin.configure({"storage.url": "hdfs://127.0.0.1:1/t", "storage.fsspec.options": options})
+    assert str(raised.value).startswith(
+        f"Invalid value {options} for configuration rsm.config.storage.fsspec.options: "
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [
+        ("hdfs://namenode:8020/t", "hdfs_native", "hdfs"),
+        ("viewfs://cluster/t", "hdfs_native", "hdfs"),
+        ("webhdfs://namenode:9870/t", "requests", "hdfs"),
+        ("s3://bucket/t", "s3fs", "s3"),
+    ],
+)
+def test_a_url_whose_client_is_missing_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, url: str, module: str, extra: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import and find_spec: "not installed"
+    plugin = FsspecRemoteStorageManager()
+    with pytest.raises(RemoteStorageError) as raised:
+        plugin.configure({"storage.url": url})
+    protocol = url.partition("://")[0]
+    assert str(raised.value) == (
+        f"Invalid value {url} for configuration rsm.config.storage.url: {protocol}:// needs "
+        f"{module}, which is not installed: pip install 'tierlog[{extra}]'"
+    )
