@@ -12,8 +12,8 @@ Settings (``rsm.config.`` stripped):
   e.g. ``{"user": "kafka"}`` for WebHDFS or ``{"endpoint_url": "http://127.0.0.1:4566"}``
   for s3fs. For ``hdfs://`` they are hdfs-native's Hadoop configuration, string values:
   it retries an unreachable NameNode as Hadoop does (``dfs.client.failover.max.attempts``
-  15, with backoff: about three minutes before the broker's start-up fails), so
-  ``{"dfs.client.failover.max.attempts": "1"}`` fails in well under a second.
+  15, with backoff: about three minutes before the broker's start-up fails on a closed
+  port), and ``{"dfs.client.failover.max.attempts": "1"}`` makes that about a second.
 * ``key.prefix``: see ``base``.
 
 Writes: on file systems with folders and renames (file, WebHDFS, HDFS) an object is written to

@@ -2,7 +2,7 @@
 
 WebHDFS runs against ``webhdfs_emulator`` (an in-memory server following the WebHDFS REST
 specification on 127.0.0.1; no HDFS cluster can run here). Set ``TIERLOG_HDFS_URL`` (e.g.
-``hdfs://namenode:8020/tmp/tierlog-test`` with hdfs-native installed, or
+``hdfs://namenode:8020/tmp/tierlog-test``, read by hdfs-native from the ``hdfs`` extra, or
 ``webhdfs://namenode:9870/tmp/tierlog-test``) to run the same suite against a real cluster.
 """
 

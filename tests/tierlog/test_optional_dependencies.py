@@ -11,11 +11,13 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from core.extras import MissingExtraError, install_command, requires_extra
 from tiered.api import RSM_CLASS_NAME, PluginLoadError, RemoteStorageManager, load_plugin
+from tierlog.cli import main
 
 EXTRAS_MODULES = (
     "pyspark", "pyarrow", "boto3", "botocore", "s3fs", "aiobotocore", "fsspec", "hdfs_native",
@@ -47,7 +49,10 @@ def without(monkeypatch: pytest.MonkeyPatch) -> Iterator:
 
     def block(*modules: str, reimport: tuple[str, ...] = ()) -> None:
         for name in modules:
-            monkeypatch.setitem(sys.modules, name, None)
+            # Submodules too: an import of an already loaded ``pkg.sub`` skips ``pkg``.
+            loaded = [m for m in sys.modules if m.startswith(f"{name}.")]
+            for blocked in (name, *loaded):
+                monkeypatch.setitem(sys.modules, blocked, None)
         for name in reimport:
             if name in sys.modules:
                 monkeypatch.delitem(sys.modules, name)
@@ -109,3 +114,26 @@ def test_the_spark_jobs_without_their_packages_name_the_spark_extra(
     without(blocked, reimport=("spark_jobs.archive", "spark_jobs.datasource", "spark_jobs.export"))
     with pytest.raises(MissingExtraError, match=r"pip install 'tierlog\[spark\]'$"):
         __import__(module)
+
+
+def test_export_with_a_plugin_whose_extra_is_missing_names_it_before_spark_starts(
+    without, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import spark_jobs.export
+
+    def no_spark(*args: object) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(spark_jobs.export, "spark_session", no_spark)
+    without("boto3", "botocore", reimport=("rsm_plugins.s3",))
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "remote.log.storage.manager.class.name=rsm_plugins.s3.S3RemoteStorageManager\n"
+        "rsm.config.storage.s3.bucket.name=archive\n"
+    )
+    argv = ["export", "--config", str(config), "--topic", "t", "--output", str(tmp_path / "out")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("tierlog: error: remote.log.storage.manager.class.name=")
+    assert err[0].endswith("pip install 'tierlog[s3]'")
