@@ -225,7 +225,12 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
                 f"needs {module}, which is not installed: {install_command(extra)}"
             )
         try:
-            fs, root = fsspec.core.url_to_fs(url, **options)
+            # The plugin owns its file system, outside fsspec's shared instance cache: fsspec
+            # empties that cache in a forked child (os.register_at_fork), and an hdfs-native
+            # client dropped there waits forever for tokio threads that only the parent has,
+            # so the child of any later fork with a preexec_fn (pyspark starting its JVM, in
+            # the same process) hung before its exec.
+            fs, root = fsspec.core.url_to_fs(url, **{**options, "skip_instance_cache": True})
         except ImportError as e:
             raise RemoteStorageError(
                 f"Invalid value {url} for configuration {setting(STORAGE_URL)}: its file "

@@ -9,8 +9,10 @@ specification on 127.0.0.1; no HDFS cluster can run here). Set ``TIERLOG_HDFS_UR
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -169,7 +171,7 @@ class TestFsspecRealHdfs(RemoteStorageManagerContract):
         assert HDFS_URL is not None
         url = f"{HDFS_URL.rstrip('/')}/{uuid.uuid4().hex}"
         yield url
-        fs, path = fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url, skip_instance_cache=True)  # as the plugin does
         if fs.exists(path):
             fs.rm(path, recursive=True)
 
@@ -179,7 +181,7 @@ class TestFsspecRealHdfs(RemoteStorageManagerContract):
 
     @pytest.fixture
     def backdoor(self, root_url: str, make_rsm: MakeRsm) -> FsBackdoor:
-        fs, path = fsspec.core.url_to_fs(root_url)
+        fs, path = fsspec.core.url_to_fs(root_url, skip_instance_cache=True)
         return FsBackdoor(fs, path)
 
     @pytest.fixture
@@ -207,7 +209,9 @@ def test_hdfs_urls_resolve_to_hdfs_native() -> None:
 
     assert fsspec.get_filesystem_class("hdfs") is HdfsFileSystem
     assert fsspec.get_filesystem_class("viewfs") is ViewfsFileSystem
-    fs, root = fsspec.core.url_to_fs("hdfs://namenode.invalid:8020/tierlog/remote")
+    # Never in fsspec's instance cache: see FsspecRemoteStorageManager.create_store.
+    url = "hdfs://namenode.invalid:8020/tierlog/remote"
+    fs, root = fsspec.core.url_to_fs(url, skip_instance_cache=True)
     assert isinstance(fs, HdfsFileSystem)
     assert (fs.host, fs.port, root) == ("namenode.invalid", 8020, "/tierlog/remote")
 
@@ -221,6 +225,33 @@ def test_an_unreachable_namenode_fails_configure_naming_the_url() -> None:
     message = str(raised.value)
     assert message.startswith(f"Invalid value {url} for configuration rsm.config.storage.url: ")
     assert "cannot reach the file system" in message and "Connection refused" in message
+
+
+def exits_after_fork(deadline_s: float = 30.0) -> bool:
+    """Whether a forked child (which runs the os.register_at_fork handlers) gets to exit."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return False
+
+
+@pytest.mark.timeout(90)
+def test_a_process_that_configured_an_hdfs_plugin_can_still_fork() -> None:
+    # fsspec empties its instance cache in a forked child; an hdfs-native file system
+    # dropped there waited forever (pyspark could then not start its JVM).
+    plugin = FsspecRemoteStorageManager()
+    url = f"hdfs://127.0.0.1:{closed_port()}/tierlog"
+    with pytest.raises(RemoteStorageError):
+        plugin.configure({"storage.url": url, "storage.fsspec.options": ONE_ATTEMPT})
+    assert exits_after_fork(), "a forked child hung in fsspec's at-fork handler"
 
 
 def test_hdfs_options_that_are_not_strings_name_the_options_key() -> None:
