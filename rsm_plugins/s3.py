@@ -39,13 +39,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import boto3
-from boto3.s3.transfer import TransferConfig, create_transfer_manager
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
-
 from core.config import ConfigKey, ConfigType, at_least, between, one_of
+from core.extras import requires_extra
 from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
 from rsm_plugins.layout import RunningChecksum
 from rsm_plugins.store import ObjectStore, buffered
@@ -54,6 +49,15 @@ from tiered.api import (
     RemoteStorageError,
     RetriableRemoteStorageError,
 )
+
+# boto3 comes with the s3 extra, not the base install: without it, loading this plugin
+# fails at broker start-up naming the pip command.
+with requires_extra("s3", "the S3 RemoteStorageManager (rsm_plugins.s3)"):
+    import boto3
+    from boto3.s3.transfer import TransferConfig, create_transfer_manager
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 
 BUCKET = "storage.s3.bucket.name"
 REGION = "storage.s3.region"

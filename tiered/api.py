@@ -548,18 +548,17 @@ def load_plugin(class_name: str, base: type[P], *, key: str) -> P:
         key: the config key that named it, for the error message.
 
     Raises:
-        PluginLoadError: the module or class cannot be found (with what to install when an
-            import inside it failed), or the class does not implement ``base``.
+        PluginLoadError: the module or class cannot be found, an import inside the module
+            failed (with the import's own message, which names the pip extra to install when
+            the plugin needs one), or the class does not implement ``base``.
     """
     module_name, _, attr = class_name.rpartition(".")
     if not module_name:
         raise PluginLoadError(f"{key}={class_name!r} is not a dotted path module.Class")
     try:
         module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        missing = e.name or module_name
-        hint = "" if missing == module_name else f" (it needs {missing!r}; install it)"
-        raise PluginLoadError(f"{key}={class_name}: cannot import {module_name}{hint}") from e
+    except ImportError as e:
+        raise PluginLoadError(f"{key}={class_name}: cannot import {module_name}: {e}") from e
     cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise PluginLoadError(f"{key}={class_name}: {module_name} has no class {attr}")
