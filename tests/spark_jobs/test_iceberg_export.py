@@ -255,6 +255,27 @@ def test_a_concurrent_export_is_never_duplicated(spark, tmp_path):
     assert scanned(catalog) == expected(archive)
 
 
+def test_the_state_outlives_the_expiry_of_the_export_snapshots(spark, tmp_path):
+    archive = write_archive(tmp_path / "a", ts_step_ms=HOUR)
+    warehouse = tmp_path / "wh"
+    target = IcebergTarget(str(warehouse), TABLE)
+    run_iceberg_export(spark, options(archive, endingTimestamp=str(T0 + 60 * HOUR)), target)
+    run_iceberg_export(spark, options(archive), target)
+    catalog = catalog_of(warehouse)
+    table = catalog.load_table(IDENT)
+    exports = [s.snapshot_id for s in table.snapshots()]
+    # Another writer's snapshot (no tierlog summary) on top, then the exports' expire.
+    table.append(table.schema().as_arrow().empty_table())
+    table.maintenance.expire_snapshots().by_ids(exports).commit()
+    table = catalog.load_table(IDENT)
+    assert len(table.snapshots()) == 1
+    assert STATE_KEY not in table.current_snapshot().summary.additional_properties
+
+    again = run_iceberg_export(spark, options(archive), target)
+    assert again.rows == 0 and again.snapshot_id is None
+    assert scanned(catalog) == expected(archive)
+
+
 def kafka_source_table(catalog: Catalog, columns: int) -> None:
     """A table someone made with the first ``columns`` columns of the export's schema."""
     catalog.create_namespace_if_not_exists("kafka")
