@@ -161,18 +161,20 @@ def s3_file_io_properties(options: Mapping[str, str]) -> dict[str, str]:
 
 def catalog_properties(target: IcebergTarget, options: Mapping[str, str]) -> dict[str, str]:
     """pyiceberg catalog properties for ``target``; ``options`` are the archive's (the RSM's
-    S3 settings reach the warehouse's FileIO, as for the Parquet export).
+    S3 settings reach the warehouse's FileIO, as for the Parquet export). A local warehouse
+    directory is created if missing (the default SQLite catalog lives in it).
 
     Raises:
         IcebergExportError: no catalog URI for a warehouse that is not a local directory.
     """
-    if _is_local(target.warehouse):
+    uri = target.catalog_uri
+    rest = uri is not None and urlparse(uri).scheme in ("http", "https")
+    if rest or not _is_local(target.warehouse):
+        warehouse = target.warehouse  # a REST catalog's warehouse may be a name, not a path
+    else:
         path = _local_path(target.warehouse)
         os.makedirs(path, exist_ok=True)
         warehouse = "file://" + path
-    else:
-        warehouse = target.warehouse
-    uri = target.catalog_uri
     if uri is None:
         if not _is_local(target.warehouse):
             raise IcebergExportError(
@@ -180,7 +182,7 @@ def catalog_properties(target: IcebergTarget, options: Mapping[str, str]) -> dic
                 "SQLite catalog lives in a local warehouse only"
             )
         uri = f"sqlite:///{_local_path(target.warehouse)}/{SQLITE_FILE}"
-    kind = "rest" if urlparse(uri).scheme in ("http", "https") else "sql"
+    kind = "rest" if rest else "sql"
     props = {"type": kind, "uri": uri, "warehouse": warehouse}
     if warehouse.startswith(("s3://", "s3a://")):
         props.update(s3_file_io_properties(options))

@@ -39,6 +39,7 @@ from spark_jobs.iceberg_table import (
     IcebergExportError,
     IcebergSchemaError,
     IcebergTarget,
+    catalog_properties,
     exported_ranges,
 )
 
@@ -334,7 +335,38 @@ def test_a_catalog_that_cannot_be_used_is_named(spark, tmp_path):
         run_iceberg_export(
             spark, options(archive), IcebergTarget(str(tmp_path / "wh"), TABLE, missing)
         )
+    unreachable = "http://127.0.0.1:1/catalog"  # a REST catalog nobody serves
+    with pytest.raises(IcebergExportError, match=f"catalog {unreachable}"):
+        run_iceberg_export(
+            spark, options(archive), IcebergTarget(str(tmp_path / "wh"), TABLE, unreachable)
+        )
     with pytest.raises(IcebergExportError, match="--catalog-uri"):
         run_iceberg_export(spark, options(archive), IcebergTarget("s3://lake/wh", TABLE))
     with pytest.raises(IcebergExportError, match=r"NAMESPACE\.TABLE"):
         run_iceberg_export(spark, options(archive), IcebergTarget(str(tmp_path / "wh"), "orders"))
+
+
+def test_catalog_properties_carry_the_rsm_s3_settings_to_an_s3_warehouse():
+    rsm = {
+        "rsm.config.storage.s3.endpoint.url": "http://127.0.0.1:4566",
+        "rsm.config.storage.s3.region": "eu-west-1",
+        "rsm.config.storage.aws.access.key.id": "AK",
+        "rsm.config.storage.aws.secret.access.key": "SK",
+    }
+    s3 = IcebergTarget("s3://lake/wh", TABLE, "sqlite:////var/cat.db", {"s3.region": "us-east-2"})
+    assert catalog_properties(s3, rsm) == {
+        "type": "sql",
+        "uri": "sqlite:////var/cat.db",
+        "warehouse": "s3://lake/wh",
+        "s3.endpoint": "http://127.0.0.1:4566",
+        "s3.region": "us-east-2",  # --catalog-property wins
+        "s3.access-key-id": "AK",
+        "s3.secret-access-key": "SK",
+    }
+    # A REST catalog's warehouse is passed as given: it may be a name, not a path.
+    rest = IcebergTarget("analytics", TABLE, "https://polaris.example/api/catalog")
+    assert catalog_properties(rest, rsm) == {
+        "type": "rest",
+        "uri": "https://polaris.example/api/catalog",
+        "warehouse": "analytics",
+    }
