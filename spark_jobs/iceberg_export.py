@@ -223,7 +223,13 @@ def write_split(
 # -- the commit -------------------------------------------------------------------------------
 class _ExportAppend(_FastAppendFiles):
     """A fast append that is never rebased: if the branch moved since the state was read,
-    the commit fails (``ValidationException``) and the driver decides again."""
+    the commit fails (``ValidationException``) and the driver decides again.
+
+    pyiceberg 0.12 has no public switch for this: its retry loop calls
+    ``_validate_concurrency`` on every producer before re-committing on the new head
+    (a no-op for appends). tests/spark_jobs/test_iceberg_export.py
+    (``test_a_concurrent_export_is_never_duplicated``) fails if that stops being so.
+    """
 
     def _validate_concurrency(self) -> None:
         window = self._commit_window
