@@ -3,15 +3,16 @@
 A plain ``pip install tierlog`` runs a broker with the local-directory tier and the command
 line tools. Everything heavier comes with an extra (see ``pyproject.toml``):
 
-========  =======================================  ========================================
-extra     packages                                 used by
-========  =======================================  ========================================
-``s3``    boto3, s3fs, fsspec                      ``rsm_plugins.s3``; ``s3://`` URLs
-``hdfs``  fsspec, hdfs-native, requests            ``rsm_plugins.fsspec``: ``hdfs://``,
+===========  ====================================  ========================================
+extra        packages                              used by
+===========  ====================================  ========================================
+``s3``       boto3, s3fs, fsspec                   ``rsm_plugins.s3``; ``s3://`` URLs
+``hdfs``     fsspec, hdfs-native, requests         ``rsm_plugins.fsspec``: ``hdfs://``,
                                                    ``webhdfs://``
-``spark`` pyspark, pyarrow, fsspec                 ``spark_jobs``, ``tierlog export``
-``all``   all of the above
-========  =======================================  ========================================
+``spark``    pyspark, pyarrow, fsspec              ``spark_jobs``, ``tierlog export``
+``iceberg``  pyiceberg (SQL catalog on SQLite)     ``tierlog export --format iceberg``
+``all``      all of the above
+===========  ====================================  ========================================
 
 A module that needs an extra imports it inside ``requires_extra``, so that a missing package
 fails the import with a message naming the command that fixes it (as fsspec names the package
