@@ -1,4 +1,4 @@
-"""``tierlog metadata``: inspect ``__remote_log_metadata`` (list, describe, dump, summary).
+"""``tierlog metadata``: inspect ``__remote_log_metadata`` (list, describe, dump, summary, verify).
 
 Every action reads the topic from exactly one source:
 
@@ -239,6 +239,10 @@ def register(subparsers: Subparsers) -> None:
         ),
     )
     p.set_defaults(handler=run_summary)
+
+    from tierlog import verify_cmd  # it imports this module: registered once both are loaded
+
+    verify_cmd.register(actions, source)
 
 
 # -- the source --------------------------------------------------------------------------------
