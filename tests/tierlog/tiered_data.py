@@ -179,3 +179,40 @@ def write_tiered_topic(
     if manifest:
         writer.manifest(topic, topic_id, partitions, configs)
     return TieredTopic(topic, topic_id, partitions, configs, remote, segments)
+
+
+@dataclass
+class Diverged:
+    """A partition whose bucket holds two branches (an unclean election)."""
+
+    tp: TopicIdPartition
+    canonical: dict[int, tuple[bytes, bytes]]  # offset -> record of the surviving branch
+    diverged: list[RemoteLogSegmentMetadata]  # finished copies of the truncated branch
+    segments: list[RemoteLogSegmentMetadata]  # every finished copy
+
+
+def write_diverged(writer: TierWriter, topic: str = "branches") -> Diverged:
+    """Leader A writes offsets 0..59 in epoch 0 and copies what it rolled; B, with only
+    0..29, is elected uncleanly, writes 30..69 in epoch 1 and copies the segments holding
+    offsets from 30 on (its copy task finds the highest remote offset of epoch 0 along its
+    own lineage: 29). A's copies holding offsets from 30 are the diverged branch. Tags have
+    one length so that both replicas roll at the same offsets."""
+    tp = TopicIdPartition(uuid.uuid4(), topic, 0)
+    a = writer.branch(tp, "a")
+    a.append(0, 6, "same")
+    a.append(0, 6, "aaaa")
+    writer.copy(tp, a)
+    a_segments = writer.segments(tp)
+    b = writer.branch(tp, "b")
+    b.append(0, 6, "same")
+    b.append(1, 8, "bbbb")
+    writer.copy(tp, b)
+    segments = writer.segments(tp)
+    highest = b.plog.highest_offset_in_remote_storage
+    diverged = [md for md in a_segments if md.end_offset >= 30]
+    assert diverged and highest >= 59, (a_segments, segments)
+    a.plog.close()
+    b.plog.close()
+    writer.manifest(topic, tp.topic_id, 1, {"remote.storage.enable": "true"})
+    canonical = {o: r for o, r in b.records.items() if o <= highest}
+    return Diverged(tp, canonical, diverged, segments)
