@@ -19,12 +19,11 @@ broker's own storage (``tierlog.offline_storage``, which refuses a running broke
    begins the next one), and producer ids at or below those of the restored producer state
    never handed out again.
 
-A run cut short leaves no topic in the registry and is run again: metadata events repeat
-harmlessly (a segment added again stays finished; finishing it again is a self-transition)
-and the partition logs it left, empty, are reset. Segments off the canonical log (a branch
-an unclean election left, a second copy of a range) are not registered:
-``tierlog metadata verify`` then reports their objects as orphans and ``--repair`` deletes
-them.
+A run cut short leaves no topic in the registry and is run again: segments it recorded are
+not recorded twice, and the partition logs it left, empty, are reset. Segments off the
+canonical log (a branch an unclean election left, a second copy of a range) are not
+registered: ``tierlog metadata verify`` then reports their objects as orphans and
+``--repair`` deletes them.
 
 A bucket written before topic manifests existed has none: the partition count and configs
 must then be given (``partitions``, ``configs``); ``remote.storage.enable=true`` is implied.
@@ -477,12 +476,26 @@ def _register_segments(
         for tp in tps:
             if not rlmm.wait_ready(tp, RLMM_TIMEOUT_S):
                 raise RemoteStorageError(f"the remote log metadata of {tp} did not load")
+        # A run cut short recorded some already: record each segment once.
+        known = {md.segment_id: md.state for tp in tps for md in rlmm.list_remote_log_segments(tp)}
+        for md in segments:
+            state = known.get(md.segment_id)
+            if state is not None and state not in (
+                _S.COPY_SEGMENT_STARTED,
+                _S.COPY_SEGMENT_FINISHED,
+            ):
+                raise RestoreError(
+                    f"segment {uuid_to_base64(md.segment_id)} of {md.topic_id_partition.topic}-"
+                    f"{md.topic_id_partition.partition} is {state.name} in "
+                    "__remote_log_metadata here: its data is being deleted"
+                )
         _wait_all(
             [
                 rlmm.add_remote_log_segment_metadata(
                     dataclasses.replace(md, state=_S.COPY_SEGMENT_STARTED)
                 )
                 for md in segments
+                if md.segment_id not in known
             ]
         )
         progress(f"recorded {len(segments)} segments in __remote_log_metadata")
@@ -496,6 +509,7 @@ def _register_segments(
                     )
                 )
                 for md in segments
+                if known.get(md.segment_id) != _S.COPY_SEGMENT_FINISHED
             ]
         )  # fmt: skip
         progress(f"finished {len(segments)} segments in __remote_log_metadata")
