@@ -213,6 +213,7 @@ def write_diverged(writer: TierWriter, topic: str = "branches") -> Diverged:
     assert diverged and highest >= 59, (a_segments, segments)
     a.plog.close()
     b.plog.close()
-    writer.manifest(topic, tp.topic_id, 1, {"remote.storage.enable": "true"})
+    # Records are stamped in 2023: kept forever, not expired by a 7-day retention.
+    writer.manifest(topic, tp.topic_id, 1, {"remote.storage.enable": "true", "retention.ms": "-1"})
     canonical = {o: r for o, r in b.records.items() if o <= highest}
     return Diverged(tp, canonical, diverged, segments)
