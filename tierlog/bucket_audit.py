@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.errors import CoreError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
 from core.log.meta_properties import uuid_to_base64
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
@@ -56,7 +57,6 @@ from rsm_plugins.layout import (
 )
 from rsm_plugins.store import ObjectInfo
 from tiered.api import (
-    IndexType,
     RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -203,6 +203,10 @@ class _Bucket:
     listed: int = 0
 
 
+# A partition to check: its segments in the metadata and its objects in the bucket.
+_Work = tuple[TopicIdPartition, list[RemoteLogSegmentMetadata], _PartitionObjects]
+
+
 def _list_bucket(
     rsm: ObjectStoreRemoteStorageManager, options: AuditOptions, progress: Progress
 ) -> _Bucket:
@@ -281,13 +285,16 @@ def audit(
     checker = _Checker(rsm, options, now, report, progress)
     with ThreadPoolExecutor(max(1, options.threads), thread_name_prefix="verify") as pool:
         checker.pool = pool
-        total = sum(
-            1 for segs in wanted.values() for md in segs if md.state == _S.COPY_SEGMENT_FINISHED
-        )
-        checker.total = total
+        work: list[_Work] = []
         for tp in ordered:
             objects = bucket.partitions.get((tp.topic, tp.topic_id, tp.partition))
-            checker.partition(tp, wanted.get(tp, []), objects or _PartitionObjects())
+            work.append((tp, wanted.get(tp, []), objects or _PartitionObjects()))
+        # The reads of every partition at once (they are what takes time), then the checks.
+        checker.read_manifests(work)
+        lineages = checker.read_lineages(work)
+        for tp, segments, objects in work:
+            checker.partition(tp, segments, objects, lineages.get(tp))
+        checker.deep_checks()
         _check_topic_manifests(rsm, bucket, wanted, deleted, report)
     return report
 
@@ -307,26 +314,30 @@ class _Checker:
         self.report = report
         self.progress = progress
         self.pool: ThreadPoolExecutor | None = None
-        self.total = 0
-        self._last_progress = time.monotonic()
+        self.manifests: dict[uuid.UUID, SegmentManifest | str] = {}
+        self._deep: list[tuple[TopicIdPartition, RemoteLogSegmentMetadata, str, int, str]] = []
 
     def _find(self, tp: TopicIdPartition, kind: FindingKind, message: str, **kw: Any) -> None:
         self.report.findings.append(
             Finding(kind, tp.topic, tp.topic_id, tp.partition, message, **kw)
         )
 
-    def _tick(self) -> None:
-        self.report.segments_checked += 1
-        t = time.monotonic()
-        if t - self._last_progress >= 2.0:
-            self._last_progress = t
-            self.progress(f"checked {self.report.segments_checked}/{self.total} segments")
+    def _map(self, fn: Callable[[Any], Any], items: Sequence[Any], what: str) -> list[Any]:
+        """``fn`` over ``items`` on the pool, in order, with progress."""
+        assert self.pool is not None
+        out = []
+        for n, result in enumerate(self.pool.map(fn, items), 1):
+            out.append(result)
+            if n % 100 == 0:
+                self.progress(f"{what} {n}/{len(items)}")
+        return out
 
     def partition(
         self,
         tp: TopicIdPartition,
         segments: list[RemoteLogSegmentMetadata],
         objects: _PartitionObjects,
+        lineage: dict[int, int] | None,
     ) -> None:
         before = len(self.report.findings)
         summary = PartitionSummary(tp.topic, tp.topic_id, tp.partition)
@@ -339,12 +350,11 @@ class _Checker:
 
         self._orphans(tp, objects, live)
         self._stuck(tp, segments)
-        manifests = self._read_manifests(tp, finished, objects)
         for md in finished:
-            self._check_finished(tp, md, objects.stems.get((md.start_offset, md.segment_id), {}),
-                                 manifests.get(md.segment_id))  # fmt: skip
-            self._tick()
-        self._lineage(tp, finished, objects)
+            by_suffix = objects.stems.get((md.start_offset, md.segment_id), {})
+            self._check_finished(tp, md, by_suffix, self.manifests.get(md.segment_id))
+            self.report.segments_checked += 1
+        self._lineage(tp, finished, lineage)
         summary.findings = len(self.report.findings) - before
         self.report.partitions.append(summary)
 
@@ -414,19 +424,16 @@ class _Checker:
             )
 
     # -- finished segments ----------------------------------------------------------------
-    def _read_manifests(
-        self,
-        tp: TopicIdPartition,
-        finished: list[RemoteLogSegmentMetadata],
-        objects: _PartitionObjects,
-    ) -> dict[uuid.UUID, SegmentManifest | str]:
-        """The manifests of the finished segments that have one (read in parallel), or why
-        one could not be read."""
+    def read_manifests(self, work: Sequence[_Work]) -> None:
+        """The manifests of every finished segment that has one (read in parallel), or why
+        one could not be read, by segment id."""
         store = self.rsm.store
         todo = [
             md
-            for md in finished
-            if ObjectSuffix.MANIFEST.value
+            for _, segments, objects in work
+            for md in segments
+            if md.state == _S.COPY_SEGMENT_FINISHED
+            and ObjectSuffix.MANIFEST.value
             in objects.stems.get((md.start_offset, md.segment_id), {})
         ]
 
@@ -437,8 +444,8 @@ class _Checker:
             except RemoteStorageError as e:
                 return str(e)
 
-        assert self.pool is not None
-        return {md.segment_id: m for md, m in zip(todo, self.pool.map(read, todo), strict=True)}
+        results = self._map(read, todo, "read manifests")
+        self.manifests = {md.segment_id: m for md, m in zip(todo, results, strict=True)}
 
     def _check_finished(
         self,
@@ -516,16 +523,36 @@ class _Checker:
                 )
                 continue
             if self.options.deep:
-                self._deep_check(tp, md, key, entry.size, entry.checksum)
+                self._deep.append((tp, md, key, entry.size, entry.checksum))
+
+    def deep_checks(self) -> None:
+        """Read every object queued by the checks above (in parallel) and compare its size
+        and CRC32C with its manifest entry."""
+
+        def read(task: tuple[Any, Any, str, int, str]) -> bytes | str:
+            try:
+                return self.rsm.store.get_bytes(task[2])
+            except RemoteStorageError as e:
+                return str(e)
+
+        results = self._map(read, self._deep, "read objects")
+        for task, data in zip(self._deep, results, strict=True):
+            self.report.objects_read += 1
+            self._deep_check(*task, data)
+        self._deep = []
 
     def _deep_check(
-        self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata, key: str, size: int, crc: str
+        self,
+        tp: TopicIdPartition,
+        md: RemoteLogSegmentMetadata,
+        key: str,
+        size: int,
+        crc: str,
+        data: bytes | str,
     ) -> None:
-        self.report.objects_read += 1
-        try:
-            data = self.rsm.store.get_bytes(key)
-        except RemoteStorageError as e:
-            self._find(tp, FindingKind.WRONG_CHECKSUM, f"cannot read it: {e}", key=key, segment=md)
+        if isinstance(data, str):
+            message = f"cannot read it: {data}"
+            self._find(tp, FindingKind.WRONG_CHECKSUM, message, key=key, segment=md)
             return
         if len(data) != size:
             self._find(
@@ -552,11 +579,10 @@ class _Checker:
         self,
         tp: TopicIdPartition,
         finished: list[RemoteLogSegmentMetadata],
-        objects: _PartitionObjects,
+        lineage: dict[int, int] | None,
     ) -> None:
         if not finished:
             return
-        lineage = self._read_lineage(tp, finished, objects)
         if lineage is None:
             on, off = finished, []
             self.report.notes.append(
@@ -608,31 +634,45 @@ class _Checker:
             if covering is None or md.end_offset > covering.end_offset:
                 covering = md
 
-    def _read_lineage(
-        self,
-        tp: TopicIdPartition,
-        finished: list[RemoteLogSegmentMetadata],
-        objects: _PartitionObjects,
-    ) -> dict[int, int] | None:
-        newest_first = sorted(
-            finished,
-            key=lambda md: (max(md.segment_leader_epochs), md.end_offset, md.event_timestamp_ms),
-            reverse=True,
-        )
-        for md in newest_first[:LINEAGE_CANDIDATES]:
-            if ObjectSuffix.LEADER_EPOCH.value not in objects.stems.get(
-                (md.start_offset, md.segment_id), {}
-            ):
-                continue
-            try:
-                with self.rsm.fetch_index(md, IndexType.LEADER_EPOCH) as stream:
-                    data = stream.read()
-                entries = LeaderEpochCheckpointFile.decode(data, str(md.remote_log_segment_id))
-            except (RemoteStorageError, ValueError):
-                continue
-            if entries:
-                return filtered_leader_epochs({e.epoch: e.start_offset for e in entries})
-        return None
+    def read_lineages(self, work: Sequence[_Work]) -> dict[TopicIdPartition, dict[int, int]]:
+        """Each partition's current lineage (filtered epoch -> start offset): the
+        ``leader-epoch-checkpoint`` object of its newest leader's segment, checked against
+        that segment's manifest; the next newest when it cannot be read (read in
+        parallel). Partitions without a readable one are left out."""
+        store = self.rsm.store
+
+        def read(item: tuple[TopicIdPartition, list[RemoteLogSegmentMetadata]]) -> Any:
+            tp, candidates = item
+            for md in candidates:
+                manifest = self.manifests.get(md.segment_id)
+                if not isinstance(manifest, SegmentManifest):
+                    continue
+                entry = manifest.objects.get(ObjectSuffix.LEADER_EPOCH)
+                if entry is None:
+                    continue
+                key = partition_prefix(self.rsm.key_prefix, tp) + entry.key
+                try:
+                    data = store.get_bytes(key)
+                    entry.verify(data, key)
+                    entries = LeaderEpochCheckpointFile.decode(data, key)
+                except (RemoteStorageError, CoreError, ValueError):
+                    continue
+                if entries:
+                    return filtered_leader_epochs({e.epoch: e.start_offset for e in entries})
+            return None
+
+        items = []
+        for tp, segments, _ in work:
+            finished = [md for md in segments if md.state == _S.COPY_SEGMENT_FINISHED]
+            newest_first = sorted(
+                finished,
+                key=lambda m: (max(m.segment_leader_epochs), m.end_offset, m.event_timestamp_ms),
+                reverse=True,
+            )
+            if newest_first:
+                items.append((tp, newest_first[:LINEAGE_CANDIDATES]))
+        results = self._map(read, items, "read lineages")
+        return {tp: lineage for (tp, _), lineage in zip(items, results, strict=True) if lineage}
 
 
 def _known_suffix(suffix: str) -> bool:

@@ -146,8 +146,8 @@ def run_verify(args: argparse.Namespace) -> int:
     if args.partition is not None and args.partition < 0:
         raise CommandError(f"--partition must not be negative, got {args.partition}", EXIT_USAGE)
     if args.grace_period < 0:
-        raise CommandError(f"--grace-period must not be negative, got {args.grace_period}",
-                           EXIT_USAGE)  # fmt: skip
+        message = f"--grace-period must not be negative, got {args.grace_period}"
+        raise CommandError(message, EXIT_USAGE)
     if args.yes and not args.repair:
         raise CommandError("--yes applies a --repair: give both", EXIT_USAGE)
     try:
@@ -357,8 +357,8 @@ def print_report(report: AuditReport, result: RepairResult | None) -> None:
     finish = "would finish" if result.dry_run else "finished"
     print(f"  {finish} {len(result.finished_deletions)} stuck deletions")
     for md in result.finished_deletions:
-        print(f"    segment {kafka_uuid(md.segment_id)} of {md.topic_id_partition.topic}-"
-              f"{md.topic_id_partition.partition}")  # fmt: skip
+        tp = md.topic_id_partition
+        print(f"    segment {kafka_uuid(md.segment_id)} of {tp.topic}-{tp.partition}")
     if result.not_repaired:
         print(f"  not repaired: {len(result.not_repaired)} findings")
         for f, reason in result.not_repaired:
