@@ -37,7 +37,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -259,38 +259,41 @@ def audit(
     now = options.now_ms if options.now_ms is not None else time.time_ns() // 1_000_000
     deleted = deleted or {}
     report = AuditReport()
-    bucket = _list_bucket(rsm, options, progress)
-    report.objects_listed = bucket.listed
-    progress(f"listed {bucket.listed} objects")
-    if bucket.unrecognized:
-        sample = ", ".join(bucket.unrecognized[:3])
-        report.notes.append(
-            Note(
-                "unrecognized",
-                f"{len(bucket.unrecognized)} objects under the key prefix are not of the "
-                f"layout and were left alone (e.g. {sample})",
-            )
-        )
     wanted = {
         tp: list(segments)
         for tp, segments in metadata.items()
         if (options.topic is None or tp.topic == options.topic)
         and (options.partition is None or tp.partition == options.partition)
     }
-    tps = set(wanted) | {
-        TopicIdPartition(topic_id, topic, partition)
-        for topic, topic_id, partition in bucket.partitions
-    }
-    ordered = sorted(tps, key=lambda tp: (tp.topic, tp.partition, tp.topic_id.bytes))
     checker = _Checker(rsm, options, now, report, progress)
     with ThreadPoolExecutor(max(1, options.threads), thread_name_prefix="verify") as pool:
         checker.pool = pool
+        # The metadata says which manifests to read: they are read while the bucket is
+        # listed (both take time, on both sides of the connection).
+        manifests = checker.start_manifest_reads(
+            [md for segs in wanted.values() for md in segs if md.state == _S.COPY_SEGMENT_FINISHED]
+        )
+        bucket = _list_bucket(rsm, options, progress)
+        report.objects_listed = bucket.listed
+        progress(f"listed {bucket.listed} objects")
+        if bucket.unrecognized:
+            sample = ", ".join(bucket.unrecognized[:3])
+            report.notes.append(
+                Note(
+                    "unrecognized",
+                    f"{len(bucket.unrecognized)} objects under the key prefix are not of the "
+                    f"layout and were left alone (e.g. {sample})",
+                )
+            )
+        tps = set(wanted) | {
+            TopicIdPartition(topic_id, topic, partition)
+            for topic, topic_id, partition in bucket.partitions
+        }
         work: list[_Work] = []
-        for tp in ordered:
+        for tp in sorted(tps, key=lambda tp: (tp.topic, tp.partition, tp.topic_id.bytes)):
             objects = bucket.partitions.get((tp.topic, tp.topic_id, tp.partition))
             work.append((tp, wanted.get(tp, []), objects or _PartitionObjects()))
-        # The reads of every partition at once (they are what takes time), then the checks.
-        checker.read_manifests(work)
+        checker.finish_manifest_reads(manifests)
         lineages = checker.read_lineages(work)
         for tp, segments, objects in work:
             checker.partition(tp, segments, objects, lineages.get(tp))
@@ -424,28 +427,31 @@ class _Checker:
             )
 
     # -- finished segments ----------------------------------------------------------------
-    def read_manifests(self, work: Sequence[_Work]) -> None:
-        """The manifests of every finished segment that has one (read in parallel), or why
-        one could not be read, by segment id."""
+    def start_manifest_reads(
+        self, finished: Sequence[RemoteLogSegmentMetadata]
+    ) -> list[tuple[RemoteLogSegmentMetadata, Future[SegmentManifest | str]]]:
+        """Start reading the manifest of every finished segment on the pool."""
         store = self.rsm.store
-        todo = [
-            md
-            for _, segments, objects in work
-            for md in segments
-            if md.state == _S.COPY_SEGMENT_FINISHED
-            and ObjectSuffix.MANIFEST.value
-            in objects.stems.get((md.start_offset, md.segment_id), {})
-        ]
 
         def read(md: RemoteLogSegmentMetadata) -> SegmentManifest | str:
             key = object_key(self.rsm.key_prefix, md, ObjectSuffix.MANIFEST)
             try:
                 return SegmentManifest.from_json(store.get_bytes(key), key)
             except RemoteStorageError as e:
-                return str(e)
+                return str(e)  # a missing one is named from the listing
 
-        results = self._map(read, todo, "read manifests")
-        self.manifests = {md.segment_id: m for md, m in zip(todo, results, strict=True)}
+        assert self.pool is not None
+        return [(md, self.pool.submit(read, md)) for md in finished]
+
+    def finish_manifest_reads(
+        self, reads: list[tuple[RemoteLogSegmentMetadata, Future[SegmentManifest | str]]]
+    ) -> None:
+        """Wait for the manifests (by segment id: the manifest, or why it could not be
+        read)."""
+        for n, (md, future) in enumerate(reads, 1):
+            self.manifests[md.segment_id] = future.result()
+            if n % 100 == 0:
+                self.progress(f"read manifests {n}/{len(reads)}")
 
     def _check_finished(
         self,
@@ -479,8 +485,8 @@ class _Checker:
                 key=log_info.key,
                 segment=md,
             )
-        if manifest is None:
-            return
+        if manifest is None or ObjectSuffix.MANIFEST.value not in by_suffix:
+            return  # none, or not listed: reported as missing above
         manifest_key = object_key(prefix, md, ObjectSuffix.MANIFEST)
         if isinstance(manifest, str):
             self._find(tp, FindingKind.BAD_MANIFEST, manifest, key=manifest_key, segment=md)

@@ -170,9 +170,24 @@ def plan_topic(
         validate_topic_name(topic)
     except CoreError as e:
         raise RestoreError(str(e)) from e
+    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="restore-read") as pool:
+        return _plan(rsm, topic, partitions, configs, pool, progress)
+
+
+def _plan(
+    rsm: ObjectStoreRemoteStorageManager,
+    topic: str,
+    partitions: int | None,
+    configs: Mapping[str, str] | None,
+    pool: ThreadPoolExecutor,
+    progress: Progress,
+) -> TopicPlan:
     by_id: dict[uuid.UUID, _TopicObjects] = defaultdict(_TopicObjects)
     listed = 0
     manifest_suffix = ObjectSuffix.MANIFEST.value
+    # Each segment manifest is read as soon as the listing names it: reading and listing
+    # overlap (both take time, on both sides of the connection).
+    reads: dict[str, Future[RemoteLogSegmentMetadata | str]] = {}
     for key in rsm.store.list_keys(f"{rsm.key_prefix}{topic}-"):
         listed += 1
         parsed = parse_key(rsm.key_prefix, key)
@@ -182,6 +197,7 @@ def plan_topic(
             by_id[parsed.topic_id].has_manifest = True
         elif parsed.suffix == manifest_suffix and parsed.partition is not None:
             by_id[parsed.topic_id].segment_manifests[parsed.partition].append(key)
+            reads[key] = pool.submit(_read_manifest, rsm, key)
     progress(f"{topic}: listed {listed} objects")
     if not by_id:
         raise RestoreError(
@@ -236,14 +252,23 @@ def plan_topic(
             f"{count} partitions"
         )
     keys = [k for p in sorted(objects.segment_manifests) for k in objects.segment_manifests[p]]
-    segments = _read_manifests(rsm, keys, threads, progress, topic, warnings)
     by_partition: dict[int, list[RemoteLogSegmentMetadata]] = defaultdict(list)
-    for md in segments:
-        if md.topic_id_partition.topic_id == topic_id:
-            by_partition[md.topic_id_partition.partition].append(md)
+    for n, key in enumerate(keys, 1):
+        result = reads[key].result()
+        if isinstance(result, str):
+            warnings.append(f"segment manifest left out: {result}")
+        else:
+            by_partition[result.topic_id_partition.partition].append(result)
+        if n % 1000 == 0:
+            progress(f"{topic}: read {n}/{len(keys)} segment manifests")
+    progress(f"{topic}: read {len(keys)} segment manifests")
     plans = tuple(
-        _plan_partition(rsm, TopicIdPartition(topic_id, topic, p), by_partition[p], warnings)
-        for p in range(count)
+        pool.map(
+            lambda p: _plan_partition(
+                rsm, TopicIdPartition(topic_id, topic, p), by_partition[p], warnings
+            ),
+            range(count),
+        )
     )
     return TopicPlan(
         topic,
@@ -257,46 +282,26 @@ def plan_topic(
     )
 
 
-def _read_manifests(
-    rsm: ObjectStoreRemoteStorageManager,
-    keys: list[str],
-    threads: int,
-    progress: Progress,
-    topic: str,
-    warnings: list[str],
-) -> list[RemoteLogSegmentMetadata]:
-    """The finished segments the manifests describe (read in parallel); a manifest that
-    cannot be read or does not match its key is left out with a warning."""
-
-    def read(key: str) -> RemoteLogSegmentMetadata | str:
-        try:
-            manifest = SegmentManifest.from_json(rsm.store.get_bytes(key), key)
-        except RemoteStorageError as e:
-            return f"{key}: {e}"
-        md = manifest.metadata
-        parsed = parse_key(rsm.key_prefix, key)
-        expected = None if parsed is None else (parsed.topic_id, parsed.partition, parsed.stem)
-        actual = (
-            md.topic_id_partition.topic_id,
-            md.topic_id_partition.partition,
-            (md.start_offset, md.segment_id),
-        )
-        if expected != actual:
-            return f"{key}: the manifest describes another segment ({md.remote_log_segment_id})"
-        # Its presence means a complete copy: written last, deleted first.
-        return dataclasses.replace(md, state=_S.COPY_SEGMENT_FINISHED)
-
-    out: list[RemoteLogSegmentMetadata] = []
-    with ThreadPoolExecutor(max(1, threads), thread_name_prefix="restore-read") as pool:
-        for n, result in enumerate(pool.map(read, keys), 1):
-            if isinstance(result, str):
-                warnings.append(f"segment manifest left out: {result}")
-            else:
-                out.append(result)
-            if n % 1000 == 0:
-                progress(f"{topic}: read {n}/{len(keys)} segment manifests")
-    progress(f"{topic}: read {len(keys)} segment manifests")
-    return out
+def _read_manifest(
+    rsm: ObjectStoreRemoteStorageManager, key: str
+) -> RemoteLogSegmentMetadata | str:
+    """The finished segment a manifest describes, or why it is left out."""
+    try:
+        manifest = SegmentManifest.from_json(rsm.store.get_bytes(key), key)
+    except RemoteStorageError as e:
+        return f"{key}: {e}"
+    md = manifest.metadata
+    parsed = parse_key(rsm.key_prefix, key)
+    expected = None if parsed is None else (parsed.topic_id, parsed.partition, parsed.stem)
+    actual = (
+        md.topic_id_partition.topic_id,
+        md.topic_id_partition.partition,
+        (md.start_offset, md.segment_id),
+    )
+    if expected != actual:
+        return f"{key}: the manifest describes another segment ({md.remote_log_segment_id})"
+    # Its presence means a complete copy: written last, deleted first.
+    return dataclasses.replace(md, state=_S.COPY_SEGMENT_FINISHED)
 
 
 def _plan_partition(
