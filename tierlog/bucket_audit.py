@@ -171,7 +171,7 @@ class AuditOptions:
     deep: bool = False
     grace_ms: int = 3_600_000
     now_ms: int | None = None
-    threads: int = 16
+    threads: int = 8
 
 
 Progress = Callable[[str], None]

@@ -31,6 +31,8 @@ from typing import Any
 
 from tierlog.cli import EXIT_OK, EXIT_USAGE, CommandError, Subparsers, positive_int
 
+# Below the S3 plugin's connection pool (10): more threads would open and drop connections.
+DEFAULT_READ_THREADS = 8
 CLUSTER_NOT_SUPPORTED = (
     "{path} sets zookeeper.connect: restoring a topic into a cluster is not supported yet "
     "(it will register the topic in ZooKeeper and publish its metadata over the protocol "
@@ -89,9 +91,9 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument(
         "--threads",
         type=positive_int,
-        default=16,
+        default=DEFAULT_READ_THREADS,
         metavar="N",
-        help="parallel reads of the bucket (default 16)",
+        help=f"parallel reads of the bucket (default {DEFAULT_READ_THREADS})",
     )
     p.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
     p.set_defaults(handler=run_restore)

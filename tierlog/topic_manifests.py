@@ -20,6 +20,7 @@ manifests; with another RSM plugin nothing is written.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -97,7 +98,10 @@ class TopicManifestPublisher:
         self._scheduler.shutdown()
 
     def _schedule(self, topic_id: uuid.UUID, name: str, delay_ms: float) -> None:
-        if not self._closed:
+        if self._closed:
+            return
+        # Closed meanwhile (RuntimeError): the broker is stopping; its next start writes it.
+        with contextlib.suppress(RuntimeError):
             self._scheduler.schedule_once(
                 f"topic manifest {name}",
                 lambda: self._sync(topic_id, name, retry=True),

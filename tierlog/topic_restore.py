@@ -152,7 +152,7 @@ def plan_topic(
     *,
     partitions: int | None = None,
     configs: Mapping[str, str] | None = None,
-    threads: int = 16,
+    threads: int = 8,
     progress: Progress = _quiet,
 ) -> TopicPlan:
     """What restoring ``topic`` from ``rsm``'s bucket takes.

@@ -46,6 +46,8 @@ from tierlog.bucket_audit import (
 from tierlog.cli import EXIT_BAD_DATA, EXIT_OK, EXIT_USAGE, CommandError, Subparsers, positive_int
 
 DEFAULT_GRACE_S = 3600.0
+# Below the S3 plugin's connection pool (10): more threads would open and drop connections.
+DEFAULT_READ_THREADS = 8
 PROGRESS_EVERY_S = 2.0
 RLMM_READY_TIMEOUT_S = 60.0
 NOT_WRITABLE_OVER_KAFKA = (
@@ -116,9 +118,9 @@ def register(actions: Subparsers, source: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
         type=positive_int,
-        default=16,
+        default=DEFAULT_READ_THREADS,
         metavar="N",
-        help="parallel reads of the bucket (default 16)",
+        help=f"parallel reads of the bucket (default {DEFAULT_READ_THREADS})",
     )
     p.set_defaults(handler=run_verify)
 

@@ -111,6 +111,22 @@ def create_topic(bootstrap: str, topic: str, partitions: int, configs: dict[str,
         future.result(30)
 
 
+def alter_config(bootstrap: str, topic: str, name: str, value: str) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
 def describe(bootstrap: str, topic: str) -> tuple[str, int, dict[str, str]]:
     """(topic id, partition count, topic-level config overrides) as a client sees them."""
     from confluent_kafka import TopicCollection
@@ -287,7 +303,10 @@ def test_a_broker_that_lost_its_disks_is_restored_from_the_bucket(
     brokers.append(old)
     topic = "restored"
     create_topic(old.bootstrap, topic, PARTITIONS, TOPIC_CONFIGS)
+    # A config changed after creation: the broker rewrites the topic manifest.
+    alter_config(old.bootstrap, topic, "max.message.bytes", "300000")
     before = describe(old.bootstrap, topic)
+    assert before[2]["max.message.bytes"] == "300000"
     produced: dict[int, dict[int, tuple[bytes, bytes]]] = {p: {} for p in range(PARTITIONS)}
     # Three leader epochs (each start of the broker begins one), so that the restored
     # lineage and the new broker's epochs must line up.
