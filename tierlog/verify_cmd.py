@@ -33,7 +33,7 @@ from core.log.meta_properties import uuid_to_base64
 from rlmm.formatter import kafka_uuid
 from rlmm.manager import BROKER_ID_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
 from rlmm.replay import replay
-from tiered.api import RemoteStorageError, TopicIdPartition
+from tiered.api import RemoteLogSegmentState, RemoteStorageError, TopicIdPartition
 from tierlog.bucket_audit import (
     AuditOptions,
     AuditReport,
@@ -203,6 +203,8 @@ def run_verify(args: argparse.Namespace) -> int:
             )
         except RemoteStorageError as e:
             raise CommandError(f"cannot audit the remote tier: {e}") from e
+        if args.bootstrap_server and any(f.kind in SEGMENT_KINDS for f in report.findings):
+            _drop_segments_gone_since(report, args, progress)
         result = None
         if args.repair:
             unwritable = None if args.log_dirs else NOT_WRITABLE_OVER_KAFKA
@@ -233,6 +235,48 @@ def run_verify(args: argparse.Namespace) -> int:
     if report.consistent or (result is not None and result.complete):
         return EXIT_OK
     return EXIT_BAD_DATA
+
+
+# Findings about a finished segment's objects: a running broker may have deleted the
+# segment (retention) between the metadata read and the listing.
+SEGMENT_KINDS = frozenset(
+    {
+        FindingKind.MISSING_OBJECT,
+        FindingKind.WRONG_SIZE,
+        FindingKind.WRONG_CHECKSUM,
+        FindingKind.BAD_MANIFEST,
+        FindingKind.MANIFEST_MISMATCH,
+    }
+)
+
+
+def _drop_segments_gone_since(
+    report: AuditReport, args: argparse.Namespace, progress: ProgressLine
+) -> None:
+    """Read the metadata again and drop the findings about segments that are no longer
+    COPY_SEGMENT_FINISHED: the broker deleted them while the bucket was being read."""
+    from tierlog.metadata_cmd import open_source, read_records
+
+    source = open_source(args)
+    try:
+        again = replay(_counted(read_records(source), progress), source.num_partitions)
+    finally:
+        source.close()
+    finished = {
+        md.segment_id
+        for tp in again.partitions()
+        if (cache := again.cache(tp)) is not None
+        for md in cache.entries()
+        if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+    }
+    report.findings = [
+        f
+        for f in report.findings
+        if f.kind not in SEGMENT_KINDS or f.segment is None or f.segment_id in finished
+    ]
+    counts = Counter((f.topic, f.topic_id, f.partition) for f in report.findings)
+    for p in report.partitions:
+        p.findings = counts[(p.topic, p.topic_id, p.partition)]
 
 
 def _counted(records: Iterator[tuple[int, int, bytes]], progress: ProgressLine) -> Iterator[Any]:

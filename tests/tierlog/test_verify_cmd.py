@@ -555,3 +555,56 @@ def test_an_encrypted_tier_is_audited_with_plaintext_sizes(tmp_path: Path, capsy
                      "--rsm-config", str(config), "--json", *extra])  # fmt: skip
         doc = json.loads(capsys.readouterr().out)
         assert code == 0, doc["findings"]
+
+
+def test_over_kafka_a_segment_deleted_during_the_audit_is_not_reported(
+    tier: Tier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running broker's retention may delete a segment between the metadata read and the
+    listing: its objects are then missing, but so is the segment, on a second read."""
+    import argparse
+
+    import tierlog.metadata_cmd as metadata_cmd
+    from core.log.log_manager import LogManagerConfig
+    from rlmm.manager import BROKER_ID_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
+    from rlmm.replay import replay
+    from tierlog.bucket_audit import AuditOptions, audit
+    from tierlog.offline_storage import OfflineBrokerStorage
+    from tierlog.remote_storage_config import open_object_store_rsm
+    from tierlog.verify_cmd import _drop_segments_gone_since
+
+    def source() -> metadata_cmd.Source:
+        reader = LogDirMetadataTopicReader([tier.broker_dir])
+        return metadata_cmd.Source(reader, reader.partition_count(), None, lambda tp: None)
+
+    before = source()
+    replayed = replay(metadata_cmd.read_records(before), before.num_partitions)
+    metadata = {tp: list(replayed.cache(tp).entries()) for tp in replayed.partitions()}
+    oldest, kept = tier.topic.segments[0][0], tier.topic.segments[1][0]
+    tier.path(tier.key(kept, ObjectSuffix.LOG)).unlink()  # really missing
+    # Retention deletes the oldest segment of partition 0 meanwhile.
+    storage = OfflineBrokerStorage(LogManagerConfig((tier.broker_dir,), node_id=1), {})
+    rlmm = TopicBasedRemoteLogMetadataManager(storage.metadata_client())
+    rsm = open_object_store_rsm(dict(local_rsm_props(tier.bucket)))
+    try:
+        rlmm.configure({NUM_PARTITIONS_KEY: str(METADATA_PARTITIONS), BROKER_ID_KEY: "1"})
+        rlmm.on_partition_leadership_changes({tp_of(tier)}, set())
+        assert rlmm.wait_ready(tp_of(tier), 30)
+        for state in (S.DELETE_SEGMENT_STARTED, S.DELETE_SEGMENT_FINISHED):
+            if state == S.DELETE_SEGMENT_FINISHED:
+                rsm.delete_log_segment_data(oldest)
+            rlmm.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(oldest.remote_log_segment_id, 1, None, state, 1)
+            ).result(30)
+    finally:
+        rlmm.close()
+        storage.close()
+    try:
+        report = audit(rsm, metadata, AuditOptions(grace_ms=10**9))
+    finally:
+        rsm.close()
+    missing = {f.segment_id for f in report.findings if f.kind.value == "missing_object"}
+    assert missing == {oldest.segment_id, kept.segment_id}
+    monkeypatch.setattr(metadata_cmd, "open_source", lambda args: source())
+    _drop_segments_gone_since(report, argparse.Namespace(), lambda message: None)
+    assert {f.segment_id for f in report.findings} == {kept.segment_id}
