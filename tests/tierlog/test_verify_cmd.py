@@ -564,10 +564,10 @@ def test_over_kafka_a_segment_deleted_during_the_audit_is_not_reported(
     listing: its objects are then missing, but so is the segment, on a second read."""
     import argparse
 
-    import tierlog.metadata_cmd as metadata_cmd
     from core.log.log_manager import LogManagerConfig
     from rlmm.manager import BROKER_ID_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
     from rlmm.replay import replay
+    from tierlog import metadata_cmd
     from tierlog.bucket_audit import AuditOptions, audit
     from tierlog.offline_storage import OfflineBrokerStorage
     from tierlog.remote_storage_config import open_object_store_rsm
