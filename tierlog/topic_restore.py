@@ -318,11 +318,10 @@ def _plan_partition(
     ranges = canonical_ranges(segments, Lineage((e.epoch, e.start_offset) for e in entries))
     if not ranges:
         raise RestoreError(f"{tp.topic}-{tp.partition}: no segment is on the leader-epoch lineage")
-    used: list[RemoteLogSegmentMetadata] = []
-    for r in ranges:
-        if not used or used[-1] is not r.segment:
-            used.append(r.segment)
-    used_ids = {md.segment_id for md in used}
+    # Each segment once, in offset order (one may serve two ranges around another's).
+    by_id = {r.segment.segment_id: r.segment for r in ranges}
+    used = sorted(by_id.values(), key=lambda md: (md.start_offset, md.end_offset))
+    used_ids = set(by_id)
     first, last = ranges[0].start, ranges[-1].end
     gaps = tuple(
         (a.end + 1, b.start - 1) for a, b in itertools.pairwise(ranges) if b.start > a.end + 1
