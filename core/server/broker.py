@@ -102,6 +102,7 @@ class Broker:
             max_request_bytes=self.config.socket_request_max_bytes,
             max_connections=self.config.max_connections,
             idle_timeout_s=self.config.connections_max_idle_ms / 1000,
+            queued_max_request_bytes=self.config.queued_max_request_bytes,
         )
         specs = [
             ListenerSpec(x.name, x.host, x.port, security[x.name])

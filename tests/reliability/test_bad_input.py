@@ -1,10 +1,12 @@
-"""Hostile connections: slow-loris clients, connection floods and idle sockets do not take
-the broker's service or memory away from real clients.
+"""Hostile connections: slow-loris clients, connection floods, idle sockets and large frames
+do not take the broker's service or memory away from real clients.
 
 Protocol fuzzing of a live broker (random, mutated, oversize, truncated frames) is in
 tests/integration/test_protocol_fuzz.py; this suite adds what fuzzing does not: connections
 that send a frame's length and then trickle (or never send) the rest, more connections than
-``max.connections``, and sockets that stay idle past ``connections.max.idle.ms``. Throughout,
+``max.connections``, sockets that stay idle past ``connections.max.idle.ms``, unauthenticated
+connections announcing 100 MB frames to a SASL listener (``sasl.server.max.receive.size``),
+and many connections pushing large frames at once (``queued.max.request.bytes``). Throughout,
 a real client produces and consumes, and the broker's resident memory stays bounded.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -108,4 +111,149 @@ def test_slow_loris_floods_and_idle_sockets_leave_real_clients_served(
     print(
         f"\n{SLOW_CLIENTS} slow-loris connections: real client served; RSS {rss_before:.0f} -> "
         f"{rss_during:.0f} MB; idle socket closed after {idle_closed_after:.1f}s"
+    )
+
+
+# -- large frames -------------------------------------------------------------------------------
+SASL_PASSWORD = "carol-pw-5d1e"
+SASL_CLIENT = {
+    "security.protocol": "SASL_PLAINTEXT",
+    "sasl.mechanism": "PLAIN",
+    "sasl.username": "carol",
+    "sasl.password": SASL_PASSWORD,
+}
+HUGE_FRAME = 100_000_000  # under socket.request.max.bytes (104857600)
+SASL_MAX_RECEIVE = 524_288  # sasl.server.max.receive.size, Kafka's default
+
+
+def push(sock: socket.socket, total: int, stop_after_s: float) -> tuple[int, bool]:
+    """Send up to ``total`` zero bytes; returns (bytes sent, whether the broker closed the
+    connection). Stops when the broker stops reading for ``stop_after_s``."""
+    chunk = b"\0" * (1 << 16)
+    sent = 0
+    sock.settimeout(stop_after_s)
+    while sent < total:
+        try:
+            sent += sock.send(chunk[: min(len(chunk), total - sent)])
+        except TimeoutError:
+            return sent, False
+        except OSError:  # EPIPE / ECONNRESET: the broker closed it
+            return sent, True
+    return sent, closed_by_peer(sock)
+
+
+def test_unauthenticated_huge_frames_are_refused_at_the_size_prefix(
+    tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    broker = start_broker(
+        tmp_path / "b",
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'user_carol="{SASL_PASSWORD}";'
+            ),
+        },
+    )
+    brokers.append(broker)
+    sasl = broker.endpoints["SASL_PLAINTEXT"]
+    rss_before = rss_mb(broker.pid)
+    results: list[tuple[int, bool]] = []
+
+    def attack() -> None:
+        with connect(sasl) as sock:
+            sock.sendall(struct.pack(">i", HUGE_FRAME))
+            results.append(push(sock, HUGE_FRAME, stop_after_s=20))
+
+    attackers = [threading.Thread(target=attack) for _ in range(8)]
+    for t in attackers:
+        t.start()
+    for t in attackers:
+        t.join()
+    rss_after = rss_mb(broker.pid)
+    # Every connection was closed long before its 100 MB frame was through: what it could
+    # send is what the two kernels' socket buffers took before the reset.
+    assert len(results) == 8
+    assert all(closed for _, closed in results), results
+    assert max(sent for sent, _ in results) < HUGE_FRAME // 4, results
+    assert rss_after - rss_before < 40, f"broker RSS {rss_before:.0f} -> {rss_after:.0f} MB"
+
+    # A frame just over the cap is refused too; one at the cap is read (and, not being a
+    # request, closes the connection as a malformed frame would).
+    with connect(sasl) as sock:
+        sock.sendall(struct.pack(">i", SASL_MAX_RECEIVE + 1))
+        wait_until(lambda: closed_by_peer(sock), 10, what="a frame over the cap refused")
+
+    # A real SASL client authenticates and then sends frames larger than the cap: the cap
+    # holds before authentication only.
+    big = Rec(b"big", b"x" * 700_000)
+    sent = [Rec(b"k%d" % i, b"v%d" % i) for i in range(50)] + [big]
+    assert produce_confluent(sasl, "after-attack", sent, SASL_CLIENT) == list(range(51))
+    got = consume_confluent(sasl, "after-attack", config=SASL_CLIENT)
+    assert [g.value for g in got] == [r.value for r in sent]
+    print(
+        f"\n8 unauthenticated 100 MB frames: closed after at most "
+        f"{max(s for s, _ in results) / 1e6:.1f} MB sent; RSS {rss_before:.0f} -> "
+        f"{rss_after:.0f} MB"
+    )
+
+
+POOL_MB = 32  # queued.max.request.bytes in the test below
+FRAME_MB = 16  # socket.request.max.bytes in the test below
+PUSHERS = 24
+
+
+def test_many_large_frames_at_once_stay_within_the_request_memory_pool(
+    tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    broker = start_broker(
+        tmp_path / "b",
+        {
+            "socket.request.max.bytes": str(FRAME_MB << 20),
+            "queued.max.request.bytes": str(POOL_MB << 20),
+            # The pushers hold their connections for the whole test.
+            "connections.max.idle.ms": "300000",
+        },
+    )
+    brokers.append(broker)
+    rss_before = rss_mb(broker.pid)
+    socks = [connect(broker.bootstrap) for _ in range(PUSHERS)]
+    pushed: list[int] = []
+    peak = [rss_before]
+    try:
+        # Each announces a 16 MB frame and sends all of it but the last byte, as fast as
+        # the broker reads; without a bound the broker would buffer 24 x 16 MB.
+        def push_frame(sock: socket.socket) -> None:
+            sock.sendall(struct.pack(">i", FRAME_MB << 20))
+            pushed.append(push(sock, (FRAME_MB << 20) - 1, stop_after_s=5)[0])
+
+        pushers = [threading.Thread(target=push_frame, args=(s,)) for s in socks]
+        for t in pushers:
+            t.start()
+        for t in pushers:
+            t.join()
+        peak[0] = max(peak[0], rss_mb(broker.pid))
+        # A real client is served while the pool is full: its requests are small.
+        sent = [Rec(b"k%d" % i, b"v%d" % i) for i in range(200)]
+        assert produce_confluent(broker.bootstrap, "served", sent) == list(range(200))
+        got = consume_confluent(broker.bootstrap, "served")
+        assert [g.value for g in got] == [r.value for r in sent]
+        peak[0] = max(peak[0], rss_mb(broker.pid))
+    finally:
+        for sock in socks:
+            sock.close()
+    # Frames admitted: reservations below the pool admit one more frame, so at most
+    # POOL + FRAME bytes of bodies; every other connection holds at most its read buffer.
+    bound = POOL_MB + FRAME_MB + PUSHERS * 1 + 40
+    assert peak[0] - rss_before < bound, (
+        f"broker RSS {rss_before:.0f} -> {peak[0]:.0f} MB with {PUSHERS} x {FRAME_MB} MB "
+        f"frames pushed ({sum(pushed) / 1e6:.0f} MB sent)"
+    )
+    # The closed pushers gave their memory back: a real client still produces.
+    assert produce_confluent(broker.bootstrap, "served", [Rec(b"x", b"after")]) == [200]
+    print(
+        f"\n{PUSHERS} x {FRAME_MB} MB frames ({sum(pushed) / 1e6:.0f} MB accepted by the "
+        f"sockets), queued.max.request.bytes={POOL_MB} MB: RSS {rss_before:.0f} -> "
+        f"{peak[0]:.0f} MB; real client served"
     )
