@@ -232,6 +232,12 @@ _BROKER_KEYS = [
     ConfigKey("auto.create.topics.enable", B, True,
               "Create a topic on a Metadata request for it."),
     ConfigKey("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    ConfigKey("max.partitions.per.request", I, 10000,
+              "Most partitions one CreateTopics request may create, summed over its topics "
+              "(num.partitions for those asking for the default); a larger request is "
+              "refused whole with POLICY_VIOLATION before anything is created. tierlog's own "
+              "key: Kafka's KRaft controller has this limit fixed at 10000 "
+              "(MAX_PARTITIONS_PER_BATCH).", at_least(1)),
     # -- fetching ---------------------------------------------------------------------------
     ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
               at_least(1024)),

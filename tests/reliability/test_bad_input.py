@@ -8,10 +8,15 @@ that send a frame's length and then trickle (or never send) the rest, more conne
 connections announcing 100 MB frames to a SASL listener (``sasl.server.max.receive.size``),
 and many connections pushing large frames at once (``queued.max.request.bytes``). Throughout,
 a real client produces and consumes, and the broker's resident memory stays bounded.
+
+Huge admin requests: a 3,000-partition CreateTopics and its DeleteTopics do not stop the
+broker answering others, and one asking for more than ``max.partitions.per.request`` is
+refused before anything is created.
 """
 
 from __future__ import annotations
 
+import io
 import socket
 import struct
 import threading
@@ -19,8 +24,16 @@ import time
 from pathlib import Path
 
 from broker_process import BrokerProcess, start_broker, wait_until
-from kafka_clients import Rec, consume_confluent, produce_confluent
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_clients import Rec, consume_confluent, produce_confluent, unique_group
+from kafka_wire import SIZE
+from kio.index import load_request_schema
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
 from soak import SOAK
+
+from core.server.api_keys import ApiKey
 
 SLOW_CLIENTS = 400 if SOAK else 120
 MAX_CONNECTIONS = SLOW_CLIENTS + 30
@@ -256,4 +269,180 @@ def test_many_large_frames_at_once_stay_within_the_request_memory_pool(
         f"\n{PUSHERS} x {FRAME_MB} MB frames ({sum(pushed) / 1e6:.0f} MB accepted by the "
         f"sockets), queued.max.request.bytes={POOL_MB} MB: RSS {rss_before:.0f} -> "
         f"{peak[0]:.0f} MB; real client served"
+    )
+
+
+# -- huge admin requests ------------------------------------------------------------------------
+MANY_PARTITIONS = 3000
+ANSWER_DEADLINE_S = 2.0  # far above a normal ApiVersions round trip (milliseconds)
+
+
+def api_versions_frame(correlation_id: int) -> bytes:
+    request_cls = load_request_schema(ApiKey.API_VERSIONS, 0)
+    header_cls = request_cls.__header_schema__
+    out = io.BytesIO()
+    header = header_cls(
+        request_api_key=i16(ApiKey.API_VERSIONS),
+        request_api_version=i16(0),
+        correlation_id=i32(correlation_id),
+        client_id="probe",
+    )
+    entity_writer(header_cls)(out, header)
+    entity_writer(request_cls)(out, request_cls())
+    body = out.getvalue()
+    return SIZE.pack(len(body)) + body
+
+
+class ApiVersionsProbe:
+    """Asks ApiVersions on its own connection again and again; each answer must come within
+    ``ANSWER_DEADLINE_S`` (the socket's timeout), or the probe records the failure."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.sock = connect(bootstrap)
+        self.sock.settimeout(ANSWER_DEADLINE_S)
+        self.answered = 0
+        self.slowest = 0.0
+        self.failure: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self) -> None:
+        correlation_id = 0
+        try:
+            while not self._done.is_set():
+                correlation_id += 1
+                asked = time.monotonic()
+                self.sock.sendall(api_versions_frame(correlation_id))
+                (size,) = SIZE.unpack(self._read(4))
+                self._read(size)
+                self.answered += 1
+                self.slowest = max(self.slowest, time.monotonic() - asked)
+                # Paced, not hammering: about 20 questions a second.
+                self._done.wait(max(0.0, 0.05 - (time.monotonic() - asked)))
+        except TimeoutError:
+            self.failure = f"ApiVersions #{correlation_id} not answered in {ANSWER_DEADLINE_S}s"
+        except OSError as e:
+            self.failure = f"ApiVersions #{correlation_id}: {e}"
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def create(admin: AdminClient, *topics: NewTopic) -> dict[str, KafkaError | None]:
+    """Create topics in one request; each topic's error (None when created)."""
+    futures = admin.create_topics(list(topics), request_timeout=120, operation_timeout=120)
+    errors: dict[str, KafkaError | None] = {}
+    for name, future in futures.items():
+        try:
+            future.result()
+            errors[name] = None
+        except KafkaException as e:
+            errors[name] = e.args[0]
+    return errors
+
+
+def produce_and_read_back(bootstrap: str, topic: str, partition: int) -> None:
+    value = f"{topic}-{partition}".encode()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    delivered: list[object] = []
+    producer.produce(
+        topic, value=value, partition=partition, on_delivery=lambda e, m: delivered.append(e)
+    )
+    assert producer.flush(60) == 0 and delivered == [None], delivered
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_group()})
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                assert (msg.partition(), msg.offset(), msg.value()) == (partition, 0, value)
+                return
+        raise AssertionError(f"nothing read back from {topic}-{partition}")
+    finally:
+        consumer.close()
+
+
+def test_a_huge_create_topics_leaves_the_broker_answering_and_a_too_large_one_is_refused(
+    tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    broker = start_broker(tmp_path / "b")
+    brokers.append(broker)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    data = Path(broker.settings["log.dirs"])
+
+    # Refused whole, before anything is created: one topic over the limit, and two that
+    # are each under it but not together.
+    refused = create(admin, NewTopic("too-many", 10_001, 1))
+    assert refused["too-many"].code() == KafkaError.POLICY_VIOLATION
+    assert "max.partitions.per.request=10000" in refused["too-many"].str()
+    refused = create(admin, NewTopic("half-a", 6000, 1), NewTopic("half-b", 5000, 1))
+    assert {e.code() for e in refused.values()} == {KafkaError.POLICY_VIOLATION}
+    topics = admin.list_topics(timeout=30).topics
+    assert not {"too-many", "half-a", "half-b"} & set(topics)
+    assert not [d for d in data.iterdir() if d.name.startswith(("too-many-", "half-"))]
+
+    # 3,000 partitions: the broker keeps answering another connection throughout.
+    probe = ApiVersionsProbe(broker.bootstrap)
+    try:
+        before = probe.answered
+        began = time.monotonic()
+        assert create(admin, NewTopic("wide", MANY_PARTITIONS, 1)) == {"wide": None}
+        created_in = time.monotonic() - began
+        during = probe.answered - before
+        slowest = probe.slowest
+    finally:
+        probe.stop()
+    assert probe.failure is None, probe.failure
+    assert during > 0
+    for partition in (0, MANY_PARTITIONS - 1):
+        produce_and_read_back(broker.bootstrap, "wide", partition)
+
+    # A concurrent creation of the same name: exactly one wins.
+    outcomes: list[KafkaError | None] = []
+
+    def race() -> None:
+        outcomes.append(create(admin, NewTopic("raced", 200, 1))["raced"])
+
+    racers = [threading.Thread(target=race) for _ in range(2)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join()
+    assert sorted(str(o and o.code()) for o in outcomes) == [
+        str(KafkaError.TOPIC_ALREADY_EXISTS),
+        "None",
+    ]
+
+    # Deleting the 3,000 partitions does not stop the answers either.
+    probe = ApiVersionsProbe(broker.bootstrap)
+    try:
+        began = time.monotonic()
+        for future in admin.delete_topics(["wide"], operation_timeout=120).values():
+            future.result()
+        deleted_in = time.monotonic() - began
+    finally:
+        probe.stop()
+    assert probe.failure is None, probe.failure
+    wait_until(
+        lambda: not [d for d in data.iterdir() if d.name.startswith("wide-")],
+        60,
+        what="the partition dirs of the deleted topic gone",
+    )
+    print(
+        f"\n{MANY_PARTITIONS} partitions created in {created_in:.1f}s and deleted in "
+        f"{deleted_in:.1f}s; {during} ApiVersions answered during the creation, the slowest "
+        f"in {slowest * 1000:.0f} ms"
     )
