@@ -35,13 +35,15 @@ check-java:
 		echo "Install it, e.g. on Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2; \
 		exit 1; fi
 
-# Tools the tests drive as a user would: kcat (the command-line client) and fiu-utils
-# (libfiu, disk fault injection for tests/reliability), both Debian packages. Installed
-# when missing; needs root or sudo and Debian's apt.
+# Tools the tests drive as a user would: kcat (the command-line client), fiu-utils
+# (libfiu, disk fault injection for tests/reliability) and zookeeper (Apache ZooKeeper 3.8,
+# the coordination service of the replicated cluster; its jars go to /usr/share/java), all
+# Debian packages. Installed when missing; needs root or sudo and Debian's apt.
 system-deps:
 	@missing=""; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	command -v fiu-run >/dev/null 2>&1 || missing="$$missing fiu-utils"; \
+	[ -e /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing (Debian packages) for the tests"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -50,12 +52,31 @@ system-deps:
 			exit 1; }; \
 	fi
 
+# KafkaJS, the Node.js client the integration tests drive (tests/integration/js): installed
+# from package-lock.json with `npm ci` into tests/integration/js/node_modules, again only
+# when the lock file changes. Node.js 18+ and npm must be on the PATH.
+.PHONY: node-deps
+JS_DIR := tests/integration/js
+JS_STAMP := $(JS_DIR)/node_modules/.tierlog-installed
+node-deps:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		echo "the KafkaJS tests need Node.js 18+ and npm on the PATH (found: node $$(node --version 2>/dev/null || echo none), npm $$(npm --version 2>/dev/null || echo none))." >&2; \
+		echo "Install them, e.g. on Debian/Ubuntu: sudo apt-get install -y nodejs npm" >&2; exit 1; }
+	@node -e 'process.exit(+process.versions.node.split(".")[0] >= 18 ? 0 : 1)' || { \
+		echo "the KafkaJS tests need Node.js 18+ (found: $$(node --version))." >&2; exit 1; }
+	@want=$$(sha256sum $(JS_DIR)/package-lock.json | cut -d' ' -f1); \
+	if [ "$$(cat $(JS_STAMP) 2>/dev/null)" != "$$want" ]; then \
+		echo "installing KafkaJS into $(JS_DIR)/node_modules (npm ci)"; \
+		npm ci --prefix $(JS_DIR) --no-audit --no-fund --loglevel=error || exit 1; \
+		echo "$$want" > $(JS_STAMP); \
+	fi
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-test: lint check-java system-deps
+test: lint check-java system-deps node-deps
 	$(BIN)/pytest
 
 # The long versions of the reliability suites (tests/reliability; short ones run in

@@ -5,9 +5,10 @@ Defaults take about 20 s on a 2-core VM and write at most ~1.1 GiB to ``bench-da
 
 ``--broker`` adds the broker benchmarks (tierlog and the null broker as child processes,
 driven by confluent-kafka): throughput with 1,000,000 messages of 100 B and of 1 KiB per
-server (about 1 minute, ~2 GiB of scratch space) and acks=1 latency at 10 MB/s for 10 s
-(about 25 s); with ``--quick``, 100,000 messages and 3 s (about 15 s in all). They are
-opt-in so that the default ``make bench`` stays short.
+server (about 1 minute, ~2 GiB of scratch space), acks=1 latency at 10 MB/s for 10 s
+(about 25 s) and long-poll wake-up latency and idle cost (``bench.long_poll``, about 1
+minute); with ``--quick``, 100,000 messages, 3 s and 20 records (about 45 s in all). They
+are opt-in so that the default ``make bench`` stays short.
 
 ``--tiering`` adds the tiered-storage benchmarks of ``bench.tiering`` (copy to S3 vs boto3,
 consumers from the remote tier vs local, produce latency with tiering on vs off; about
@@ -29,6 +30,7 @@ from bench import (
     log_append,
     log_read,
     log_recovery,
+    long_poll,
     tiering,
 )
 from bench._common import DEFAULT_DIR, Result, describe_machine, print_table
@@ -83,6 +85,10 @@ def run_broker(quick: bool, base: Path) -> None:
     print(f"\nbroker latency: acks=1, 1 KiB at 10 MB/s for {seconds:.0f} s per server ...")
     latencies = broker_latency.run(base, seconds=seconds)
     broker_latency.print_table(latencies, 1024, 10.0, 0)
+    samples, idle = (20, 2.0) if quick else (50, 5.0)
+    print(f"\nlong poll: {samples} records and {idle:g} s idle per server and client ...")
+    polls = long_poll.run(base, samples=samples, idle=idle)
+    long_poll.print_table(polls, idle)
     print(f"broker elapsed: {time.perf_counter() - start:.0f} s", flush=True)
 
 

@@ -77,6 +77,11 @@ class ConfigKey:
     # The broker-wide key whose value is this topic key's default, as Kafka's
     # ServerTopicConfigSynonyms (segment.bytes <- log.segment.bytes).
     server_default_property: str | None = None
+    # Accepted (and validated) so that Kafka's config files work, but nothing in tierlog
+    # acts on the value. The doc then says what Kafka uses the key for and why tierlog
+    # does not; docs/CONFIGURATION.md marks it "accepted, no effect" and `broker start`
+    # names such keys when a config sets them.
+    inert: bool = False
 
 
 def _convert(key: ConfigKey, raw: Any) -> Any:

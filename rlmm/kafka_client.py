@@ -3,7 +3,10 @@
 Used where the metadata manager runs outside a broker (the CLI, Spark) or is configured
 with ``remote.log.metadata.common.client.bootstrap.servers``. It speaks only ordinary
 client APIs (Metadata, CreateTopics, Produce, Fetch, ListOffsets), so it works against any
-broker holding ``__remote_log_metadata``: tierlog's and Apache Kafka's alike.
+broker holding ``__remote_log_metadata``: tierlog's and Apache Kafka's alike. Reading is open;
+a tierlog broker takes writes (``append``, and ``ensure_topic`` creating the topic) only from
+its ``super.users`` (docs/CONFIGURATION.md, "Internal topics"): pass the credentials as
+client settings.
 
 - ``append``: an idempotent producer with ``acks=all``; the call returns the record's offset
   once the delivery report says the write is acknowledged by every in-sync replica.

@@ -10,6 +10,22 @@ Reads: a consumer thread reads the metadata partitions of the user partitions th
 hosts and applies each event to the cache (``rlmm.cache``). ``is_ready(tp)`` turns true
 once the cache has caught up to the end offset seen when the partition was assigned.
 
+Which events apply. Kafka's rules first: an update for a segment id never added, or a state
+that does not follow the current one (``RemoteLogSegmentState``), is refused. Then
+authorship, for a manager that knows its broker (``broker.id``, which the broker passes): a
+user partition this broker leads has one writer of its metadata, this broker's remote log
+manager, and this manager knows every event it wrote. So an event for such a partition that
+it did not write, read after the partition's metadata caught up (at an offset at or past the
+end seen when the partition was assigned), is refused: a copy or deletion in this broker's
+name that it never started, or one by any other broker id. In a cluster, events by the
+other live brokers (``set_other_brokers``) still apply: a former leader may finish a copy or
+a deletion it started before the leadership moved. Events read while catching up (written
+before a restart, or by a former leader) and events of partitions this broker follows are
+held to Kafka's rules only: nothing tells them apart from forged ones, so the remote log
+manager and the partition remover re-check what they act on (see their docstrings). Every
+refused event is logged (WARNING) with its metadata partition, offset and segment id, and
+changes nothing.
+
 Fast restart (which Kafka dropped and tierlog keeps): per user partition, a snapshot file
 of the cache as of a metadata-partition offset, and the committed-offsets file
 ``_rlmm_committed_offsets`` (``<partition> <offset>`` lines), written atomically. A restart
@@ -27,6 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
+from rlmm.formatter import kafka_uuid
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import RemoteLogSegmentMetadataSnapshot, deserialize, serialize
 from rlmm.snapshot import (
@@ -37,7 +54,12 @@ from rlmm.snapshot import (
     write_committed_offsets,
     write_snapshot,
 )
-from rlmm.topic_client import DEFAULT_METADATA_PARTITIONS, MetadataTopicClient, MetadataTopicError
+from rlmm.topic_client import (
+    DEFAULT_METADATA_PARTITIONS,
+    METADATA_TOPIC,
+    MetadataTopicClient,
+    MetadataTopicError,
+)
 from tiered.api import (
     InvalidStateTransitionError,
     RemoteLogMetadataManager,
@@ -54,7 +76,10 @@ log = logging.getLogger(__name__)
 
 NUM_PARTITIONS_KEY = "remote.log.metadata.topic.num.partitions"
 LOG_DIR_KEY = "log.dir"
+BROKER_ID_KEY = "broker.id"
 BOOTSTRAP_KEY = "remote.log.metadata.common.client.bootstrap.servers"
+# Kafka's prefix for the metadata topic's client settings (security.protocol, sasl.*, ...).
+CLIENT_PREFIX = "remote.log.metadata.common.client."
 SNAPSHOT_INTERVAL_KEY = "remote.log.metadata.snapshot.interval.ms"
 RLMM_DIR = "__remote_log_metadata_snapshots"
 COMMITTED_OFFSETS_FILE = "_rlmm_committed_offsets"
@@ -97,6 +122,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         # a snapshot or read since). A metadata partition is re-read from an earlier offset
         # when another user partition joins it; events at or below this are skipped.
         self._applied: dict[TopicIdPartition, int] = {}
+        # Authorship (see the module docstring): this broker's id, the user partitions it
+        # leads, the metadata offset from which each assigned partition's events are live,
+        # the other brokers of the cluster, and the values this manager is writing (a
+        # multiset: the consumer takes each out when it reads it back).
+        self.broker_id: int | None = None
+        self._leading: set[TopicIdPartition] = set()
+        self._live_from: dict[TopicIdPartition, int] = {}
+        self._other_brokers: frozenset[int] = frozenset()
+        self._own: dict[bytes, int] = {}
         self._writer = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rlmm-writer")
         self._consumer: threading.Thread | None = None
         self._closed = False
@@ -109,8 +143,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def configure(self, configs: Mapping[str, str]) -> None:
         """Settings: ``remote.log.metadata.topic.num.partitions`` (50), ``log.dir`` (where
-        snapshots and committed offsets go; none without it), the snapshot interval, and
-        the bootstrap servers when no client was attached.
+        snapshots and committed offsets go; none without it), the snapshot interval,
+        ``broker.id`` (this broker: enables the authorship check of the module docstring),
+        and, when no client was attached, the bootstrap servers with the other
+        ``remote.log.metadata.common.client.*`` settings (prefix stripped) for the Kafka
+        client.
 
         Raises:
             RemoteStorageError: an invalid setting, or a metadata topic that cannot be
@@ -119,6 +156,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         try:
             self.num_partitions = int(configs.get(NUM_PARTITIONS_KEY, DEFAULT_METADATA_PARTITIONS))
             self.snapshot_interval_ms = int(configs.get(SNAPSHOT_INTERVAL_KEY, 30_000))
+            if configs.get(BROKER_ID_KEY) is not None:
+                self.broker_id = int(configs[BROKER_ID_KEY])
         except ValueError as e:
             raise RemoteStorageError(f"invalid RLMM setting: {e}") from e
         if self.num_partitions <= 0:
@@ -134,7 +173,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 )
             from rlmm.kafka_client import KafkaMetadataTopicClient
 
-            self.client = KafkaMetadataTopicClient(bootstrap)
+            client_config = {
+                k[len(CLIENT_PREFIX) :]: v
+                for k, v in configs.items()
+                if k.startswith(CLIENT_PREFIX) and k != BOOTSTRAP_KEY
+            }
+            self.client = KafkaMetadataTopicClient(bootstrap, **client_config)
         self.client.ensure_topic(self.num_partitions)
         self._consumer = threading.Thread(
             target=self._consume_loop, name="rlmm-consumer", daemon=True
@@ -164,6 +208,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     ) -> None:
         """Start reading the metadata of these partitions (snapshot first, then events)."""
         assert self.client is not None
+        with self._lock:
+            self._leading |= leader_partitions
+            self._leading -= follower_partitions
         for tp in leader_partitions | follower_partitions:
             with self._lock:
                 if tp in self._assigned:
@@ -175,6 +222,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self._assigned[tp] = mp
                 self._ready_at[tp] = end
                 self._applied[tp] = snapshot_offset if snapshot_offset is not None else -1
+                self._live_from[tp] = end
                 start = snapshot_offset + 1 if snapshot_offset is not None else 0
                 # Read the partition from the earliest point any assigned user partition
                 # still needs; events already in a snapshot are skipped when applied.
@@ -191,7 +239,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self._assigned.pop(tp, None)
                 self._ready_at.pop(tp, None)
                 self._applied.pop(tp, None)
+                self._live_from.pop(tp, None)
+                self._leading.discard(tp)
                 self.store.remove(tp)
+
+    def set_other_brokers(self, broker_ids: set[int]) -> None:
+        """The other brokers of the cluster, whose events on partitions this broker leads
+        still apply (a former leader finishing its work). None on a single broker."""
+        with self._lock:
+            self._other_brokers = frozenset(broker_ids) - {self.broker_id}
 
     def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
         with self._lock:
@@ -262,11 +318,34 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         data = serialize(event)
 
         def write() -> None:
-            offset = client.append(mp, data)
+            # Known as ours before it can be read back (the consumer may read it before
+            # append returns).
+            self._own_change(data, +1)
+            try:
+                offset = client.append(mp, data)
+            except BaseException:
+                self._own_change(data, -1)
+                raise
+            with self._lock:
+                if mp not in self._next_offset:
+                    self._own_change(data, -1)  # nobody here reads it back
             self._wake.set()
             self._wait_consumed(mp, offset, tp)
 
         return self._writer.submit(write)
+
+    def _own_change(self, value: bytes, delta: int) -> bool:
+        """Count a value this manager writes (+1) or take one out (-1); False when there
+        was none to take."""
+        with self._lock:
+            count = self._own.get(value, 0) + delta
+            if count < 0:
+                return False
+            if count:
+                self._own[value] = count
+            else:
+                self._own.pop(value, None)
+            return True
 
     def _wait_consumed(self, mp: int, offset: int, tp: TopicIdPartition) -> None:
         deadline = time.monotonic() + 60
@@ -321,6 +400,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     self._lock.notify_all()
 
     def _apply(self, mp: int, offset: int, value: bytes) -> None:
+        own = self._own_change(value, -1)
         try:
             event = deserialize(value)
         except RemoteStorageError:
@@ -332,16 +412,44 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if offset <= self._applied.get(tp, -1):
             return  # already applied (from the snapshot, or read before a re-read)
         self._applied[tp] = offset
-        try:
-            if isinstance(event, RemoteLogSegmentMetadata):
-                self.store.get_or_create(tp).add_copy_in_progress_segment(event)
-            elif isinstance(event, RemoteLogSegmentMetadataUpdate):
-                self.store.update_remote_log_segment_metadata(event)
-            else:
-                self.store.put_remote_partition_delete_metadata(event)
-        except (RemoteStorageError, ValueError) as e:
-            # Kafka logs and skips events that do not apply; the log must go on.
-            log.error("event at %d:%d of the metadata topic does not apply: %s", mp, offset, e)
+        problem = None if own else self._not_authored(tp, offset, event)
+        if problem is None:
+            try:
+                if isinstance(event, RemoteLogSegmentMetadata):
+                    self.store.get_or_create(tp).add_copy_in_progress_segment(event)
+                elif isinstance(event, RemoteLogSegmentMetadataUpdate):
+                    self.store.update_remote_log_segment_metadata(event)
+                else:
+                    self.store.put_remote_partition_delete_metadata(event)
+                return
+            except (RemoteStorageError, ValueError) as e:
+                problem = str(e)
+        # Kafka logs and skips events that do not apply; the log must go on.
+        log.warning(
+            "refused %s at %s-%d offset %d (segment %s, broker %d): %s",
+            type(event).__name__,
+            METADATA_TOPIC,
+            mp,
+            offset,
+            _segment_of(event),
+            event.broker_id,
+            problem,
+        )
+
+    def _not_authored(self, tp: TopicIdPartition, offset: int, event: object) -> str | None:
+        """Why a live event of a partition this broker leads cannot be its leader's, or None
+        (see the module docstring). Called with the lock held, for events not written here."""
+        if self.broker_id is None or tp not in self._leading:
+            return None
+        if offset < self._live_from.get(tp, 0):
+            return None  # catching up: written before the assignment
+        broker = getattr(event, "broker_id", None)
+        if broker in self._other_brokers:
+            return None
+        return (
+            f"this broker ({self.broker_id}) leads {tp} and did not write this event; "
+            "only the leader writes the metadata of its partitions"
+        )
 
     # -- reads -----------------------------------------------------------------------------
     def _ready_cache(self, tp: TopicIdPartition) -> RemoteLogMetadataCache:
@@ -412,3 +520,13 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         committed = {mp: off for mp, off in positions.items() if off > 0}
         write_committed_offsets(self.rlmm_dir / COMMITTED_OFFSETS_FILE, committed)
         self._last_snapshot_ms = self.clock()
+
+
+def _segment_of(event: object) -> str:
+    """The segment id an event is about, as Kafka prints it (``tierlog metadata describe``
+    takes it); ``-`` for a partition deletion event."""
+    if isinstance(event, RemoteLogSegmentMetadata):
+        return kafka_uuid(event.segment_id)
+    if isinstance(event, RemoteLogSegmentMetadataUpdate):
+        return kafka_uuid(event.remote_log_segment_id.id)
+    return "-"

@@ -7,6 +7,10 @@ partition, publishes DELETE_PARTITION_STARTED, deletes every segment through the
 (DELETE_SEGMENT_STARTED -> ``delete_log_segment_data`` -> DELETE_SEGMENT_FINISHED) and
 publishes DELETE_PARTITION_FINISHED. A run interrupted by a crash resumes from STARTED:
 every step is idempotent.
+
+A marked partition whose topic still exists (``topic_exists``, the broker's registry) is not
+touched: topic ids are never reused, so such a mark was not written by a topic deletion (a
+forged or mistaken event in ``__remote_log_metadata``); it is logged and left alone.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
@@ -48,8 +53,11 @@ class RemotePartitionRemover:
         *,
         interval_ms: int = DEFAULT_INTERVAL_MS,
         clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        topic_exists: Callable[[uuid.UUID], bool] = lambda topic_id: False,
     ) -> None:
         self.rlmm = rlmm
+        self.topic_exists = topic_exists
+        self._refused: set[TopicIdPartition] = set()  # marks already reported
         self.rsm = rsm
         self.broker_id = broker_id
         self.interval_ms = interval_ms
@@ -62,13 +70,26 @@ class RemotePartitionRemover:
         self._publish_partition(topic_id_partition, _PART.DELETE_PARTITION_MARKED)
 
     def marked_partitions(self) -> list[TopicIdPartition]:
+        """Partitions marked (or started) for deletion whose topic is gone."""
         store = self.rlmm.store
-        return [
-            tp
-            for tp in store.partitions()
-            if store.partition_delete_state(tp)
-            in (_PART.DELETE_PARTITION_MARKED, _PART.DELETE_PARTITION_STARTED)
-        ]
+        out = []
+        for tp in store.partitions():
+            if store.partition_delete_state(tp) not in (
+                _PART.DELETE_PARTITION_MARKED,
+                _PART.DELETE_PARTITION_STARTED,
+            ):
+                continue
+            if self.topic_exists(tp.topic_id):
+                if tp not in self._refused:
+                    self._refused.add(tp)
+                    log.warning(
+                        "%s is marked for deletion in the remote log metadata but its topic "
+                        "exists: its remote data is kept",
+                        tp,
+                    )
+                continue
+            out.append(tp)
+        return out
 
     def run_once(self) -> int:
         """Delete the remote data of every marked partition; returns how many finished.

@@ -12,7 +12,6 @@ rlmm never imports the broker. Three implementations serve the one RLMM code pat
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Protocol
 
 from core.errors import CoreError
 from core.log.file_records import FileRecords
+from core.log.files import parse_partition_dir
 from core.records.record import decode_records
 from tiered.api import RemoteStorageError
 
@@ -70,9 +70,6 @@ class MetadataTopicClient(Protocol):
         """Release connections."""
 
 
-_PARTITION_DIR = re.compile(rf"^{METADATA_TOPIC}-(\d+)$")
-
-
 class LogDirMetadataTopicReader:
     """Reads ``__remote_log_metadata`` offline from Kafka-format log dirs (read-only).
 
@@ -86,9 +83,9 @@ class LogDirMetadataTopicReader:
             if not Path(log_dir).is_dir():
                 raise MetadataTopicError(f"log dir {log_dir} does not exist")
             for child in Path(log_dir).iterdir():
-                m = _PARTITION_DIR.match(child.name)
-                if m and child.is_dir():
-                    self._partitions[int(m.group(1))] = sorted(child.glob("*.log"))
+                tp = parse_partition_dir(child.name)
+                if tp is not None and tp[0] == METADATA_TOPIC and child.is_dir():
+                    self._partitions[tp[1]] = sorted(child.glob("*.log"))
         if not self._partitions:
             raise MetadataTopicError(
                 f"no {METADATA_TOPIC} partitions in {', '.join(map(str, log_dirs))}"

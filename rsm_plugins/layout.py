@@ -1,6 +1,7 @@
 """The object layout shared by every RSM plugin, and the per-segment manifest.
 
-DESIGN.md section 3. Every segment copy is a set of objects under one key stem::
+docs/ARCHITECTURE.md, "Remote storage object layout". Every segment copy is a set of objects
+under one key stem::
 
     <key.prefix><topic>-<topicId>/<partition>/<startOffset:020d>-<segmentId>.<suffix>
 

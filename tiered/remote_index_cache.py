@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from core.log.files import REMOTE_LOG_INDEX_CACHE_DIR
 from core.log.txn_index import TransactionIndex
 from tiered.api import (
     IndexType,
@@ -48,7 +49,7 @@ from tiered.api import (
 
 log = logging.getLogger(__name__)
 
-DIR_NAME = "remote-log-index-cache"
+DIR_NAME = REMOTE_LOG_INDEX_CACHE_DIR  # the LogManager skips it when loading partitions
 OFFSET_SUFFIX = ".index"
 TIME_SUFFIX = ".timeindex"
 TXN_SUFFIX = ".txnindex"

@@ -33,6 +33,7 @@ import random
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import CoreError, KafkaStorageError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
-from core.log.partition_log import TimestampAndOffset
+from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
 from core.log.producer_state import encode_snapshot
 from core.server.remote_seam import EARLIEST_PENDING_UPLOAD_TIMESTAMP, RemoteFetchResult
 from tiered.api import (
@@ -141,6 +142,20 @@ def is_within_lineage(
         elif next_after(lineage, epoch) != next_after(seg_items, epoch):
             return False
     return md.end_offset < log_end_offset
+
+
+def _covered(md: RemoteLogSegmentMetadata, finished: list[RemoteLogSegmentMetadata]) -> bool:
+    """Whether every offset of ``md`` is in one of ``finished`` (sorted by start offset)."""
+    need = md.start_offset
+    for other in finished:
+        if other.segment_id == md.segment_id or other.end_offset < need:
+            continue
+        if other.start_offset > need:
+            return False
+        need = other.end_offset + 1
+        if need > md.end_offset:
+            return True
+    return False
 
 
 def highest_remote_offset(
@@ -243,6 +258,7 @@ class RemoteLogManager:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._random = random.Random()
+        self._kept_warned: set[uuid.UUID] = set()  # segments _warn_kept already reported
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -567,36 +583,77 @@ class RemoteLogManager:
                         self._delete_segment(md, reason="tiering disabled")
                         deleted += 1
             return deleted
-        for md in segments:  # deletions a crash or a failure interrupted
-            if md.state == _S.DELETE_SEGMENT_STARTED:
-                self._delete_segment(md, reason="resumed deletion")
-                deleted += 1
-        finished = sorted(
-            (md for md in segments if md.state == _S.COPY_SEGMENT_FINISHED),
-            key=lambda m: m.start_offset,
-        )
         lineage = filtered_leader_epochs(
             {e.epoch: e.start_offset for e in plog.leader_epoch_cache.entries()}
         )
         log_end = plog.log_end_offset
+        finished = sorted(
+            (md for md in segments if md.state == _S.COPY_SEGMENT_FINISHED),
+            key=lambda m: m.start_offset,
+        )
         valid = [md for md in finished if is_within_lineage(md, log_end, lineage)]
         orphans = [md for md in finished if not is_within_lineage(md, log_end, lineage)]
-
-        doomed, reason = self._expired(plog, valid)
+        # Deletions a crash or a failure interrupted. A DELETE_SEGMENT_STARTED read from the
+        # metadata topic is not proof that this broker decided it (the metadata manager
+        # cannot tell a forged event replayed at start-up from its own), so one is resumed
+        # only when this broker's own rules delete the segment now: its offsets are all in
+        # finished segments (a failed copy done again), it is outside the lineage, or,
+        # counted as if still finished, retention or the log start offset expire it.
+        # Anything else is kept, with a warning: its remote data is not destroyed.
+        deleting = sorted(
+            (md for md in segments if md.state == _S.DELETE_SEGMENT_STARTED),
+            key=lambda m: m.start_offset,
+        )
+        redundant = [
+            md
+            for md in deleting
+            if not is_within_lineage(md, log_end, lineage) or _covered(md, valid)
+        ]
+        unfinished = {md.segment_id for md in deleting} - {md.segment_id for md in redundant}
+        candidates = sorted(
+            valid + [md for md in deleting if md.segment_id in unfinished],
+            key=lambda m: m.start_offset,
+        )
+        doomed, reason = self._expired(plog, candidates)
+        doomed_ids = {md.segment_id for md in doomed}
         if doomed:
             new_start = min(doomed[-1].end_offset + 1, plog.high_watermark)
             plog.maybe_increment_log_start_offset(new_start, f"remote {reason}")
+        for md in redundant:
+            self._delete_segment(md, reason="resumed deletion")
         for md in doomed:
-            self._delete_segment(md, reason=reason)
+            resumed = md.state == _S.DELETE_SEGMENT_STARTED
+            self._delete_segment(md, reason=f"resumed deletion ({reason})" if resumed else reason)
         for md in orphans:
             self._delete_segment(md, reason="outside the leader-epoch lineage")
-        deleted += len(doomed) + len(orphans)
+        deleted += len(redundant) + len(doomed) + len(orphans)
+        for md in deleting:
+            if md.segment_id in unfinished and md.segment_id not in doomed_ids:
+                self._warn_kept(md)
 
-        kept = valid[len(doomed) :]
+        kept = [md for md in valid if md.segment_id not in doomed_ids]
         self.metrics.set(REMOTE_LOG_SIZE_BYTES, tp, sum(m.segment_size_in_bytes for m in kept))
         self.metrics.set(REMOTE_LOG_METADATA_COUNT, tp, len(kept))
         self.metrics.set(REMOTE_DELETE_LAG_BYTES, tp, 0)
         return deleted
+
+    def _warn_kept(self, md: RemoteLogSegmentMetadata) -> None:
+        """A segment left DELETE_SEGMENT_STARTED that no rule of this broker deletes."""
+        if md.segment_id in self._kept_warned:
+            return
+        self._kept_warned.add(md.segment_id)
+        log_event(
+            log,
+            logging.WARNING,
+            "remote_delete_refused",
+            md.topic_id_partition,
+            segment_id=md.segment_id,
+            start_offset=md.start_offset,
+            end_offset=md.end_offset,
+            broker=md.broker_id,
+            reason="DELETE_SEGMENT_STARTED in the metadata, but no rule of this broker deletes "
+            "the segment: its remote data is kept (its offsets are not served)",
+        )
 
     def _expired(
         self, plog: PartitionLog, valid: list[RemoteLogSegmentMetadata]
@@ -636,9 +693,11 @@ class RemoteLogManager:
     def find_offset_by_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
     ) -> TimestampAndOffset | None:
-        """ListOffsets over the remote tier; blocking. ``timestamp`` >= 0, or -6."""
+        """ListOffsets over the remote tier; blocking. ``timestamp`` >= 0, -3 or -6."""
         if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
             return self.earliest_pending_upload(tp, plog)
+        if timestamp == MAX_TIMESTAMP:
+            return self.reader.find_max_timestamp(tp, plog)
         return self.reader.find_offset_by_timestamp(tp, plog, timestamp)
 
     def earliest_pending_upload(
@@ -702,11 +761,11 @@ class RemoteLogManager:
     async def offset_for_timestamp(
         self, topic_id: object, topic: str, partition: int, log: PartitionLog, timestamp: int
     ) -> TimestampAndOffset | None:
-        """core's ``RemoteTier.offset_for_timestamp`` (timestamps >= 0 and -6)."""
+        """core's ``RemoteTier.offset_for_timestamp`` (timestamps >= 0, -3 and -6)."""
         tp = TopicIdPartition(topic_id, topic, partition)  # type: ignore[arg-type]
         if timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP:
             return self.earliest_pending_upload(tp, log)
-        if timestamp < 0:
+        if timestamp < 0 and timestamp != MAX_TIMESTAMP:
             return None
         try:
             future = self.reader.submit_offset_for_timestamp(tp, log, timestamp)

@@ -23,12 +23,12 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from core.errors import OffsetOutOfRangeError
-from core.log.partition_log import TimestampAndOffset
+from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from core.records.record import decode_records
@@ -243,7 +243,10 @@ class RemoteLogReader:
     def submit_offset_for_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
     ) -> Future[TimestampAndOffset | None]:
-        """``find_offset_by_timestamp`` on the reader pool (same rejection as submit_read)."""
+        """``find_offset_by_timestamp`` (``find_max_timestamp`` for MAX_TIMESTAMP) on the
+        reader pool (same rejection as submit_read)."""
+        if timestamp == MAX_TIMESTAMP:
+            return self._submit(lambda: self.find_max_timestamp(tp, plog))
         return self._submit(lambda: self.find_offset_by_timestamp(tp, plog, timestamp))
 
     def _submit(self, fn: Callable[[], T]) -> Future[T]:
@@ -461,23 +464,74 @@ class RemoteLogReader:
             RemoteStorageError: the remote tier failed.
         """
         start = plog.log_start_offset
-        cache = plog.leader_epoch_cache
+        for md in self._lineage_segments(tp, plog):
+            if md.max_timestamp_ms < timestamp or md.end_offset < start:
+                continue
+            found = self._scan_for_timestamp(md, timestamp, max(start, md.start_offset))
+            if found is not None:
+                epoch_for = plog.leader_epoch_cache.epoch_for_offset
+                return TimestampAndOffset(found[0], found[1], epoch_for(found[1]))
+        return None
+
+    def find_max_timestamp(
+        self, tp: TopicIdPartition, plog: PartitionLog
+    ) -> TimestampAndOffset | None:
+        """ListOffsets -3 (MAX_TIMESTAMP) over the remote segments of the current
+        leader-epoch lineage that reach the log start offset: the first record carrying
+        the largest timestamp, with that timestamp and its batch's leader epoch.
+
+        The segment is chosen from the RLMM metadata (``max_timestamp_ms``; the earliest on
+        ties) and only the batch holding the record is read, found through the segment's
+        time and offset indexes. None when the local log holds a larger timestamp, or the
+        same one with no remote-only offsets before it: the local log answers then, and the
+        caller keeps the larger timestamp of the two answers (the lower offset on ties).
+        As Kafka's local lookup, records below the log start offset inside a segment that
+        reaches it are not excluded (excluding them would mean decoding whole segments).
+
+        Raises:
+            RemoteStorageError: the remote tier failed.
+        """
+        start = plog.log_start_offset
+        local_max = plog.max_timestamp_so_far
+        local_start = plog.local_log_start_offset
+        candidates = [
+            md
+            for md in self._lineage_segments(tp, plog)
+            if md.end_offset >= start
+            and md.max_timestamp_ms >= 0
+            and (
+                md.max_timestamp_ms > local_max
+                or (md.max_timestamp_ms == local_max and md.start_offset < local_start)
+            )
+        ]
+        candidates.sort(key=lambda md: (-md.max_timestamp_ms, md.start_offset))
+        for md in candidates:
+            # No record can exceed the segment's max: the first at or after it carries it.
+            found = self._scan_for_timestamp(md, md.max_timestamp_ms, md.start_offset)
+            if found is not None:
+                ts, offset, epoch = found
+                return TimestampAndOffset(ts, offset, epoch if epoch >= 0 else None)
+            # A segment whose max came from its file time (no record had a timestamp).
+        return None
+
+    def _lineage_segments(
+        self, tp: TopicIdPartition, plog: PartitionLog
+    ) -> Iterator[RemoteLogSegmentMetadata]:
+        """The finished remote segments of the current leader-epoch lineage, each once,
+        lazily (a timestamp search stops at its first match)."""
         seen: set[object] = set()
-        for entry in cache.entries():
+        for entry in plog.leader_epoch_cache.entries():
             for md in self.rlmm.list_remote_log_segments(tp, entry.epoch):
                 if md.segment_id in seen or md.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
                     continue
                 seen.add(md.segment_id)
-                if md.max_timestamp_ms < timestamp or md.end_offset < start:
-                    continue
-                found = self._scan_for_timestamp(md, timestamp, max(start, md.start_offset))
-                if found is not None:
-                    return TimestampAndOffset(found[0], found[1], cache.epoch_for_offset(found[1]))
-        return None
+                yield md
 
     def _scan_for_timestamp(
         self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int
-    ) -> tuple[int, int] | None:
+    ) -> tuple[int, int, int] | None:
+        """``(timestamp, offset, batch leader epoch)`` of the first record at or after
+        ``timestamp`` and ``starting_offset`` in the segment."""
         from_offset = max(self.index_cache.lookup_timestamp(md, timestamp), starting_offset)
         position = self.index_cache.lookup_position(md, from_offset)
         ranges = _SegmentRanges(self.rsm, md, position, 256 * 1024)
@@ -492,7 +546,7 @@ class RemoteLogReader:
                 batch = RecordBatchHeader(bytes(ranges.buf[at : at + size]))
                 for record in decode_records(batch):
                     if record.timestamp >= timestamp and record.offset >= starting_offset:
-                        return record.timestamp, record.offset
+                        return record.timestamp, record.offset, batch.partition_leader_epoch
             at += size
         return None
 

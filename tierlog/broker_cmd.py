@@ -19,8 +19,12 @@ import stat
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tierlog.cli import EXIT_OK, CommandError, Subparsers
+
+if TYPE_CHECKING:
+    from core.server.config import BrokerConfig
 
 log = logging.getLogger("tierlog.broker")
 
@@ -74,12 +78,21 @@ def run_start(args: argparse.Namespace) -> int:
         raise CommandError(str(e)) from e
     if args.config is not None:
         warn_if_secrets_are_world_readable(args.config)
+    log_inert_keys(config)
     from tierlog.remote_tier import RemoteTierStartError
 
     try:
         return asyncio.run(_serve(config, build_broker))
     except (CoreError, RemoteTierStartError) as e:
         raise CommandError(str(e)) from e
+
+
+def log_inert_keys(config: BrokerConfig) -> None:
+    """One line naming the keys the config sets that tierlog accepts but does not act on
+    (declared inert: Kafka's replication, transaction, thread and ZooKeeper keys...)."""
+    inert = config.inert_keys_given()
+    if inert:
+        log.info("accepted with no effect in tierlog: %s", ", ".join(inert))
 
 
 # Keys whose values are secrets: the broker's password keys, and plugin settings that

@@ -14,6 +14,18 @@ Exit statuses: 0 success; 1 the input was bad (a missing or corrupt file, data t
 check); 2 a usage error (argparse's convention); 130 interrupted. A problem the user can fix
 is printed as one line on stderr, ``tierlog: error: ...``, never as a traceback: handlers
 raise ``CommandError`` for it, or report it themselves and return 1.
+
+Values that start with ``-``: every parser is a ``cli.ArgumentParser`` (subparsers inherit
+the class), which reads a token as an option only when it names an option of the parser at
+hand: exactly (``--json``, ``-h``), before ``=`` (``--topic=orders``), as an unambiguous
+abbreviation of a long option (``--bootstrap``), or as a short option that takes a value
+with the value attached (``-n5``). Any other token is a value, wherever it stands: a Kafka
+segment id pasted from ``metadata list`` (one in 64 starts with ``-``, e.g.
+``-MdUsmu0RX-gkKOrscJWUA``), a group id or topic name such as ``-orders``, a file such as
+``-1.log``. Plain argparse takes such a token for an unknown option and fails with a usage
+error. A value that does collide with an option (a group named ``--json``) goes after
+``--``, which ends the options as usual: ``tierlog groups describe --bootstrap-server H:P
+-- --json``. Short options cannot be bundled (``-hv``); no tierlog command has two.
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -76,9 +88,39 @@ def error_line(message: str) -> str:
     return f"{PROG}: error: {message}"
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, but a token is an option only if it names one of this parser's
+    options (see the module docstring); anything else starting with ``-`` is a value."""
+
+    def _parse_optional(self, arg_string: str) -> Any:
+        # argparse's one hook deciding "option or value" for each token (it returns None
+        # for a value). It is private, but subclasses overriding it only to return None
+        # earlier stay correct whatever shape its other results take.
+        if arg_string[:1] == "-" and arg_string != "--" and not self.names_an_option(arg_string):
+            return None
+        return super()._parse_optional(arg_string)
+
+    def names_an_option(self, token: str) -> bool:
+        """Whether ``token`` is read as one of this parser's options."""
+        options = self._option_string_actions
+        if token in options:
+            return True
+        if token.startswith("--"):
+            name = token.split("=", 1)[0]
+            return name in options or (
+                self.allow_abbrev and any(o.startswith(name) for o in options)
+            )
+        short = options.get(token[:2])
+        return short is not None and short.nargs != 0  # -n5: -n with its value attached
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand of ``COMMANDS`` registered."""
-    parser = argparse.ArgumentParser(
+    """The top-level parser with every subcommand of ``COMMANDS`` registered.
+
+    Subcommand parsers are made with the parent's class (argparse's default), so they
+    are ``cli.ArgumentParser`` too.
+    """
+    parser = ArgumentParser(
         prog=PROG,
         description="A Kafka-compatible log broker with KIP-405 tiered storage.",
     )

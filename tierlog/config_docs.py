@@ -4,6 +4,7 @@ Every key is declared once (core's broker and topic ``ConfigDef``, the RemoteLog
 each RSM plugin's ``CONFIG_KEYS``); the documentation is rendered from those declarations
 between ``<!-- BEGIN name -->`` / ``<!-- END name -->`` markers, so it cannot drift from the
 code: ``python -m tierlog.config_docs`` rewrites the file, and a test fails when it is stale.
+A key declared ``inert`` (accepted, validated, not acted on) is shown "accepted, no effect".
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from pathlib import Path
 from core.config import ConfigKey, format_value
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "CONFIGURATION.md"
+INERT = "**accepted, no effect**"
+
+
+def meaning(key: ConfigKey) -> str:
+    return f"{INERT}: {key.doc}" if key.inert else key.doc
 
 
 def table(keys: Iterable[ConfigKey]) -> str:
@@ -23,7 +29,16 @@ def table(keys: Iterable[ConfigKey]) -> str:
     for key in keys:
         default = "" if key.default is None else format_value(key, key.default)
         shown = f"`{default}`" if default else ""
-        rows.append(f"| `{key.name}` | {key.type.value} | {shown} | {key.doc} |")
+        rows.append(f"| `{key.name}` | {key.type.value} | {shown} | {meaning(key)} |")
+    return "\n".join(rows)
+
+
+def alias_table() -> str:
+    from tiered.rlm_config import DEPRECATED_ALIASES
+
+    rows = ["| deprecated key | read as | why |", "| --- | --- | --- |"]
+    for alias in DEPRECATED_ALIASES:
+        rows.append(f"| `{alias.old}` | `{alias.new}` | {alias.why} |")
     return "\n".join(rows)
 
 
@@ -37,7 +52,7 @@ def topic_table() -> str:
     for key in TOPIC_CONFIG:
         default = "" if key.default is None else f"`{format_value(key, key.default)}`"
         broker = f"`{key.server_default_property}`" if key.server_default_property else ""
-        rows.append(f"| `{key.name}` | {key.type.value} | {default} | {broker} | {key.doc} |")
+        rows.append(f"| `{key.name}` | {key.type.value} | {default} | {broker} | {meaning(key)} |")
     return "\n".join(rows)
 
 
@@ -54,6 +69,7 @@ def sections() -> dict[str, str]:
         "topic": topic_table(),
         "broker": table(BROKER_CONFIG),
         "remote-log-manager": table(RLM_CONFIG),
+        "remote-log-manager-deprecated": alias_table(),
         "rsm-common": table(COMMON_KEYS),
         "rsm-local": table(LocalDirRemoteStorageManager.CONFIG_KEYS),
         "rsm-s3": table(S3RemoteStorageManager.CONFIG_KEYS),

@@ -76,7 +76,7 @@ TIMESTAMP_TYPE_NAMES = {
 RECORD_INDENT = "|"  # Kafka's RecordIndent
 SEQUENCE_MODULUS = 1 << 31  # sequences wrap from Int32.MAX to 0, as in Kafka
 
-_LEADING_OFFSET = re.compile(r"\d+")
+_LEADING_OFFSET = re.compile(r"[0-9]+")  # \d would also take non-ASCII digits
 
 
 @dataclass(frozen=True, slots=True)

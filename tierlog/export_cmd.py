@@ -40,7 +40,7 @@ def timestamp_ms(text: str, option: str) -> int:
     Raises:
         CommandError: neither, naming the option.
     """
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # isdigit alone also accepts "²", which int() refuses
         return int(text)
     try:
         moment = datetime.fromisoformat(text)

@@ -41,6 +41,7 @@ from typing import Any
 
 from core.errors import CoreError
 from core.log.file_records import FileRecords
+from core.log.meta_properties import uuid_from_base64
 from core.server.topics import read_partition_metadata
 from rlmm.cache import RemoteLogMetadataCache
 from rlmm.cache import decode_cursor as decode_cache_cursor
@@ -184,7 +185,8 @@ def register(subparsers: Subparsers) -> None:
         help="every field of one segment and every event seen for it",
         description=(
             "Every field of one segment and every event seen for it, in the order of the "
-            "topic. Give SEGMENT_ID before --log-dirs (which takes several values)."
+            "topic. Give SEGMENT_ID before --log-dirs (which takes several values) or "
+            "after --. An id starting with '-', as one in 64 does, is taken as it is."
         ),
     )
     p.add_argument("segment_id", metavar="SEGMENT_ID", help="Kafka's base64 form or a dashed uuid")
@@ -551,7 +553,12 @@ def parse_state(text: str) -> RemoteLogSegmentState:
     """
     name = text.strip().upper()
     state = _STATE_NAMES.get(name)
-    if state is None and name.isdigit() and int(name) in RemoteLogSegmentState._value2member_map_:
+    if (
+        state is None
+        and name.isascii()
+        and name.isdigit()
+        and int(name) in RemoteLogSegmentState._value2member_map_
+    ):
         state = RemoteLogSegmentState(int(name))
     listable = ", ".join(s.name for s in RemoteLogSegmentState if s.value < 3)
     if state is None:
@@ -679,12 +686,12 @@ def parse_segment_id(text: str) -> uuid.UUID:
     """
     text = text.strip()
     try:
-        if len(text) in (22, 24) and "-" not in text[8:9]:
-            raw = base64.urlsafe_b64decode(text[:22] + "==")
-            if len(raw) == 16:
-                return uuid.UUID(bytes=raw)
+        # 22 or 24 characters can only be Kafka's form: a dashed uuid has 36, a bare one 32.
+        # (A '-' anywhere, even where a dashed uuid has its first one, is base64url.)
+        if len(text) in (22, 24):
+            return uuid_from_base64(text)
         return uuid.UUID(text)
-    except (binascii.Error, ValueError):
+    except ValueError:
         raise CommandError(
             f"invalid segment id {text!r}: expected Kafka's base64 form "
             "(22 characters) or a dashed uuid",

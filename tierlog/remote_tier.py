@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.server.config import REMOTE_TIER_PREFIXES
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.remover import DEFAULT_INTERVAL_MS, RemotePartitionRemover
+from rlmm.remover import RemotePartitionRemover
 from tiered.api import (
     RLMM_CLASS_NAME,
     RLMM_CONFIG_PREFIX,
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REMOVER_INTERVAL_KEY = "remote.partition.remover.task.interval.ms"
-
 
 class RemoteTierStartError(Exception):
     """The remote tier could not start; the message names the setting at fault."""
@@ -67,19 +65,18 @@ class RemoteTier:
     def enabled(self) -> bool:
         return bool(self.broker.config.remote_log_storage_system_enable)
 
-    def _settings(self) -> tuple[dict[str, str], RemoteLogManagerConfig, int]:
+    def _settings(self) -> RemoteLogManagerConfig:
         originals = self.broker.config.originals
-        known = set(RemoteLogManagerConfig.keys()) | {REMOVER_INTERVAL_KEY}
+        known = set(RemoteLogManagerConfig.keys())
         for key in originals:
             if key.startswith(REMOTE_TIER_PREFIXES) and key not in known:
                 raise RemoteTierStartError(f"Unknown configuration {key}")
-        rlm_props = {k: v for k, v in originals.items() if k in known}
         try:
-            rlm_config = RemoteLogManagerConfig.from_props(rlm_props)
-            remover_ms = int(rlm_props.get(REMOVER_INTERVAL_KEY, DEFAULT_INTERVAL_MS))
+            return RemoteLogManagerConfig.from_props(
+                {k: v for k, v in originals.items() if k in known}
+            )
         except ValueError as e:
             raise RemoteTierStartError(str(e)) from e
-        return rlm_props, rlm_config, remover_ms
 
     def _load(self, key: str, base: type, prefix: str, extra: dict[str, str]) -> Any:
         config = self.broker.config
@@ -98,7 +95,7 @@ class RemoteTier:
             return
         config = self.broker.config
         loop = asyncio.get_running_loop()
-        _, rlm_config, remover_ms = self._settings()
+        rlm_config = self._settings()
         log_dir = str(config.log_dirs[0])
         rsm, rsm_settings, rsm_class = self._load(
             RSM_CLASS_NAME, RemoteStorageManager, RSM_CONFIG_PREFIX, {}
@@ -134,7 +131,13 @@ class RemoteTier:
             await loop.run_in_executor(None, self.rlm.on_leadership, tiered)
         self.rlm.start()
         if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
-            self.remover = RemotePartitionRemover(rlmm, rsm, config.node_id, interval_ms=remover_ms)
+            self.remover = RemotePartitionRemover(
+                rlmm,
+                rsm,
+                config.node_id,
+                interval_ms=rlm_config.remote_partition_remover_task_interval_ms,
+                topic_exists=lambda topic_id: self.broker.topics.by_id(topic_id) is not None,
+            )
             self.remover.start()
         log.info(
             "remote tier started: %s, %s; %d tiered partitions", rsm_class, rlmm_class, len(tiered)

@@ -214,29 +214,38 @@ TOPIC_CONFIG = ConfigDef(
             at_least(1),
             "log.cleaner.max.compaction.lag.ms",
         ),
+        # Inert until replication: one replica per partition leaves nothing to decide.
         ConfigKey(
             "min.insync.replicas",
             I,
             1,
-            "Replicas that must acknowledge acks=-1.",
+            "Kafka: the in-sync replicas an acks=all produce needs, else it fails with "
+            "NOT_ENOUGH_REPLICAS. tierlog keeps one replica per partition and answers acks=all "
+            "once the leader has the records, whatever this says.",
             at_least(1),
             "min.insync.replicas",
+            inert=True,
         ),
         ConfigKey(
             "unclean.leader.election.enable",
             ConfigType.BOOLEAN,
             False,
-            "Allow an out-of-sync replica to become leader.",
+            "Kafka: whether a replica outside the ISR may become leader (losing the records "
+            "it lacks). tierlog keeps one replica per partition: there is no election.",
             None,
             "unclean.leader.election.enable",
+            inert=True,
         ),
         ConfigKey(
             "compression.type",
             ConfigType.STRING,
             "producer",
-            "Kept as the producer sent it ('producer') or the named codec.",
+            "Kafka: 'producer' keeps batches as the producer compressed them; a codec name "
+            "(or 'uncompressed') makes the broker recompress them. tierlog always keeps "
+            "batches as sent, as 'producer' does.",
             one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
             "compression.type",
+            inert=True,
         ),
     ]
 )

@@ -28,15 +28,19 @@ from core.log.cleaner import CleanerConfig, LogCleaner
 from core.log.config import LogConfig
 from core.log.files import (
     CLEAN_SHUTDOWN_MARKER,
+    KNOWN_NON_PARTITION_DIRS,
     LOG_START_OFFSET_CHECKPOINT,
+    MAX_PARTITION,
     META_PROPERTIES,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    is_deleted_partition_dir,
     parse_partition_dir,
     partition_dir_name,
 )
 from core.log.partition_log import PartitionLog, now_ms
 from core.scheduler import Scheduler
+from core.topic_name import validate_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,8 @@ class LogManagerConfig:
     flush_start_offset_checkpoint_interval_ms: int = 60_000
     high_watermark_checkpoint_interval_ms: int = 5_000  # replica.high.watermark.checkpoint...
     producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    # producer.id.expiration.check.interval.ms
+    producer_id_expiration_check_interval_ms: int = 600_000
     default_log_config: LogConfig = field(default_factory=LogConfig)
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)  # log.cleaner.*
 
@@ -150,13 +156,7 @@ class LogManager:
                 recovery = OffsetCheckpointFile(directory / RECOVERY_POINT_CHECKPOINT).read()
                 starts = OffsetCheckpointFile(directory / LOG_START_OFFSET_CHECKPOINT).read()
                 hws = OffsetCheckpointFile(directory / REPLICATION_OFFSET_CHECKPOINT).read()
-                children = [
-                    (child, tp)
-                    for child in sorted(directory.iterdir())
-                    if child.is_dir()
-                    and not child.name.endswith("-delete")
-                    and (tp := parse_partition_dir(child.name)) is not None
-                ]
+                children = _partition_dirs(directory)
                 if children and not clean:
                     log.warning(
                         "%s: no clean-shutdown marker; recovering unflushed segments", directory
@@ -180,7 +180,7 @@ class LogManager:
             # Removed only now: a crash during loading must recover again next time.
             (directory / CLEAN_SHUTDOWN_MARKER).unlink(missing_ok=True)
             for child in directory.iterdir():
-                if child.is_dir() and child.name.endswith("-delete"):
+                if child.is_dir() and is_deleted_partition_dir(child.name):
                     self.scheduler.schedule_once("delete-dir", lambda c=child: _rmtree(c))
         log.info("loaded %d partition logs from %d log dirs", len(self._logs), len(self.log_dirs))
 
@@ -240,6 +240,12 @@ class LogManager:
             c.flush_start_offset_checkpoint_interval_ms,
         )
         self.scheduler.schedule(
+            "producer-id-expiration",
+            self.remove_expired_producers,
+            c.producer_id_expiration_check_interval_ms,
+            c.producer_id_expiration_check_interval_ms,
+        )
+        self.scheduler.schedule(
             "high-watermark-checkpoint",
             self.checkpoint_high_watermarks,
             c.high_watermark_checkpoint_interval_ms,
@@ -257,7 +263,11 @@ class LogManager:
     def get_or_create_log(
         self, topic: str, partition: int, config: LogConfig | None = None
     ) -> PartitionLog:
-        """The log of a partition, created in the least-loaded log dir if it does not exist."""
+        """The log of a partition, created in the least-loaded log dir if it does not exist.
+
+        Raises:
+            As ``get_or_create_logs``.
+        """
         return self.get_or_create_logs(topic, [partition], config)[0]
 
     def get_or_create_logs(
@@ -267,9 +277,19 @@ class LogManager:
         least-loaded log dir. Each log dir that received one is fsynced once at the end.
 
         Raises:
+            InvalidTopicError: ``topic`` is not a legal topic name. Checked here too, the one
+                place partition directories are made: a directory the loader would not
+                recognise must never be created, nor a name that cannot be written to the
+                offset checkpoints.
+            ValueError: a partition is not in 0..2^31-1.
             KafkaStorageError: a partition directory could not be created (the logs created
                 before it are kept).
         """
+        validate_topic_name(topic)
+        partitions = list(partitions)
+        for partition in partitions:
+            if not 0 <= partition <= MAX_PARTITION:
+                raise ValueError(f"partition {partition} of {topic} is out of range")
         with self._lock:
             counts = self._logs_per_dir()
             created_in: set[Path] = set()
@@ -344,6 +364,17 @@ class LogManager:
                 log.exception("retention failed for %s", plog)
         return deleted
 
+    def remove_expired_producers(self) -> int:
+        """Kafka's PeriodicProducerExpirationCheck over every log; returns the producers
+        dropped."""
+        dropped = 0
+        for plog in self.all_logs():
+            try:
+                dropped += plog.remove_expired_producers()
+            except CoreError:
+                log.exception("producer expiration failed for %s", plog)
+        return dropped
+
     def flush_dirty_logs(self) -> None:
         for plog in self.all_logs():
             try:
@@ -396,6 +427,39 @@ class LogManager:
             os.close(fd)
         self._lock_files.clear()
         self._shut_down = True
+
+
+def _partition_dirs(directory: Path) -> list[tuple[Path, TopicPartition]]:
+    """The partition directories of a log dir, each with its topic and partition.
+
+    Any other directory is logged with its path and skipped, its content left as it is;
+    directories renamed for deletion and those other layers keep here are skipped quietly.
+    Apache Kafka's LogManager.loadLogs instead stops the broker's start-up on a directory
+    whose name is not ``<topic>-<partition>`` (UnifiedLog.parseTopicPartitionName throws
+    "Found directory ..., '...' is not in the form of topic-partition ..."), and it does not
+    check the topic name at all. tierlog goes on: a stray directory (one planted by hand, or
+    left by an older tierlog that accepted a topic name ending in a newline) must not keep
+    every partition of the broker offline, and loading one whose topic name is illegal would
+    break the offset checkpoints, whose fields are separated by whitespace.
+    """
+    found = []
+    for child in sorted(directory.iterdir()):
+        if not child.is_dir() or child.name in KNOWN_NON_PARTITION_DIRS:
+            continue
+        if is_deleted_partition_dir(child.name):
+            continue
+        tp = parse_partition_dir(child.name)
+        if tp is None:
+            # %r: the name may hold a newline or other control characters, which must not
+            # forge lines in the broker's log.
+            log.warning(
+                "%r is not a partition directory (<topic>-<partition>, with a legal topic "
+                "name and partition number); skipped and left as it is",
+                str(child),
+            )
+            continue
+        found.append((child, tp))
+    return found
 
 
 def _new_cluster_id() -> str:

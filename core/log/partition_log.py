@@ -39,6 +39,7 @@ from core.log.files import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    deleted_dir_name,
     filename_prefix,
     parse_offset_file,
     segment_file,
@@ -649,14 +650,7 @@ class PartitionLog:
             off = self.highest_offset_in_remote_storage
             return TimestampAndOffset(-1, off, epoch_for(off) if off >= 0 else None)
         if timestamp == MAX_TIMESTAMP:
-            best = None
-            for segment in self.segments():
-                ts = segment.max_timestamp_so_far
-                if ts.timestamp >= 0 and (best is None or ts.timestamp > best.timestamp):
-                    best = ts
-            if best is None:
-                return None
-            return TimestampAndOffset(best.timestamp, best.offset, epoch_for(best.offset))
+            return self._max_timestamp_record()
         if timestamp < 0:
             return None  # a special value this log does not answer (e.g. -6, remote tier)
         for segment in self.segments():
@@ -666,6 +660,31 @@ class PartitionLog:
             if found is not None:
                 return TimestampAndOffset(found[0], found[1], epoch_for(found[1]))
         return None
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        """The largest batch max timestamp of the local segments, -1 when none has one.
+
+        Read from each segment's tracked maximum: no I/O once the segments are loaded.
+        """
+        return max((s.max_timestamp_so_far.timestamp for s in self.segments()), default=-1)
+
+    def _max_timestamp_record(self) -> TimestampAndOffset | None:
+        """ListOffsets -3 (KIP-734, as Kafka answers it since KAFKA-16310): the first record
+        carrying the largest timestamp of the local log, with that timestamp and its batch's
+        leader epoch. The segment holding it is found from each segment's tracked maximum
+        (the earliest on ties); only the one batch holding the record is decoded.
+        """
+        best = None
+        for segment in self.segments():
+            ts = segment.max_timestamp_so_far.timestamp
+            if ts >= 0 and (best is None or ts > best.max_timestamp_so_far.timestamp):
+                best = segment
+        found = best.max_timestamp_record() if best is not None else None
+        if found is None:
+            return None
+        ts, offset, epoch = found
+        return TimestampAndOffset(ts, offset, epoch if epoch >= 0 else None)
 
     # -- log start, truncation, retention ---------------------------------------------------
     def update_high_watermark(self, offset: int) -> int:
@@ -793,6 +812,13 @@ class PartitionLog:
             out.append(segment)
         return out
 
+    def remove_expired_producers(self, now: int | None = None) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms`` without an open
+        transaction (Kafka's removeExpiredProducers); returns how many were dropped."""
+        with self.lock:
+            now_ms = self.clock() if now is None else now
+            return len(self.producer_state.remove_expired_producers(now_ms))
+
     def delete_old_segments(self, now: int | None = None) -> int:
         """Apply retention; returns the number of segments deleted (renamed, then removed)."""
         with self.lock:
@@ -880,7 +906,7 @@ class PartitionLog:
             for segment in self._segments:
                 segment.close()
             self._closed = True
-            doomed = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}-delete")
+            doomed = self.dir.with_name(deleted_dir_name(self.dir.name, uuid.uuid4().hex))
             self.dir.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 

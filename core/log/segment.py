@@ -298,6 +298,29 @@ class LogSegment:
                     return record.timestamp, record.offset
         return None
 
+    def max_timestamp_record(self) -> tuple[int, int, int] | None:
+        """``(timestamp, offset, batch leader epoch)`` of the first record carrying the
+        segment's largest timestamp; None when no batch has a timestamp.
+
+        The segment tracks its max timestamp with the last offset of the first batch that
+        reached it (the time index's format); the record's own offset needs that one batch
+        decoded (Kafka since KAFKA-16310). Under LogAppendTime every record of a batch
+        carries the batch's time, so the answer is the batch's first offset.
+        """
+        ts = self.max_timestamp_so_far
+        if ts.timestamp < 0:
+            return None
+        position = self.offset_index.lookup(ts.offset).position
+        for pos, header in self.log.batch_headers(position):
+            if header.max_timestamp != ts.timestamp:
+                continue
+            batch = RecordBatchHeader(self.log.read(pos, header.size_in_bytes))
+            for record in decode_records(batch):
+                if record.timestamp == ts.timestamp:
+                    return record.timestamp, record.offset, batch.partition_leader_epoch
+            return None  # the header promised a record it does not hold: a corrupt batch
+        return None
+
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int):
         return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
 

@@ -30,6 +30,7 @@ from core.server.authorizer import Operation
 from core.server.authorizer import ResourceType as AclResource
 from core.server.config import BROKER_CONFIG
 from core.server.group_apis import flush_offsets, offset_store
+from core.server.internal_topics import PROTECTED_TOPICS, protected_message, refused_for
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
 from core.server.topics import TopicInfo
@@ -105,7 +106,8 @@ def _deletion_refused(
             "This server does not host this topic-partition.",
             None,
         )
-    if info.is_internal:
+    if info.name in PROTECTED_TOPICS:
+        # By anyone: the broker's own records (core/server/internal_topics.py).
         message = f"Internal topic {info.name} cannot be deleted."
         return ErrorCode.invalid_topic_exception, message, None
     return ErrorCode.none, None, info
@@ -386,6 +388,10 @@ async def handle_incremental_alter_configs(
                 info = broker.topics.get(rname)
                 if not allowed(broker, ctx, Operation.ALTER_CONFIGS, AclResource.TOPIC, rname):
                     error = ErrorCode.topic_authorization_failed
+                elif refused_for(broker, ctx, rname):
+                    # retention.ms=1 on __remote_log_metadata would erase it, for one.
+                    error = ErrorCode.policy_violation
+                    message = protected_message(rname, "alter the configs of")
                 elif info is None:
                     error = ErrorCode.unknown_topic_or_partition
                     message = f"The topic '{rname}' does not exist."
@@ -443,6 +449,8 @@ async def handle_delete_records(broker: Broker, ctx: RequestContext, request: An
             partition = manager.partition(topic.name, p.partition_index)
             if not allowed(broker, ctx, Operation.DELETE, AclResource.TOPIC, topic.name):
                 error = ErrorCode.topic_authorization_failed
+            elif refused_for(broker, ctx, topic.name):
+                error = ErrorCode.policy_violation  # whatever the ACLs say
             elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif not partition.log.config.delete:

@@ -12,6 +12,10 @@ class ApiKey(enum.IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    LEADER_AND_ISR = 4
+    STOP_REPLICA = 5
+    UPDATE_METADATA = 6
+    CONTROLLED_SHUTDOWN = 7
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
@@ -70,4 +74,16 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
+}
+
+
+# The controller's APIs of Kafka's ZooKeeper mode, spoken only between tierlog brokers at one
+# version each (core.server.interbroker_schema). The codec loads them in addition to
+# SUPPORTED_VERSIONS; they are advertised in ApiVersions only once the broker has their
+# handlers (an advertised api must have one).
+INTER_BROKER_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.LEADER_AND_ISR: (7, 7),
+    ApiKey.STOP_REPLICA: (4, 4),
+    ApiKey.UPDATE_METADATA: (8, 8),
+    ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
 }

@@ -18,6 +18,12 @@ from core.errors import CoreError, KafkaStorageError
 from core.server.acl_apis import allowed, cluster_allowed
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
+from core.server.internal_topics import (
+    PROTECTED_TOPICS,
+    PolicyViolationError,
+    protected_message,
+    refused_for,
+)
 from core.server.kio_build import make, nested, nested_optional
 from core.server.protocol import RequestContext
 from core.server.replica_manager import (
@@ -32,8 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class PolicyViolationError(CoreError):
-    """POLICY_VIOLATION."""
+class TooManyPartitionsError(CoreError):
+    """POLICY_VIOLATION: a CreateTopics request asking for more partitions than
+    ``max.partitions.per.request`` (Kafka's controller answers it so)."""
 
     error_code = 44
 
@@ -135,7 +142,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
                 if (
                     allow_auto
                     and broker.config.auto_create_topics_enable
-                    and (name not in INTERNAL_TOPICS)
+                    and (name not in PROTECTED_TOPICS)  # the broker creates those itself
                     and (
                         cluster_allowed(broker, ctx, Operation.CREATE)
                         or may(Operation.CREATE, name or "")
@@ -181,7 +188,9 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
     return make(
         response_type,
         throttle_time=NO_THROTTLE,
-        brokers=(make(broker_cls, node_id=node, host=host, port=port, rack=None),),
+        brokers=(
+            make(broker_cls, node_id=node, host=host, port=port, rack=broker.config.broker_rack),
+        ),
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
@@ -213,11 +222,12 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                     error = ErrorCode.invalid_required_acks
                 elif not allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, name):
                     error = ErrorCode.topic_authorization_failed
+                elif refused_for(broker, ctx, name):
+                    # Whatever the ACLs say (core/server/internal_topics.py).
+                    error = ErrorCode.topic_authorization_failed
+                    message = protected_message(name, "produce to")
                 elif partition is None:
                     error = ErrorCode.unknown_topic_or_partition
-                elif name in INTERNAL_TOPICS:
-                    error = ErrorCode.invalid_topic_exception
-                    message = f"cannot produce to the internal topic {name}"
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
@@ -468,9 +478,13 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
         replication = topic.replication_factor
         try:
             if refusal is not None:
-                raise PolicyViolationError(refusal)
+                raise TooManyPartitionsError(refusal)
             if not may_create(topic.name):
                 raise TopicAuthorizationError(f"not authorized to create topic {topic.name}")
+            if refused_for(broker, ctx, topic.name):
+                # A client creating __remote_log_metadata first could give it a short
+                # retention; the broker creates these topics itself, with their settings.
+                raise PolicyViolationError(protected_message(topic.name, "create"))
             if topic.assignments:
                 if partitions != -1 or replication != -1:
                     raise CoreError(

@@ -19,13 +19,14 @@ from core.log.config import LogConfig
 from core.log.log_manager import LogManager
 from core.server.acl_apis import HANDLERS as ACL_HANDLERS
 from core.server.admin_apis import HANDLERS as ADMIN_HANDLERS
-from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.api_keys import INTER_BROKER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from core.server.apis import HANDLERS, api_versions_response, error_code
 from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
 from core.server.group_apis import HANDLERS as GROUP_HANDLERS
 from core.server.group_coordinator import Group, GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore, now_ms
+from core.server.internal_topics import BrokerTrust
 from core.server.membership_apis import HANDLERS as MEMBERSHIP_HANDLERS
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
@@ -72,7 +73,6 @@ class Broker:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.codec = ProtocolCodec(SUPPORTED_VERSIONS)
         self.handlers = {
             **HANDLERS,
             **ADMIN_HANDLERS,
@@ -83,8 +83,14 @@ class Broker:
         }
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         assert not missing, f"advertised apis without a handler: {missing}"
+        # An inter-broker api is decoded only once it has a handler: a request that decodes
+        # must get an answer.
+        served = {k: r for k, r in INTER_BROKER_VERSIONS.items() if k in self.handlers}
+        self.codec = ProtocolCodec(SUPPORTED_VERSIONS, served)
         self.group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        # Who may write the internal topics; the listener rule needs the listeners' security.
+        self.broker_trust = BrokerTrust.from_config(config)
         self.group_coordinator: GroupCoordinator | None = None
         self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
@@ -104,6 +110,7 @@ class Broker:
         # TLS material and SASL accounts first: a bad setting stops start-up naming its key
         # before any disk work.
         security = {x.name: listener_security(self.config, x) for x in self.config.broker_listeners}
+        self.broker_trust = BrokerTrust.from_config(self.config, security)
         # Loading and recovery do blocking disk work: keep them off the event loop.
         await loop.run_in_executor(None, self._open_storage)
         self.timer = Timer(loop)
@@ -112,6 +119,7 @@ class Broker:
             initial_rebalance_delay_ms=self.config.get("group.initial.rebalance.delay.ms"),
             min_session_timeout_ms=self.config.get("group.min.session.timeout.ms"),
             max_session_timeout_ms=self.config.get("group.max.session.timeout.ms"),
+            max_size=self.config.get("group.max.size"),
             on_change=self._store_group,
         )
         self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
@@ -129,6 +137,9 @@ class Broker:
             max_connections=self.config.max_connections,
             idle_timeout_s=self.config.connections_max_idle_ms / 1000,
             queued_max_request_bytes=self.config.queued_max_request_bytes,
+            send_buffer_bytes=self.config.socket_send_buffer_bytes,
+            receive_buffer_bytes=self.config.socket_receive_buffer_bytes,
+            listen_backlog=self.config.socket_listen_backlog_size,
         )
         specs = [
             ListenerSpec(x.name, x.host, x.port, security[x.name])
@@ -211,7 +222,7 @@ class Broker:
         if self.config.get("authorizer.class.name"):
             self.authorizer = AclAuthorizer(
                 first_dir,
-                [p.strip() for p in self.config.get("super.users").split(";") if p.strip()],
+                self.broker_trust.super_users,
                 allow_if_no_acl=self.config.get("allow.everyone.if.no.acl.found"),
             )
         self.log_manager = LogManager(

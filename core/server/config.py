@@ -14,10 +14,13 @@ keys fall in four groups:
                          (a negative result means unlimited, -1)
       flush.ms           log.flush.interval.ms > log.flush.scheduler.interval.ms
 
-- keys declared for the parts to come (``remote.log.storage.system.enable``, replica
-  fetching, KRaft's controller keys) and validated now;
+- keys tierlog accepts and validates but does not act on, declared ``inert=True``: those of
+  the parts to come (replica fetching, transactions, KRaft's controller keys) and those a
+  single asyncio broker has no use for (``num.io.threads``). Each one's doc says what Kafka
+  does with it; the generated docs mark it "accepted, no effect", and ``broker start``
+  names the inert keys a config sets (``BrokerConfig.inert_keys_given``);
 - ``COMPATIBILITY_KEYS``: keys found in Kafka's sample ``server.properties`` files that
-  tierlog has no use for (ZooKeeper, share groups, ...). They are accepted and ignored,
+  tierlog has no use for (ZooKeeper, share groups, ...), inert too, accepted with any value
   so that a copied file starts; any other unknown key fails start-up with
   ``Unknown configuration <key>``.
 
@@ -98,21 +101,27 @@ _BROKER_KEYS = [
     ConfigKey("listener.security.protocol.map", LS, None,
               "LISTENER_NAME:SECURITY_PROTOCOL pairs; default " + DEFAULT_SECURITY_PROTOCOL_MAP),
     ConfigKey("inter.broker.listener.name", S, None,
-              "Listener brokers use between themselves; default from "
-              "security.inter.broker.protocol."),
+              "Kafka: the listener other brokers connect to (default from "
+              "security.inter.broker.protocol). tierlog has no other brokers: it checks, as "
+              "Kafka does, that the name is an advertised listener, and uses it for nothing.",
+              inert=True),
     ConfigKey("security.inter.broker.protocol", S, None,
-              "Protocol between brokers (default PLAINTEXT); exclusive with "
-              "inter.broker.listener.name.", one_of(*SECURITY_PROTOCOLS)),
+              "Kafka: the protocol between brokers (default PLAINTEXT; exclusive with "
+              "inter.broker.listener.name). tierlog has no other brokers: validated, unused.",
+              one_of(*SECURITY_PROTOCOLS), inert=True),
     ConfigKey("controller.listener.names", LS, [],
               "Listeners reserved for KRaft controllers; not served as broker listeners."),
     ConfigKey("controller.quorum.voters", LS, [],
-              "id@host:port of KRaft voters. Accepted and validated; tierlog runs no quorum."),
+              "Kafka: the KRaft voters, id@host:port. tierlog runs no quorum: the entries are "
+              "checked for form only.", inert=True),
     ConfigKey("controller.quorum.bootstrap.servers", LS, [],
-              "host:port of KRaft controllers. Accepted and validated; tierlog runs no quorum."),
+              "Kafka: host:port of the KRaft controllers. tierlog runs no quorum: the entries "
+              "are checked for form only.", inert=True),
     # -- TLS and SASL (PEM only; see core/server/security.py) -------------------------------
     # Each may also be given per listener as listener.name.<listener lower-case>.<key>.
-    ConfigKey("ssl.keystore.type", S, "PEM", "Format of the key store: PEM (tierlog reads no "
-              "JKS or PKCS12 stores).", one_of("PEM")),
+    ConfigKey("ssl.keystore.type", S, "PEM",
+              "Kafka: the key store's format (JKS, PKCS12 or PEM). tierlog reads PEM only: PEM "
+              "is the one value accepted, and it changes nothing.", one_of("PEM"), inert=True),
     ConfigKey("ssl.keystore.location", S, None,
               "PEM file with the listener's private key and certificate chain."),
     ConfigKey("ssl.keystore.certificate.chain", P, None,
@@ -121,32 +130,42 @@ _BROKER_KEYS = [
               "The private key in PEM, inline (with ssl.keystore.certificate.chain)."),
     ConfigKey("ssl.key.password", P, None, "Password of an encrypted private key."),
     ConfigKey("ssl.keystore.password", P, None,
-              "Accepted for Kafka compatibility; PEM stores use ssl.key.password."),
-    ConfigKey("ssl.truststore.type", S, "PEM", "Format of the trust store: PEM.",
-              one_of("PEM")),
+              "Kafka: the password of a JKS or PKCS12 key store. PEM key stores have none (an "
+              "encrypted private key takes ssl.key.password).", inert=True),
+    ConfigKey("ssl.truststore.type", S, "PEM",
+              "Kafka: the trust store's format (JKS, PKCS12 or PEM). tierlog reads PEM only: "
+              "PEM is the one value accepted, and it changes nothing.", one_of("PEM"),
+              inert=True),
     ConfigKey("ssl.truststore.location", S, None,
               "PEM file of the CAs trusted for client certificates."),
     ConfigKey("ssl.truststore.certificates", P, None,
               "Trusted CA certificates in PEM, inline."),
-    ConfigKey("ssl.truststore.password", P, None, "Accepted for Kafka compatibility."),
+    ConfigKey("ssl.truststore.password", P, None,
+              "Kafka: the password of a JKS or PKCS12 trust store. PEM trust stores have none.",
+              inert=True),
     ConfigKey("ssl.client.auth", S, "none",
               "Client certificates: required, requested or none.",
               one_of("required", "requested", "none")),
     ConfigKey("ssl.enabled.protocols", LS, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted.",
               one_of("TLSv1.2", "TLSv1.3")),
-    ConfigKey("ssl.protocol", S, "TLSv1.3", "Accepted for Kafka compatibility."),
+    ConfigKey("ssl.protocol", S, "TLSv1.3",
+              "Kafka: the protocol its SSLContext is created for. tierlog takes the TLS "
+              "versions from ssl.enabled.protocols alone.", inert=True),
     ConfigKey("ssl.cipher.suites", LS, [], "OpenSSL cipher names for TLSv1.2; empty keeps "
               "the defaults."),
     ConfigKey("ssl.endpoint.identification.algorithm", S, "https",
-              "Accepted for Kafka compatibility (a client-side check)."),
+              "https: a broker connecting to another over TLS checks the peer's host name "
+              "against its certificate; empty: it does not."),
     ConfigKey("ssl.principal.mapping.rules", S, "DEFAULT",
-              "How a client certificate becomes a principal; DEFAULT (the subject's "
-              "distinguished name) only.", one_of("DEFAULT")),
+              "Kafka: rules turning a client certificate's distinguished name into a principal. "
+              "tierlog applies DEFAULT (the whole distinguished name), the one value accepted.",
+              one_of("DEFAULT"), inert=True),
     ConfigKey("sasl.enabled.mechanisms", LS, ["GSSAPI"],
               "SASL mechanisms served on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 "
               "(Kafka's default GSSAPI is not available)."),
     ConfigKey("sasl.mechanism.inter.broker.protocol", S, "GSSAPI",
-              "Accepted for Kafka compatibility (one broker)."),
+              "SASL mechanism brokers use with each other on a SASL inter-broker listener: "
+              "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, one of its sasl.enabled.mechanisms."),
     ConfigKey("sasl.jaas.config", P, None,
               "JAAS login module entry with the accounts (user_<name>=\"<password>\"), for "
               "every SASL listener and mechanism without a listener.name.* one."),
@@ -162,7 +181,8 @@ _BROKER_KEYS = [
                      "kafka.security.authorizer.AclAuthorizer",
                      "core.server.authorizer.AclAuthorizer")),
     ConfigKey("super.users", S, "", "Principals allowed everything, ';'-separated "
-              "(User:admin;User:ops)."),
+              "(User:admin;User:ops); with or without an authorizer, the only clients that may "
+              "write the internal topics."),
     ConfigKey("allow.everyone.if.no.acl.found", B, False,
               "Allow a request on a resource that has no ACL at all."),
     # -- metrics (tierlog's; Kafka exports JMX) ----------------------------------------------
@@ -172,31 +192,55 @@ _BROKER_KEYS = [
     ConfigKey("metrics.prometheus.host", S, "127.0.0.1",
               "Address the Prometheus endpoint binds."),
     # -- socket server ----------------------------------------------------------------------
-    ConfigKey("num.network.threads", I, 3, "Threads for network I/O.", at_least(1)),
-    ConfigKey("num.io.threads", I, 8, "Threads for request processing and disk I/O.",
-              at_least(1)),
-    ConfigKey("socket.send.buffer.bytes", I, 102400, "SO_SNDBUF; -1 uses the OS default."),
-    ConfigKey("socket.receive.buffer.bytes", I, 102400, "SO_RCVBUF; -1 uses the OS default."),
+    ConfigKey("num.network.threads", I, 3,
+              "Kafka: threads reading requests from and writing responses to the sockets. "
+              "tierlog serves every connection on one asyncio event loop: there are no network "
+              "threads to size.", at_least(1), inert=True),
+    ConfigKey("num.io.threads", I, 8,
+              "Kafka: threads running the request handlers. tierlog runs its handlers on the "
+              "event loop (blocking disk work goes to thread pools of their own): there are no "
+              "request threads to size.", at_least(1), inert=True),
+    ConfigKey("socket.send.buffer.bytes", I, 102400,
+              "SO_SNDBUF of each client connection; -1 keeps the OS default (and its "
+              "autotuning).", at_least(-1)),
+    ConfigKey("socket.receive.buffer.bytes", I, 102400,
+              "SO_RCVBUF of each listening socket, which its connections inherit (so TCP "
+              "window scaling can use it); -1 keeps the OS default.", at_least(-1)),
     ConfigKey("socket.request.max.bytes", I, 104857600, "Largest request accepted.",
               at_least(1)),
-    ConfigKey("socket.listen.backlog.size", I, 50, "Pending connections per listener.",
-              at_least(1)),
+    ConfigKey("socket.listen.backlog.size", I, 50,
+              "Connections each listener queues before they are accepted (the listen backlog; "
+              "the OS caps it at net.core.somaxconn).", at_least(1)),
     ConfigKey("connections.max.idle.ms", L, 600000,
               "Close connections idle this long (negative: never). A request body must also "
               "arrive in full within this time of its size prefix (tierlog's rule, against "
               "clients that trickle a large frame)."),
     ConfigKey("max.connections", I, INT32_MAX, "Connections accepted at once.", at_least(0)),
     ConfigKey("queued.max.requests", I, 500,
-              "Accepted for Kafka compatibility, no effect: tierlog has no request queue "
-              "(a handler starts as soon as its request is read); reading pauses at 64 "
-              "requests in progress per connection and on queued.max.request.bytes.",
-              at_least(1)),
+              "Kafka: requests read and waiting for a request handler thread before the "
+              "network threads stop reading. tierlog has no such queue (a handler starts on "
+              "the event loop as soon as its request is read); reading pauses at 64 requests "
+              "in progress per connection and while queued.max.request.bytes is reached.",
+              at_least(1), inert=True),
     ConfigKey("queued.max.request.bytes", L, 104857600,
               "Bytes of request frames being read or served, all connections together. "
               "While it is reached, frames over 256 KiB wait unread (smaller ones are still "
               "read, and counted); a frame admitted below it may go past it. At least "
               "socket.request.max.bytes; 0 or less: unbounded (Kafka's default is -1; "
               "tierlog bounds it by default)."),
+    # -- connections to other brokers (core/server/node_client.py) ---------------------------
+    ConfigKey("request.timeout.ms", I, 30000,
+              "How long a broker waits for another broker's response before it closes the "
+              "connection.", at_least(0)),
+    ConfigKey("socket.connection.setup.timeout.ms", L, 10000,
+              "How long a broker waits for a connection (TCP and TLS) to another broker.",
+              at_least(0)),
+    ConfigKey("reconnect.backoff.ms", L, 50,
+              "First wait before reconnecting to a broker after a failed or lost connection; "
+              "doubled per failure, +-20% jitter (Kafka's client key; Kafka's brokers fix it).",
+              at_least(0)),
+    ConfigKey("reconnect.backoff.max.ms", L, 1000,
+              "Largest wait before reconnecting to a broker.", at_least(0)),
     # -- log layer --------------------------------------------------------------------------
     ConfigKey("log.dirs", LS, None, "Directories holding the logs; overrides log.dir."),
     ConfigKey("log.dir", S, "/tmp/kafka-logs", "The log directory when log.dirs is not set."),
@@ -241,17 +285,32 @@ _BROKER_KEYS = [
     # -- fetching ---------------------------------------------------------------------------
     ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
               at_least(1024)),
-    ConfigKey("replica.fetch.wait.max.ms", I, 500, "Follower fetch long-poll.", at_least(0)),
-    ConfigKey("replica.fetch.min.bytes", I, 1, "Follower fetch minimum bytes.", at_least(1)),
-    ConfigKey("replica.fetch.max.bytes", I, 1048576, "Follower fetch bytes per partition.",
-              at_least(0)),
+    # Inert until replication: tierlog keeps one replica per partition and has no followers.
+    # Validated as Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
+    ConfigKey("replica.fetch.wait.max.ms", I, 500,
+              "Kafka: how long a follower's fetch waits for data at the leader. tierlog has no "
+              "followers (one replica per partition).", at_least(0), inert=True),
+    ConfigKey("replica.fetch.min.bytes", I, 1,
+              "Kafka: the bytes a follower's fetch waits for. tierlog has no followers.",
+              at_least(1), inert=True),
+    ConfigKey("replica.fetch.max.bytes", I, 1048576,
+              "Kafka: the bytes per partition a follower fetches at once. tierlog has no "
+              "followers.", at_least(0), inert=True),
     ConfigKey("replica.fetch.response.max.bytes", I, 10485760,
-              "Follower fetch response cap.", at_least(0)),
-    ConfigKey("replica.fetch.backoff.ms", I, 1000, "Follower back-off after an error.",
-              at_least(0)),
-    ConfigKey("replica.lag.time.max.ms", L, 30000, "A follower this far behind leaves the ISR."),
-    ConfigKey("replica.socket.timeout.ms", I, 30000, "Follower socket timeout."),
-    ConfigKey("num.replica.fetchers", I, 1, "Fetcher threads per source broker.", at_least(1)),
+              "Kafka: the size cap of a follower's fetch response. tierlog has no followers.",
+              at_least(0), inert=True),
+    ConfigKey("replica.fetch.backoff.ms", I, 1000,
+              "Kafka: a follower's pause after a failed fetch. tierlog has no followers.",
+              at_least(0), inert=True),
+    ConfigKey("replica.lag.time.max.ms", L, 30000,
+              "Kafka: a follower that has not caught up for this long leaves the ISR. tierlog "
+              "has no followers: the ISR is the leader alone.", inert=True),
+    ConfigKey("replica.socket.timeout.ms", I, 30000,
+              "Kafka: the socket timeout of a follower's fetches. tierlog has no followers.",
+              inert=True),
+    ConfigKey("num.replica.fetchers", I, 1,
+              "Kafka: fetcher threads per source broker. tierlog has no followers.",
+              at_least(1), inert=True),
     # -- log cleaner (compaction) ------------------------------------------------------------
     ConfigKey("log.cleaner.enable", B, True,
               "Run the log cleaner, which compacts topics with cleanup.policy=compact "
@@ -267,32 +326,48 @@ _BROKER_KEYS = [
     # -- coordinators -----------------------------------------------------------------------
     ConfigKey("offsets.topic.num.partitions", I, 50, "Partitions of __consumer_offsets.",
               at_least(1)),
-    ConfigKey("offsets.topic.replication.factor", I, 3, "Replication of __consumer_offsets.",
-              between(1, SHORT_MAX)),
+    ConfigKey("offsets.topic.replication.factor", I, 3,
+              "Kafka: the replicas of __consumer_offsets (its creation waits for that many "
+              "brokers). tierlog is one broker and creates the topic with one replica, whatever "
+              "this says.", between(1, SHORT_MAX), inert=True),
     ConfigKey("offsets.topic.segment.bytes", I, 104857600,
               "segment.bytes of __consumer_offsets.", at_least(1)),
     ConfigKey("offsets.retention.minutes", I, 10080, "Keep committed offsets this long.",
               at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", L, 600000,
               "How often stale offsets are removed.", at_least(1)),
-    ConfigKey("offsets.commit.timeout.ms", I, 5000, "Offset commit wait.", at_least(1)),
+    ConfigKey("offsets.commit.timeout.ms", I, 5000,
+              "Kafka: how long an offset commit waits for the replicas of __consumer_offsets "
+              "before it fails. tierlog has one replica: a commit is answered once it is "
+              "appended and fsynced, with no replication wait to bound (inert until "
+              "replication).", at_least(1), inert=True),
     ConfigKey("group.initial.rebalance.delay.ms", I, 3000,
               "Wait for more members before the first rebalance of a group."),
     ConfigKey("group.min.session.timeout.ms", I, 6000, "Smallest session timeout allowed."),
     ConfigKey("group.max.session.timeout.ms", I, 1800000, "Largest session timeout allowed."),
-    ConfigKey("group.max.size", I, INT32_MAX, "Members per group.", at_least(1)),
+    ConfigKey("group.max.size", I, INT32_MAX,
+              "Members a classic group admits: a JoinGroup beyond it gets GROUP_MAX_SIZE_REACHED; "
+              "a group found over it at start-up rebalances and keeps the first members to "
+              "rejoin (Kafka's rules).", at_least(1)),
+    # Inert until transactions: there is no transaction coordinator or __transaction_state.
     ConfigKey("transaction.state.log.num.partitions", I, 50,
-              "Partitions of __transaction_state.", at_least(1)),
+              "Kafka: the partitions of __transaction_state. tierlog has no transaction "
+              "coordinator yet.", at_least(1), inert=True),
     ConfigKey("transaction.state.log.replication.factor", I, 3,
-              "Replication of __transaction_state.", between(1, SHORT_MAX)),
+              "Kafka: the replicas of __transaction_state. tierlog has no transaction "
+              "coordinator yet.", between(1, SHORT_MAX), inert=True),
     ConfigKey("transaction.state.log.min.isr", I, 2,
-              "min.insync.replicas of __transaction_state.", at_least(1)),
+              "Kafka: min.insync.replicas of __transaction_state. tierlog has no transaction "
+              "coordinator yet.", at_least(1), inert=True),
     ConfigKey("transaction.state.log.segment.bytes", I, 104857600,
-              "segment.bytes of __transaction_state.", at_least(1)),
-    ConfigKey("transaction.max.timeout.ms", I, 900000, "Largest transaction timeout allowed.",
-              at_least(1)),
+              "Kafka: segment.bytes of __transaction_state. tierlog has no transaction "
+              "coordinator yet.", at_least(1), inert=True),
+    ConfigKey("transaction.max.timeout.ms", I, 900000,
+              "Kafka: the largest transaction timeout a producer may ask for. tierlog has no "
+              "transaction coordinator yet.", at_least(1), inert=True),
     ConfigKey("transactional.id.expiration.ms", I, 604800000,
-              "Forget an idle transactional id after this long.", at_least(1)),
+              "Kafka: forget an idle transactional id after this long. tierlog has no "
+              "transaction coordinator yet.", at_least(1), inert=True),
     # -- tiered storage (KIP-405); used by the remote tier ----------------------------------
     ConfigKey("remote.log.storage.system.enable", B, False,
               "Enable tiered storage on this broker (KIP-405)."),
@@ -303,7 +378,9 @@ _BROKER_KEYS = [
               "rsm_plugins.local.LocalDirRemoteStorageManager",
               "The RemoteStorageManager plugin (dotted path)."),
     ConfigKey("remote.log.metadata.manager.listener.name", S, "",
-              "Listener the RLMM's clients use (in-process here: accepted, unused)."),
+              "Kafka: the listener the default RLMM's producer and consumer connect to. "
+              "tierlog's default RLMM reaches the broker in-process, through no listener.",
+              inert=True),
 ]
 # Plugin settings travel under these prefixes and reach the plugin with the prefix
 # stripped, as in Kafka (remote.log.storage.manager.impl.prefix and its RLMM twin).
@@ -324,22 +401,35 @@ LISTENER_PREFIX = "listener.name."
 # fmt: on
 
 # Keys of Kafka's sample server.properties files (3.x KRaft, 4.x, ZooKeeper era) and other
-# common keys that tierlog has no use for: accepted so that a copied file starts, ignored.
-COMPATIBILITY_KEYS = (
-    "zookeeper.connect",
-    "zookeeper.connection.timeout.ms",
-    "zookeeper.session.timeout.ms",
-    "metadata.log.dir",
-    "share.coordinator.state.topic.replication.factor",
-    "share.coordinator.state.topic.min.isr",
-    "log.preallocate",
-    "max.connections.per.ip",
-    "auto.leader.rebalance.enable",
-    "controlled.shutdown.enable",
-    "background.threads",
-    "num.replica.alter.log.dirs.threads",
-)
-_COMPAT_DOC = "Accepted for compatibility with Kafka's server.properties; no effect in tierlog."
+# common keys that tierlog has no use for: accepted (any value) so that a copied file
+# starts, ignored. Each says what Kafka does with it.
+_COMPATIBILITY_DOCS = {
+    "zookeeper.connect": "Kafka before KRaft: the ZooKeeper ensemble holding the metadata. "
+    "tierlog uses no ZooKeeper.",
+    "zookeeper.connection.timeout.ms": "Kafka before KRaft: the ZooKeeper connection timeout. "
+    "tierlog uses no ZooKeeper.",
+    "zookeeper.session.timeout.ms": "Kafka before KRaft: the ZooKeeper session timeout. "
+    "tierlog uses no ZooKeeper.",
+    "metadata.log.dir": "Kafka (KRaft): where the cluster metadata log lives. tierlog has no "
+    "metadata log (its topic registry is in the first log dir).",
+    "share.coordinator.state.topic.replication.factor": "Kafka 4 (KIP-932): the replicas of "
+    "__share_group_state. tierlog has no share groups.",
+    "share.coordinator.state.topic.min.isr": "Kafka 4 (KIP-932): min.insync.replicas of "
+    "__share_group_state. tierlog has no share groups.",
+    "log.preallocate": "Kafka: preallocate new segment files. tierlog's segment files grow as "
+    "they are written.",
+    "max.connections.per.ip": "Kafka: a connection limit per client address. tierlog bounds "
+    "only the total (max.connections).",
+    "auto.leader.rebalance.enable": "Kafka: move leadership back to the preferred replicas. "
+    "tierlog keeps one replica per partition.",
+    "controlled.shutdown.enable": "Kafka: hand leadership to other brokers before shutting "
+    "down. tierlog has no other brokers; SIGTERM always shuts down cleanly.",
+    "background.threads": "Kafka: threads for background tasks. tierlog's background tasks run "
+    "on its scheduler's threads, not sized by this key.",
+    "num.replica.alter.log.dirs.threads": "Kafka: threads moving replicas between log dirs "
+    "(AlterReplicaLogDirs). tierlog does not move replicas between log dirs.",
+}
+COMPATIBILITY_KEYS = tuple(_COMPATIBILITY_DOCS)
 
 # Broker keys whose absence means "use the next key of the alias chain" (Kafka's null default).
 _NULLABLE_TOPIC_DEFAULTS = {
@@ -366,6 +456,7 @@ def _topic_default_keys() -> list[ConfigKey]:
                 None if nullable else topic_key.default,
                 f"Default of the topic config {topic_key.name}: {topic_key.doc}",
                 validator,
+                inert=topic_key.inert,
             )
         )
     return keys
@@ -374,7 +465,7 @@ def _topic_default_keys() -> list[ConfigKey]:
 BROKER_CONFIG = ConfigDef(
     _BROKER_KEYS
     + _topic_default_keys()
-    + [ConfigKey(name, S, None, _COMPAT_DOC) for name in COMPATIBILITY_KEYS]
+    + [ConfigKey(name, S, None, doc, inert=True) for name, doc in _COMPATIBILITY_DOCS.items()]
 )
 del I, L, B, S, LS, P
 
@@ -494,9 +585,6 @@ class BrokerConfig:
         inter_broker = _inter_broker_listener(values, props, advertised)
         _check_replica_timeouts(values)
         _check_request_memory(values)
-        compat = sorted(k for k in props if k in COMPATIBILITY_KEYS)
-        if compat:
-            log.info("accepted for compatibility, no effect in tierlog: %s", ", ".join(compat))
         config = cls(
             node_id=node_id,
             process_roles=roles,
@@ -564,6 +652,11 @@ class BrokerConfig:
     def is_default(self, name: str) -> bool:
         """True if ``name`` was not given (DescribeConfigs' DEFAULT_CONFIG source)."""
         return name not in self.originals
+
+    def inert_keys_given(self) -> list[str]:
+        """The keys given (file or overrides) that tierlog accepts but does not act on:
+        those declared ``inert``, the compatibility keys among them."""
+        return sorted(k for k in self.originals if k in BROKER_CONFIG and BROKER_CONFIG[k].inert)
 
     @property
     def broker_listeners(self) -> tuple[Listener, ...]:
@@ -640,6 +733,9 @@ class BrokerConfig:
                 self.replica_high_watermark_checkpoint_interval_ms
             ),
             producer_id_expiration_ms=self.producer_id_expiration_ms,
+            producer_id_expiration_check_interval_ms=self.get(
+                "producer.id.expiration.check.interval.ms"
+            ),
             default_log_config=self.default_log_config(),
             cleaner=CleanerConfig(
                 enable=self.get("log.cleaner.enable"),
@@ -716,6 +812,7 @@ def _process_roles(roles: list[str]) -> tuple[str, ...]:
 
 _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 _LISTENER_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_PORT = re.compile(r"[0-9]+")
 
 
 def _valid_host(host: str) -> bool:
@@ -745,7 +842,9 @@ def _split_host_port(key: str, entry: str, hostport: str) -> tuple[str, int]:
             raise _invalid(key, entry, "missing port (expected NAME://host:port)")
     if not port_text:
         raise _invalid(key, entry, "missing port (expected NAME://host:port)")
-    if not port_text.isdigit() or int(port_text) > 65535:
+    # ASCII digits only, as Kafka's port pattern ([0-9]+): str.isdigit also accepts "²" and
+    # non-ASCII digits.
+    if _PORT.fullmatch(port_text) is None or int(port_text) > 65535:
         raise _invalid(key, entry, f"port {port_text} is not a number in 0-65535")
     if not _valid_host(host):
         raise _invalid(key, entry, f"{host!r} is not a valid hostname or IP address")
@@ -879,8 +978,8 @@ def _inter_broker_listener(
     return name
 
 
-_VOTER = re.compile(r"(\d+)@(\[[^\]]+\]|[^:@]+):(\d+)")
-_BOOTSTRAP = re.compile(r"(\[[^\]]+\]|[^:@]+):(\d+)")
+_VOTER = re.compile(r"([0-9]+)@(\[[^\]]+\]|[^:@]+):([0-9]+)")
+_BOOTSTRAP = re.compile(r"(\[[^\]]+\]|[^:@]+):([0-9]+)")
 
 
 def _validate_quorum(values: Mapping[str, Any]) -> None:

@@ -6,6 +6,9 @@ tens of GB and the process aborts (a Rust allocation failure, not a Python excep
 malformed frame must close one connection, not kill the broker, so every frame is walked
 here first, following the same schema, checking that every length and count fits in the
 bytes that remain. Nothing is materialised; the walk costs a few microseconds per field.
+
+Responses that this broker reads from other brokers (core.server.broker_connection) are
+walked the same way: header then body, any kio-style entity class.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ Walker = Callable[[bytes | memoryview, int, int], int]
 
 
 def _fail(what: str, pos: int) -> InvalidRequestError:
-    return InvalidRequestError(f"malformed request: {what} at byte {pos}")
+    return InvalidRequestError(f"malformed frame: {what} at byte {pos}")
 
 
 def _uvarint(buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:

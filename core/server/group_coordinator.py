@@ -19,6 +19,14 @@ member has a ``DelayedHeartbeat`` for its session timeout in the heartbeat purga
 member computes the assignment (range, round-robin, cooperative-sticky: whatever the clients
 agree on) and hands it over in its SyncGroup.
 
+``group.max.size`` bounds the members, with Kafka's rules (``_admits``): an Empty group
+takes anyone; while it prepares a rebalance, a member already waiting is kept and others
+are taken while fewer than the maximum are waiting; a Stable or CompletingRebalance group
+takes its own members and new ones while it is smaller than the maximum. A refused join gets
+GROUP_MAX_SIZE_REACHED, and a refused existing member leaves the group. A group restored
+above the maximum (the key was lowered) rebalances at once, so that the first members to
+rejoin stay and the others are refused.
+
 Static members (``group.instance.id``) keep their place across restarts: a join with a known
 instance id and no member id replaces the old member id without a rebalance when the group
 is stable, as in Kafka (KIP-345).
@@ -75,6 +83,7 @@ class GroupError(enum.Enum):
     NON_EMPTY_GROUP = 68
     INVALID_SESSION_TIMEOUT = 26
     COORDINATOR_NOT_AVAILABLE = 15
+    GROUP_MAX_SIZE_REACHED = 81
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +138,10 @@ class Group:
     pending: set[str] = field(default_factory=set)  # member ids handed out, not yet joined
     join_op: DelayedJoin | None = None
     empty_since_ms: int | None = None  # when it last became Empty after having members
+
+    def awaiting_join(self) -> int:
+        """Members whose JoinGroup waits for the rebalance to complete."""
+        return sum(1 for m in self.members.values() if m.join_future is not None)
 
     def all_joined(self) -> bool:
         return (
@@ -214,9 +227,11 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 3000,
         min_session_timeout_ms: int = 6000,
         max_session_timeout_ms: int = 1_800_000,
+        max_size: int = 2**31 - 1,
         on_change: Callable[[Group], None] | None = None,
     ) -> None:
         self.groups: dict[str, Group] = {}
+        self.max_size = max_size  # group.max.size
         self.on_change = on_change
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -252,6 +267,9 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             group = self.groups[group_id] = Group(group_id)
+        if not self._admits(group, member_id):
+            self._refuse(group, member_id)
+            return JoinResult(GroupError.GROUP_MAX_SIZE_REACHED, member_id="")
         if group.members and (
             protocol_type != group.protocol_type
             or not (
@@ -312,6 +330,38 @@ class GroupCoordinator:
         return await self._add_or_update(
             group, member, protocols, session_timeout_ms, rebalance_timeout_ms
         )
+
+    def _admits(self, group: Group, member_id: str) -> bool:
+        """Kafka's acceptJoiningMember: room for this member under group.max.size?"""
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        member = group.members.get(member_id)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            # Counting the members already waiting, not the group's size: the size may be
+            # above the maximum after it was lowered, and the last members to rejoin are
+            # the ones refused.
+            waiting = member is not None and member.join_future is not None
+            return waiting or group.awaiting_join() < self.max_size
+        return member is not None or len(group.members) < self.max_size
+
+    def _refuse(self, group: Group, member_id: str) -> None:
+        """A join refused for group.max.size: the member, if it was one, leaves the group
+        (Kafka's group.remove), and so does a member id handed out but not yet joined."""
+        group.pending.discard(member_id)
+        member = group.members.get(member_id)
+        if member is not None:
+            why = f"refused: group.max.size={self.max_size} reached"
+            self._remove_member(group, member, why)
+            return
+        log.info(
+            "group %s: join by %s refused: group.max.size=%d reached",
+            group.group_id,
+            member_id or "a new member",
+            self.max_size,
+        )
+        if group.state is GroupState.PREPARING_REBALANCE:
+            # The rebalance may have waited for that pending member only.
+            self.join_purgatory.check_and_complete(group.group_id)
 
     async def _add_or_update(
         self,
@@ -587,6 +637,16 @@ class GroupCoordinator:
                 group.state = GroupState.STABLE
                 for member in group.members.values():
                     self._touch(group, member)
+                if len(group.members) > self.max_size:
+                    # Kafka's onLoaded: group.max.size was lowered. The members learn of the
+                    # rebalance from their heartbeats; the first max_size to rejoin stay.
+                    log.info(
+                        "group %s: %d members, over group.max.size=%d: rebalancing",
+                        group_id,
+                        len(group.members),
+                        self.max_size,
+                    )
+                    self._prepare_rebalance(group)
             else:
                 group.members.clear()
                 group.static.clear()

@@ -36,6 +36,7 @@ from core.server.memory_pool import RequestMemoryPool, Reservation
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.sasl_apis import SaslSession
 from core.server.security import ANONYMOUS, ListenerSecurity, principal_of_certificate
+from core.server.socket_buffers import set_receive_buffer, set_send_buffer
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,11 @@ class SocketServer:
         max_connections: ``max.connections``.
         idle_timeout_s: ``connections.max.idle.ms`` in seconds; negative: no limit.
         queued_max_request_bytes: ``queued.max.request.bytes``; 0 or less: unbounded.
+        send_buffer_bytes: ``socket.send.buffer.bytes`` (-1: the OS default).
+        receive_buffer_bytes: ``socket.receive.buffer.bytes`` (-1: the OS default).
+        listen_backlog: ``socket.listen.backlog.size``.
+        The defaults are Kafka's, the broker config's defaults (but see
+        ``queued_max_request_bytes``).
     """
 
     def __init__(
@@ -105,6 +111,9 @@ class SocketServer:
         max_connections: int = 2**31 - 1,
         idle_timeout_s: float = 600.0,
         queued_max_request_bytes: int = -1,
+        send_buffer_bytes: int = 102_400,
+        receive_buffer_bytes: int = 102_400,
+        listen_backlog: int = 50,
     ) -> None:
         self.codec = codec
         self.handler = handler
@@ -116,6 +125,9 @@ class SocketServer:
         self.memory_pool = RequestMemoryPool(
             queued_max_request_bytes, small_frame=SMALL_FRAME_BYTES
         )
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
+        self.listen_backlog = listen_backlog
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[Connection] = set()
         self.bound: list[BoundListener] = []
@@ -130,7 +142,10 @@ class SocketServer:
                 reuse_address=True,
                 limit=READ_BUFFER_BYTES,
                 ssl=security.ssl_context if security is not None else None,
+                backlog=self.listen_backlog,
             )
+            # Before the loop runs again, so no connection is accepted without it.
+            set_receive_buffer(server.sockets, self.receive_buffer_bytes)
             port = server.sockets[0].getsockname()[1]
             self._servers.append(server)
             self.bound.append(BoundListener(spec.name, spec.host, port))
@@ -168,6 +183,7 @@ class SocketServer:
             )
             writer.close()
             return
+        set_send_buffer(writer, self.send_buffer_bytes)
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         connection = Connection(self, reader, writer, listener, address, security)

@@ -4,25 +4,47 @@ A request frame (after the 4-byte size) starts with the api key and version (int
 which select the request schema and, through it, the header version (v1 plain, v2
 flexible). Responses are the response header (v0, or v1 for flexible versions; ApiVersions
 always v0) followed by the body, behind a 4-byte size. Record data stays ``bytes``.
+
+Message classes come from kio, except for the ZooKeeper-mode controller APIs that Kafka 4
+(and so kio) dropped: ``load_request_schema`` / ``load_response_schema`` here fall back to
+``core.server.interbroker_schema`` for those.
 """
 
 from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio import index as kio_index
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 
-from core.server.api_keys import ApiKey
+from core.server.api_keys import INTER_BROKER_VERSIONS, ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
 from core.server.frame_guard import check_frame
+from core.server.interbroker_schema import SCHEMAS as INTER_BROKER_SCHEMAS
 
 _KEY_AND_VERSION = struct.Struct(">hh")
 _SIZE = struct.Struct(">i")
+
+
+def load_request_schema(api_key: int, version: int) -> type:
+    """The request class of (api key, version): kio's, or tierlog's inter-broker one.
+
+    Raises:
+        kio.index.KioIndexError: neither knows the pair.
+    """
+    pair = INTER_BROKER_SCHEMAS.get((api_key, version))
+    return pair[0] if pair is not None else kio_index.load_request_schema(api_key, version)
+
+
+def load_response_schema(api_key: int, version: int) -> type:
+    """The response class of (api key, version); see ``load_request_schema``."""
+    pair = INTER_BROKER_SCHEMAS.get((api_key, version))
+    return pair[1] if pair is not None else kio_index.load_response_schema(api_key, version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +78,19 @@ class ProtocolCodec:
 
     Args:
         supported: for each api key, the inclusive range of versions served.
+        inter_broker: the inter-broker-only apis (``INTER_BROKER_VERSIONS``) decoded and
+            encoded in addition; they are not advertised in ApiVersions.
     """
 
-    def __init__(self, supported: dict[ApiKey, tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        supported: Mapping[ApiKey, tuple[int, int]],
+        inter_broker: Mapping[ApiKey, tuple[int, int]] = INTER_BROKER_VERSIONS,
+    ) -> None:
         self.supported = supported
+        self.inter_broker = inter_broker
         self._codecs: dict[tuple[int, int], _Codec] = {}
-        for api_key, (low, high) in supported.items():
+        for api_key, (low, high) in [*supported.items(), *inter_broker.items()]:
             for version in range(low, high + 1):
                 request = load_request_schema(api_key, version)
                 response = load_response_schema(api_key, version)
@@ -99,7 +128,7 @@ class ProtocolCodec:
         api_key, api_version = _KEY_AND_VERSION.unpack_from(frame, 0)
         codec = self._codecs.get((api_key, api_version))
         if codec is None:
-            if api_key in api_key_map or api_key in self.supported:
+            if api_key in api_key_map or api_key in self.supported or api_key in self.inter_broker:
                 correlation_id = _SIZE.unpack_from(frame, 4)[0]
                 raise UnsupportedVersionRequestError(api_key, api_version, correlation_id)
             raise InvalidRequestError(f"unknown api key {api_key}")

@@ -74,7 +74,10 @@ class RemoteTier(Protocol):
     ) -> TimestampAndOffset | None:
         """ListOffsets over the remote segments: the first record at or after ``timestamp``,
         or for EARLIEST_PENDING_UPLOAD_TIMESTAMP the first offset not yet copied; None when
-        the remote tier has no answer (the local log is asked next)."""
+        the remote tier has no answer (the local log is asked next). For MAX_TIMESTAMP (-3)
+        the first remote record carrying the largest remote timestamp, or None when the
+        local log's own maximum already wins; the caller compares it with the local log's
+        answer (the larger timestamp, the earlier record on ties)."""
 
     def on_topic_created(self, topic: TopicInfo) -> None:
         """A topic was created or had its configs changed (tiering may begin)."""

@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 
 from core.errors import CoreError, OffsetOutOfRangeError
 from core.log.log_manager import LogManager
-from core.log.partition_log import LogAppendInfo, PartitionLog, TimestampAndOffset
+from core.log.partition_log import (
+    MAX_TIMESTAMP,
+    LogAppendInfo,
+    PartitionLog,
+    TimestampAndOffset,
+)
 from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from core.server.remote_seam import (
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
@@ -426,21 +431,31 @@ class ReplicaManager:
         partition.check_leader_epoch(current_leader_epoch)
         plog = partition.log
         found = None
-        if (
-            self.remote is not None
-            and plog.config.remote_storage_enable
-            and (timestamp >= 0 or timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP)
-            and (
-                plog.log_start_offset < plog.local_log_start_offset
-                or timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP
-            )
+        tiered = self.remote is not None and plog.config.remote_storage_enable
+        remote_only = tiered and plog.log_start_offset < plog.local_log_start_offset
+        if (remote_only and (timestamp >= 0 or timestamp == MAX_TIMESTAMP)) or (
+            tiered and timestamp == EARLIEST_PENDING_UPLOAD_TIMESTAMP
         ):
             # Older records live in the remote tier: ask it first (Kafka's order).
+            assert self.remote is not None
             found = await self.remote.offset_for_timestamp(
                 partition.topic_id, partition.topic, partition.index, plog, timestamp
             )
-        if found is None:
-            found = plog.fetch_offset_by_timestamp(timestamp)
+        if found is None or timestamp == MAX_TIMESTAMP:
+            if timestamp >= 0 or timestamp == MAX_TIMESTAMP:
+                # These read the segments (a search, or the batch holding the max).
+                local = await asyncio.get_running_loop().run_in_executor(
+                    None, plog.fetch_offset_by_timestamp, timestamp
+                )
+            else:
+                local = plog.fetch_offset_by_timestamp(timestamp)
+            # MAX_TIMESTAMP over both tiers: the larger timestamp, the earlier record on ties
+            # (the remote tier answered only if it may hold either).
+            if found is None or (
+                local is not None
+                and (local.timestamp, -local.offset) > (found.timestamp, -found.offset)
+            ):
+                found = local
         if found is None:
             return None
         # Consumers never see offsets above what they may read (Kafka clamps LATEST too).

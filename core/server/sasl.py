@@ -16,7 +16,14 @@ minimum and default). Passwords are never logged and never leave this module.
 
 SCRAM follows RFC 5802 / RFC 7677 as Kafka's ScramSaslServer does: no channel binding
 (``n,,`` only), an optional authorization id that must equal the user, the ``tokenauth``
-extension refused (no delegation tokens).
+extension refused (no delegation tokens). One difference: Kafka refuses an unknown user at
+the client-first message and a wrong password at the client-final one, which tells a client
+which user names exist. tierlog answers an unknown user with a challenge of the same shape
+as a real one (the iteration count of real accounts and a 32-byte salt derived from the
+name under a secret drawn at start-up, so it is stable per name and cannot be computed by
+clients) and refuses it at the client-final message with the same answer as a wrong
+password: Kafka's message for a failed SCRAM exchange, which names nothing but the
+mechanism.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import re
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from core.errors import CoreError
@@ -44,7 +51,18 @@ _LOGIN_MODULES = {
     SCRAM_SHA_256: "org.apache.kafka.common.security.scram.ScramLoginModule",
     SCRAM_SHA_512: "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
-AUTH_FAILED = "Authentication failed: Invalid username or password"
+AUTH_FAILED = "Authentication failed: Invalid username or password"  # Kafka's, for PLAIN
+SCRAM_SALT_BYTES = 32
+
+
+def scram_auth_failed(mechanism: str) -> str:
+    """What Kafka answers a failed SCRAM exchange (SaslServerAuthenticator: the mechanism's
+    own message is withheld, "since it may contain sensitive data like the existence of
+    the user")."""
+    return (
+        "Authentication failed during authentication due to invalid credentials with SASL "
+        f"mechanism {mechanism}"
+    )
 
 
 class SaslAuthenticationError(CoreError):
@@ -63,7 +81,7 @@ class JaasConfigError(ValueError):
 # -- JAAS -----------------------------------------------------------------------------------
 _JAAS = re.compile(
     r"\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)"
-    r"(?P<options>(?:\s+[\w.]+\s*=\s*(?:\"(?:[^\"\\]|\\.)*\"|[^\s;\"]+))*)\s*;\s*$",
+    r"(?P<options>(?:\s+[\w.]+\s*=\s*(?:\"(?:[^\"\\]|\\.)*\"|[^\s;\"]+))*)\s*;\s*",
     re.DOTALL,
 )
 _OPTION = re.compile(r"([\w.]+)\s*=\s*(?:\"((?:[^\"\\]|\\.)*)\"|([^\s;\"]+))")
@@ -125,16 +143,32 @@ class ScramCredential:
         salt: bytes | None = None,
     ) -> ScramCredential:
         """Salt and hash ``password`` (a random 32-byte salt unless one is given)."""
-        hash_name = _SCRAM_HASH[mechanism]
-        salt = secrets.token_bytes(32) if salt is None else salt
-        salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
-        client_key = hmac.digest(salted, b"Client Key", hash_name)
-        return cls(
-            salt,
-            iterations,
-            hashlib.new(hash_name, client_key).digest(),
-            hmac.digest(salted, b"Server Key", hash_name),
-        )
+        salt = secrets.token_bytes(SCRAM_SALT_BYTES) if salt is None else salt
+        _, stored_key, server_key = scram_keys(mechanism, password, salt, iterations)
+        return cls(salt, iterations, stored_key, server_key)
+
+
+def scram_keys(
+    mechanism: str, password: str, salt: bytes, iterations: int
+) -> tuple[bytes, bytes, bytes]:
+    """RFC 5802 section 3: (ClientKey, StoredKey, ServerKey) of a password.
+
+    Used by both sides: the server keeps StoredKey and ServerKey, the client
+    (core.server.sasl_client) proves ClientKey and checks the server's signature.
+    """
+    hash_name = _SCRAM_HASH[mechanism]
+    salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+    client_key = hmac.digest(salted, b"Client Key", hash_name)
+    return (
+        client_key,
+        hashlib.new(hash_name, client_key).digest(),
+        hmac.digest(salted, b"Server Key", hash_name),
+    )
+
+
+def scram_hmac(mechanism: str, key: bytes, message: bytes) -> bytes:
+    """HMAC(key, message) with the mechanism's hash (RFC 5802's signatures)."""
+    return hmac.digest(key, message, _SCRAM_HASH[mechanism])
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -143,6 +177,9 @@ class SaslCredentials:
 
     plain: Mapping[str, str]
     scram: Mapping[str, Mapping[str, ScramCredential]]
+    # Keys the fake SCRAM credentials of unknown users; drawn once per SaslCredentials
+    # (each listener's, at start-up), never stored or sent.
+    unknown_user_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
 
     @property
     def mechanisms(self) -> tuple[str, ...]:
@@ -181,7 +218,9 @@ class SaslCredentials:
         if mechanism == PLAIN and self.plain:
             return PlainSaslServer(self.plain)
         if mechanism in self.scram:
-            return ScramSaslServer(mechanism, self.scram[mechanism])
+            return ScramSaslServer(
+                mechanism, self.scram[mechanism], unknown_user_secret=self.unknown_user_secret
+            )
         raise ValueError(f"mechanism {mechanism} is not enabled")
 
 
@@ -232,10 +271,18 @@ class PlainSaslServer(SaslServer):
 class ScramSaslServer(SaslServer):
     """RFC 5802 server: client-first -> server-first -> client-final -> server-final."""
 
-    def __init__(self, mechanism: str, credentials: Mapping[str, ScramCredential]) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        credentials: Mapping[str, ScramCredential],
+        *,
+        unknown_user_secret: bytes | None = None,
+    ) -> None:
         super().__init__()
+        self._mechanism = mechanism
         self._hash = _SCRAM_HASH[mechanism]
         self._credentials = credentials
+        self._unknown_user_secret = unknown_user_secret or secrets.token_bytes(32)
         self._state = "first"
         self._client_first_bare = ""
         self._server_first = ""
@@ -277,7 +324,9 @@ class ScramSaslServer(SaslServer):
             raise SaslAuthenticationError("Authentication failed: authorization id is not the user")
         credential = self._credentials.get(user)
         if credential is None:
-            raise SaslAuthenticationError(AUTH_FAILED)
+            # Answered like a real user and refused at the client-final message, with the
+            # same answer as a wrong password: nothing tells a client the user is unknown.
+            credential = self._unknown_user_credential(user)
         self.user, self._credential = user, credential
         self._gs2_header = f"n,{authzid},"
         self._client_first_bare = bare
@@ -306,16 +355,37 @@ class ScramSaslServer(SaslServer):
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
         signature = hmac.digest(credential.stored_key, auth_message, self._hash)
         if len(proof) != len(signature):
-            raise SaslAuthenticationError(AUTH_FAILED)
+            raise SaslAuthenticationError(scram_auth_failed(self._mechanism))
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
-        if not hmac.compare_digest(
+        valid = hmac.compare_digest(
             hashlib.new(self._hash, client_key).digest(), credential.stored_key
-        ):
-            raise SaslAuthenticationError(AUTH_FAILED)
+        )
+        # An unknown user's stored key is a secret HMAC output: no proof can match it short
+        # of a hash preimage, but the exchange is refused without relying on that.
+        if not valid or self.user not in self._credentials:
+            raise SaslAuthenticationError(scram_auth_failed(self._mechanism))
         server_signature = hmac.digest(credential.server_key, auth_message, self._hash)
         self._state = "done"
         self.complete = True
         return "v=" + base64.b64encode(server_signature).decode()
+
+    def _unknown_user_credential(self, user: str) -> ScramCredential:
+        """A credential for a user that does not exist, shaped like a real one (salt size,
+        iterations, key sizes) and derived from the name under the secret: two attempts
+        for one name see the same salt, as they would for a real user, and no client can
+        compute it."""
+
+        def derive(label: str, size: int) -> bytes:
+            message = f"{self._mechanism}\0{label}\0{user}".encode()
+            return hmac.digest(self._unknown_user_secret, message, self._hash)[:size]
+
+        key_size = hashlib.new(self._hash).digest_size
+        return ScramCredential(
+            salt=derive("salt", SCRAM_SALT_BYTES),
+            iterations=SCRAM_ITERATIONS,
+            stored_key=derive("stored key", key_size),
+            server_key=derive("server key", key_size),
+        )
 
 
 def _attributes(text: str) -> dict[str, str]:

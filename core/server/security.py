@@ -14,6 +14,13 @@ inline (``ssl.keystore.key`` and ``ssl.keystore.certificate.chain``). Every fail
 A connection's principal is Kafka's: ``User:<name>`` after SASL, ``User:<subject DN>`` for a
 TLS client certificate (RFC 2253 order, most specific first, as Java's X500Principal prints
 it), ``User:ANONYMOUS`` otherwise.
+
+A broker connects to other brokers on ``inter.broker.listener.name`` with that listener's own
+settings, as Kafka does (``inter_broker_client_settings``): TLS trusting its truststore (the
+system CAs when none is set), presenting its keystore for mutual TLS, checking the peer's
+host name when ``ssl.endpoint.identification.algorithm=https``; SASL with
+``sasl.mechanism.inter.broker.protocol`` and the ``username`` / ``password`` options of that
+mechanism's JAAS entry.
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ from core.server.sasl import (
     SUPPORTED_MECHANISMS,
     JaasConfigError,
     SaslCredentials,
+    parse_jaas,
     users_from_jaas,
 )
+from core.server.sasl_client import SaslClientCredentials
 
 ANONYMOUS = "User:ANONYMOUS"
 _LISTENER_KEYS = tuple(
@@ -57,6 +66,33 @@ class ListenerSecurity:
     @property
     def mechanisms(self) -> tuple[str, ...]:
         return self.sasl.mechanisms if self.sasl is not None else ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """How this broker connects to the inter-broker listener of other brokers: TLS when
+    ``ssl_context`` is set, SASL when ``sasl`` is."""
+
+    listener: str
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    sasl: SaslClientCredentials | None = None
+
+
+def inter_broker_client_settings(config: BrokerConfig) -> ClientSecurity:
+    """The client side of ``inter.broker.listener.name`` (reads the PEM files).
+
+    Raises:
+        InvalidConfigError: a missing, unreadable or invalid setting, naming the key.
+    """
+    check_listener_overrides(config)
+    name = config.inter_broker_listener_name
+    listener = next(x for x in config.advertised_listeners if x.name == name)
+    protocol = listener.security_protocol
+    lookup = _Lookup(config, listener)
+    context = _client_ssl_context(lookup) if protocol in ("SSL", "SASL_SSL") else None
+    sasl = _sasl_client(lookup) if protocol in ("SASL_PLAINTEXT", "SASL_SSL") else None
+    return ClientSecurity(name, protocol, context, sasl)
 
 
 def check_listener_overrides(config: BrokerConfig) -> None:
@@ -160,6 +196,51 @@ class _Lookup:
 
 def _ssl_context(lookup: _Lookup) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _set_versions_and_ciphers(context, lookup)
+    _load_keystore(context, lookup)
+    client_auth = lookup.get("ssl.client.auth")
+    context.verify_mode = {
+        "required": ssl.CERT_REQUIRED,
+        "requested": ssl.CERT_OPTIONAL,
+        "none": ssl.CERT_NONE,
+    }[client_auth]
+    if client_auth != "none":
+        _load_truststore(context, lookup)
+    return context
+
+
+def _client_ssl_context(lookup: _Lookup) -> ssl.SSLContext:
+    """Kafka's client-mode SslFactory for the inter-broker listener."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _set_versions_and_ciphers(context, lookup)
+    algorithm = lookup.get("ssl.endpoint.identification.algorithm") or ""
+    if algorithm.lower() not in ("https", ""):
+        raise _bad(
+            lookup,
+            "ssl.endpoint.identification.algorithm",
+            algorithm,
+            "tierlog's inter-broker client knows https (check the peer's host name) or an "
+            "empty value (do not)",
+        )
+    context.check_hostname = algorithm.lower() == "https"
+    context.verify_mode = ssl.CERT_REQUIRED
+    if lookup.get("ssl.truststore.location") or lookup.get("ssl.truststore.certificates"):
+        _load_truststore(context, lookup)
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)  # Java's default truststore
+    # The keystore goes to every peer that asks for a certificate (ssl.client.auth).
+    if lookup.get("ssl.keystore.location") or lookup.get("ssl.keystore.key"):
+        _load_keystore(context, lookup)
+    elif lookup.get("ssl.client.auth") == "required":
+        raise InvalidConfigError(
+            f"Missing required configuration {lookup.key('ssl.keystore.location')}: the "
+            f"inter-broker listener {lookup.listener.name} requires client certificates "
+            "(ssl.client.auth=required)"
+        )
+    return context
+
+
+def _set_versions_and_ciphers(context: ssl.SSLContext, lookup: _Lookup) -> None:
     versions = [_TLS_VERSIONS[v] for v in lookup.get("ssl.enabled.protocols")]
     if not versions:
         raise InvalidConfigError(
@@ -173,16 +254,49 @@ def _ssl_context(lookup: _Lookup) -> ssl.SSLContext:
             context.set_ciphers(":".join(ciphers))
         except ssl.SSLError as e:
             raise _bad(lookup, "ssl.cipher.suites", ",".join(ciphers), str(e)) from e
-    _load_keystore(context, lookup)
-    client_auth = lookup.get("ssl.client.auth")
-    context.verify_mode = {
-        "required": ssl.CERT_REQUIRED,
-        "requested": ssl.CERT_OPTIONAL,
-        "none": ssl.CERT_NONE,
-    }[client_auth]
-    if client_auth != "none":
-        _load_truststore(context, lookup)
-    return context
+
+
+def _sasl_client(lookup: _Lookup) -> SaslClientCredentials:
+    """``sasl.mechanism.inter.broker.protocol`` and the username/password of its JAAS entry."""
+    key = "sasl.mechanism.inter.broker.protocol"
+    mechanism = str(lookup.config.get(key)).upper()
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise InvalidConfigError(
+            f"Invalid value {mechanism} for configuration {key}: the inter-broker listener "
+            f"{lookup.listener.name} is {lookup.listener.security_protocol}; tierlog speaks "
+            f"{', '.join(SUPPORTED_MECHANISMS)}"
+        )
+    enabled = [m.upper() for m in lookup.get("sasl.enabled.mechanisms")]
+    if mechanism not in enabled:
+        # Kafka's rule: brokers must accept the mechanism they use with each other.
+        raise InvalidConfigError(
+            f"Invalid value {mechanism} for configuration {key}: it must be in "
+            f"{lookup.key('sasl.enabled.mechanisms')} ({','.join(enabled)}) of the "
+            f"inter-broker listener {lookup.listener.name}"
+        )
+    name = f"{lookup.prefix}{mechanism.lower()}.sasl.jaas.config"
+    text = lookup.config.originals.get(name)
+    if text is None:
+        name = "sasl.jaas.config"
+        text = lookup.config.get(name)
+    if text is None:
+        raise InvalidConfigError(
+            f"Missing required configuration {lookup.prefix}{mechanism.lower()}"
+            f".sasl.jaas.config: the {mechanism} login of the inter-broker listener "
+            f"{lookup.listener.name} (or sasl.jaas.config)"
+        )
+    try:
+        users_from_jaas(text, mechanism)  # the login module check
+        _, options = parse_jaas(text)
+    except JaasConfigError as e:
+        raise InvalidConfigError(f"Invalid value [hidden] for configuration {name}: {e}") from e
+    username, password = options.get("username"), options.get("password")
+    if not username or not password:
+        raise InvalidConfigError(
+            f"Invalid value [hidden] for configuration {name}: inter-broker SASL/{mechanism} "
+            'needs the options username="..." password="..." (this broker\'s own login)'
+        )
+    return SaslClientCredentials(mechanism, username, password)
 
 
 def _load_keystore(context: ssl.SSLContext, lookup: _Lookup) -> None:

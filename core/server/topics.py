@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import uuid
 from collections.abc import Mapping
@@ -23,23 +22,16 @@ from core.fs import atomic_write
 from core.log.config import LogConfig
 from core.log.files import PARTITION_METADATA
 from core.log.meta_properties import uuid_from_base64, uuid_to_base64
+from core.topic_name import InvalidTopicError, is_legal_topic_name, validate_topic_name
 
 log = logging.getLogger(__name__)
 
 REGISTRY_FILE = "tierlog-metadata.json"
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-# Kafka's Topic.INTERNAL_TOPICS: clients may not produce to them. __remote_log_metadata is
-# not among them: Kafka's TopicBasedRemoteLogMetadataManager writes it with an ordinary
-# producer, and tools read it with ordinary consumers.
+# Kafka's Topic.INTERNAL_TOPICS, reported as internal in Metadata. __remote_log_metadata is
+# not among them in Kafka (its metadata manager writes it with an ordinary producer); who may
+# write all three here is core/server/internal_topics.py's business.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 PRODUCER_ID_BLOCK = 1000
-
-
-class InvalidTopicError(CoreError):
-    """An illegal topic name (INVALID_TOPIC_EXCEPTION)."""
-
-    error_code = 17
 
 
 class TopicExistsError(CoreError):
@@ -64,28 +56,6 @@ class InvalidReplicationFactorError(CoreError):
     """INVALID_REPLICATION_FACTOR."""
 
     error_code = 38
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's Topic.validate: legal characters, length, not '.' or '..'.
-
-    Raises:
-        InvalidTopicError: the name is illegal; the message says why.
-    """
-    if not name:
-        raise InvalidTopicError("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicError('Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
-            f"topic name: {name}"
-        )
-    if not _LEGAL_TOPIC.match(name):
-        raise InvalidTopicError(
-            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
-            "alphanumerics, '.', '_' and '-'"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +91,18 @@ class TopicRegistry:
         try:
             doc = json.loads(self.path.read_text("utf-8"))
             for name, t in doc.get("topics", {}).items():
+                if not is_legal_topic_name(name):
+                    # Only a registry written before names were checked whole (a name
+                    # ending in "\n" passed) can hold one. Serving it would recreate its
+                    # directory and break every offset checkpoint, so it is dropped; its
+                    # directory, if any, is left on disk and reported by the LogManager.
+                    log.warning(
+                        "%s: topic %r has an illegal name and is not served; "
+                        "it is removed from the registry",
+                        self.path,
+                        name,
+                    )
+                    continue
                 info = TopicInfo(
                     name=name,
                     topic_id=uuid.UUID(t["id"]),

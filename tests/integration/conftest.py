@@ -1,4 +1,4 @@
-"""Fixtures for integration tests: real broker processes on 127.0.0.1."""
+"""Fixtures for integration tests: real broker processes and ZooKeeper on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -10,6 +10,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from broker_process import BrokerProcess, start_broker
 from s3_harness import brokers, bucket, s3_endpoint  # noqa: F401 - shared fixtures
+from zookeeper_server import (  # noqa: F401 - shared fixtures
+    zk_chroot,
+    zookeeper,
+    zookeeper_factory,
+    zookeeper_server,
+)
 
 
 @pytest.fixture
@@ -35,10 +41,3 @@ def broker_factory(tmp_path: Path):
     yield factory
     for b in started:
         b.kill()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "needs_handlers(*apis): the Kafka APIs (handlers in core.server) a test exercises",
-    )

@@ -178,6 +178,7 @@ def consume_confluent(
     config: dict[str, Any] | None = None,
     timeout_s: float = CLIENT_TIMEOUT_S,
     retry_retriable: bool = False,
+    partition: int = 0,
 ) -> list[Got]:
     from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, TopicPartition
 
@@ -194,8 +195,10 @@ def consume_confluent(
     )
     got: list[Got] = []
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=CLIENT_TIMEOUT_S)
-        consumer.assign([TopicPartition(topic, 0, start)])
+        _, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=CLIENT_TIMEOUT_S
+        )
+        consumer.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + timeout_s
         next_offset = start
         while next_offset < high:

@@ -57,7 +57,10 @@ def _cert(
     return builder.sign(signer, hashes.SHA256())
 
 
-def make_pki(directory: Path, client_cn: str = "alice") -> Pki:
+def make_pki(directory: Path, client_cn: str = "alice", *, broker_client_auth: bool = False) -> Pki:
+    """``broker_client_auth``: the server certificate may also authenticate its holder as
+    a TLS client, as a broker's certificate must when brokers require client certificates
+    of each other."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tierlog test CA")])
@@ -70,7 +73,8 @@ def make_pki(directory: Path, client_cn: str = "alice") -> Pki:
         server_key.public_key(),
         ca_key,
         sans=[x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
-        usage=[ExtendedKeyUsageOID.SERVER_AUTH],
+        usage=[ExtendedKeyUsageOID.SERVER_AUTH]
+        + ([ExtendedKeyUsageOID.CLIENT_AUTH] if broker_client_auth else []),
     )
     client_key = ec.generate_private_key(ec.SECP256R1())
     client_cert = _cert(

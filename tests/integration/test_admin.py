@@ -39,12 +39,6 @@ from kafka_clients import Rec, consume_confluent, produce_confluent, unique_grou
 TIMEOUT_S = 30.0
 BASE_TS = 1_700_000_000_000
 
-needs_admin = pytest.mark.needs_handlers(
-    "CreateTopics", "DeleteTopics", "DescribeConfigs", "IncrementalAlterConfigs"
-)
-needs_records = pytest.mark.needs_handlers("ListOffsets", "DeleteRecords")
-needs_group = pytest.mark.needs_handlers("FindCoordinator", "OffsetCommit", "OffsetFetch")
-
 
 # -- helpers ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -135,7 +129,6 @@ def watermarks(b: BrokerProcess, topic: str) -> tuple[int, int]:
 
 
 # -- CreateTopics -------------------------------------------------------------------------------
-@needs_admin
 def test_create_topic_with_partitions_and_configs(shared_broker: BrokerProcess):
     configs = {"segment.bytes": "1048576", "retention.ms": "3600000"}
     create(shared_broker, "adm-create", 3, **configs)
@@ -155,7 +148,6 @@ def test_create_topic_with_partitions_and_configs(shared_broker: BrokerProcess):
         produce_confluent(shared_broker.bootstrap, "adm-create", records)
 
 
-@pytest.mark.needs_handlers("Metadata")
 def test_admin_client_lists_all_topics(shared_broker: BrokerProcess):
     """AdminClient.list_topics() with no topic: librdkafka 2.16 sends Metadata v12 with 3
     bytes after the body (Apache Kafka ignores bytes after the last field)."""
@@ -165,7 +157,6 @@ def test_admin_client_lists_all_topics(shared_broker: BrokerProcess):
     assert [b.id for b in listed.brokers.values()] == [1]
 
 
-@needs_admin
 def test_create_topic_validate_only_creates_nothing(shared_broker: BrokerProcess):
     futures = admin(shared_broker).create_topics(
         [NewTopic("adm-validate-only", 2, 1)], validate_only=True
@@ -180,7 +171,6 @@ def test_create_topic_validate_only_creates_nothing(shared_broker: BrokerProcess
     assert error_code(futures["adm-validate-bad"]) == KafkaError.INVALID_CONFIG
 
 
-@needs_admin
 def test_create_topic_errors(shared_broker: BrokerProcess):
     create(shared_broker, "adm-exists")
     a = admin(shared_broker)
@@ -205,7 +195,6 @@ def test_create_topic_errors(shared_broker: BrokerProcess):
     )
 
 
-@needs_admin
 @pytest.mark.parametrize(
     "name",
     ["bad/name", "bad name", "bad:name", "ünïcode", "x" * 250, ".", ".."],
@@ -217,7 +206,6 @@ def test_create_topic_name_validation(shared_broker: BrokerProcess, name: str):
     assert name not in topic_names(shared_broker)
 
 
-@needs_admin
 def test_longest_legal_topic_name(shared_broker: BrokerProcess):
     name = "y" * 249
     create(shared_broker, name)
@@ -225,7 +213,6 @@ def test_longest_legal_topic_name(shared_broker: BrokerProcess):
 
 
 # -- DeleteTopics -------------------------------------------------------------------------------
-@needs_admin
 def test_delete_topic(restartable: list[BrokerProcess]):
     b = restartable[-1]
     create(b, "adm-doomed")
@@ -244,7 +231,6 @@ def test_delete_topic(restartable: list[BrokerProcess]):
 
 
 # -- DescribeConfigs / IncrementalAlterConfigs -------------------------------------------------
-@needs_admin
 def test_alter_topic_configs_persist_across_restart(restartable: list[BrokerProcess]):
     b = restartable[-1]
     create(b, "adm-configs", **{"segment.bytes": "1048576"})
@@ -269,7 +255,6 @@ def test_alter_topic_configs_persist_across_restart(restartable: list[BrokerProc
         assert configs["segment.bytes"].is_default
 
 
-@needs_admin
 def test_alter_configs_rejects_bad_values(shared_broker: BrokerProcess):
     create(shared_broker, "adm-bad-alter")
     a = admin(shared_broker)
@@ -288,7 +273,6 @@ def test_alter_configs_rejects_bad_values(shared_broker: BrokerProcess):
     assert error_code(a.describe_configs([unknown])[unknown]) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
-@needs_admin
 def test_describe_broker_configs(shared_broker: BrokerProcess):
     resource = ConfigResource(ResourceType.BROKER, "1")
     configs = result(admin(shared_broker).describe_configs([resource])[resource])
@@ -298,7 +282,6 @@ def test_describe_broker_configs(shared_broker: BrokerProcess):
 
 
 # -- ListOffsets --------------------------------------------------------------------------------
-@needs_records
 def test_list_offsets(shared_broker: BrokerProcess):
     produce_n(shared_broker, "adm-list-offsets", 10)  # timestamps BASE_TS + i s
     tp = TopicPartition("adm-list-offsets", 0)
@@ -337,7 +320,6 @@ def test_list_offsets(shared_broker: BrokerProcess):
 
 
 # -- DeleteRecords ------------------------------------------------------------------------------
-@needs_records
 def test_delete_records_moves_log_start(restartable: list[BrokerProcess]):
     b = restartable[-1]
     produce_n(b, "adm-delete-records", 10)
@@ -392,7 +374,6 @@ def committed_with_kafka_python(b: BrokerProcess, group: str, topic: str) -> tup
     return found[tp].offset, found[tp].metadata
 
 
-@needs_group
 def test_committed_offsets_survive_restart(restartable: list[BrokerProcess]):
     b = restartable[-1]
     produce_n(b, "adm-commits", 10)
@@ -432,7 +413,6 @@ def test_committed_offsets_survive_restart(restartable: list[BrokerProcess]):
             consumer.close()
 
 
-@needs_group
 def test_offsets_of_unknown_group_and_other_clients(shared_broker: BrokerProcess):
     produce_n(shared_broker, "adm-commits-x", 3)
     consumer = group_consumer(shared_broker, unique_group())

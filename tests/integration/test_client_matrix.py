@@ -8,6 +8,14 @@ consumer reads each topic from offset 0, and the records must be identical, in o
 kcat reads and writes text, sets no per-record timestamp and only the same ``-H`` headers on
 every record, and cannot tell an empty key or value from a null one (``-Z``): its data set
 is the text subset, and its records must carry a timestamp taken while it ran.
+
+KafkaJS (Node.js, through ``js/kafkajs_client.js``) cannot send a null header value (its
+encoder throws on one): its data set has ``b"not-null"`` there, as kafka-python's. Its
+header object would also reorder repeated names that are not adjacent and integer-like
+names; the data set has neither, so every consumer, KafkaJS too, reads the headers in
+order. KafkaJS has gzip built in and takes the other codecs as plugins: the tests add
+pure-JavaScript ones for snappy and lz4 (both ways) and zstd (reading only, so no KafkaJS
+zstd producer).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from kafka_clients import (
     produce_kafka_python,
     produce_kcat,
 )
+from kafkajs_driver import consume_kafkajs, produce_kafkajs
 
 N_RECORDS = 300
 BASE_TS = 1_700_000_000_000
@@ -98,6 +107,10 @@ def _confluent(config: dict[str, object]) -> ProducerFn:
     return lambda b, t, recs, _: produce_confluent(b, t, recs, config)
 
 
+def _kafkajs(compression: str) -> ProducerFn:
+    return lambda b, t, recs, _: produce_kafkajs(b, t, recs, compression=compression)
+
+
 PRODUCER_FNS: dict[str, ProducerFn] = {
     "confluent-none": _confluent({"compression.type": "none"}),
     "confluent-gzip": _confluent({"compression.type": "gzip"}),
@@ -108,12 +121,21 @@ PRODUCER_FNS: dict[str, ProducerFn] = {
     "kafka-python": lambda b, t, recs, _: produce_kafka_python(b, t, recs),
     "aiokafka": lambda b, t, recs, _: produce_aiokafka(b, t, recs),
     "kcat": lambda b, t, recs, d: produce_kcat(b, t, recs, d, KCAT_HEADERS),
+    "kafkajs": _kafkajs("none"),
+    "kafkajs-gzip": _kafkajs("gzip"),
+    "kafkajs-snappy": _kafkajs("snappy"),
+    "kafkajs-lz4": _kafkajs("lz4"),
 }
 
 DATA_SETS: dict[str, Callable[[], list[Rec]]] = {
     "kafka-python": lambda: data_set(null_header_values=False, null_key_and_value=False),
     "aiokafka": lambda: data_set(null_key_and_value=False),
     "kcat": kcat_data_set,
+    **{
+        name: lambda: data_set(null_header_values=False)
+        for name in PRODUCER_FNS
+        if name.startswith("kafkajs")
+    },
 }
 
 CONSUMER_FNS: dict[str, Callable[[str, str], list[Got]]] = {
@@ -121,12 +143,15 @@ CONSUMER_FNS: dict[str, Callable[[str, str], list[Got]]] = {
     "kafka-python": consume_kafka_python,
     "aiokafka": consume_aiokafka,
     "kcat": consume_kcat,
+    "kafkajs": consume_kafkajs,
 }
 
 
 @pytest.fixture(scope="module")
 def matrix_broker(tmp_path_factory: pytest.TempPathFactory):
-    b = start_broker(tmp_path_factory.mktemp("matrix") / "broker")
+    # KafkaJS reads only through a group (a fresh one per read): no join delay.
+    settings = {"group.initial.rebalance.delay.ms": "0"}
+    b = start_broker(tmp_path_factory.mktemp("matrix") / "broker", settings)
     yield b
     if b.proc.poll() is None:
         code = b.stop()

@@ -12,7 +12,8 @@ Hypothesis opens raw sockets to a live broker and sends, one to three per connec
 After each example a fresh connection must still get an ApiVersions answer (a hang or a
 crash fails at once, on the example that caused it); at the end a real client produces and
 consumes, the process is alive, and no request handler has failed with an exception
-(a request that decodes must get an answer, with an error code if need be: DESIGN.md §6).
+(a request that decodes must get an answer, with an error code if need be: docs/ARCHITECTURE.md,
+"core.server: the Kafka protocol server").
 """
 
 from __future__ import annotations

@@ -1,19 +1,25 @@
-"""TLS and SASL listeners with real clients (confluent-kafka, kcat) on one broker process.
+"""TLS and SASL listeners with real clients (confluent-kafka, kcat, KafkaJS) on one broker
+process.
 
 The broker serves four listeners: PLAINTEXT; SSL requiring a client certificate signed by
 the test CA; SASL_PLAINTEXT and SASL_SSL with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512
 accounts from Kafka's JAAS settings. Each authenticated path produces and consumes; wrong
-passwords, missing certificates and unauthenticated requests are refused; no password
-appears in the broker's log.
+passwords, missing certificates and unauthenticated requests are refused; a SCRAM client
+cannot tell an unknown user from a wrong password; no password appears in the broker's log.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
+import re
 import socket
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +27,14 @@ from typing import Any
 import pytest
 from broker_process import BrokerProcess, start_broker
 from kafka_clients import Rec, consume_confluent, consume_kcat, produce_confluent, produce_kcat
+from kafka_wire import Connection
+from kafkajs_driver import client_config as kafkajs_config
+from kafkajs_driver import consume_kafkajs, produce_kafkajs
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from pki import Pki, make_pki
+
+from core.server.api_keys import ApiKey
 
 PASSWORD = "alice-secret-7f3a"
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -56,6 +69,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Broke
         "remote.log.storage.system.enable": "true",
         "rsm.config.storage.root": str(tmp_path_factory.mktemp("bucket")),
         "rlmm.config.remote.log.metadata.topic.num.partitions": "2",
+        # KafkaJS reads through a consumer group: no join delay.
+        "group.initial.rebalance.delay.ms": "0",
     }
     for listener in ("sasl_plaintext", "sasl_ssl"):
         for mechanism in MECHANISMS:
@@ -120,6 +135,35 @@ def test_kcat_produces_and_consumes_over_tls_and_sasl(
     assert [(g.key, g.value) for g in got] == [(r.key, r.value) for r in sent]
 
 
+@pytest.mark.parametrize(
+    ("protocol", "mechanism"),
+    [
+        ("SSL", None),
+        ("SASL_PLAINTEXT", "PLAIN"),
+        ("SASL_SSL", "SCRAM-SHA-256"),
+        ("SASL_SSL", "SCRAM-SHA-512"),
+    ],
+)
+def test_kafkajs_produces_and_consumes_over_tls_and_sasl(
+    broker: BrokerProcess, pki: Pki, protocol: str, mechanism: str | None
+) -> None:
+    topic = f"kafkajs-{protocol.lower()}-{(mechanism or 'cert').lower()}"
+    bootstrap = broker.endpoints[protocol]
+    ssl = None
+    if protocol in ("SSL", "SASL_SSL"):
+        ssl = {"ca": [pki.ca.read_text()]}
+        if protocol == "SSL":
+            ssl |= {"cert": pki.client_cert.read_text(), "key": pki.client_key.read_text()}
+    sasl = None
+    if mechanism is not None:
+        sasl = {"mechanism": mechanism.lower(), "username": "alice", "password": PASSWORD}
+    client = kafkajs_config(bootstrap, ssl, sasl)
+    sent = records(topic, 10)
+    assert produce_kafkajs(bootstrap, topic, sent, client=client) == list(range(len(sent)))
+    got = consume_kafkajs(bootstrap, topic, client=client)
+    assert [(g.key, g.value) for g in got] == [(r.key, r.value) for r in sent]
+
+
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_a_wrong_password_is_refused_and_nothing_is_written(
     broker: BrokerProcess, pki: Pki, mechanism: str
@@ -149,6 +193,112 @@ def test_a_wrong_password_is_refused_and_nothing_is_written(
 
     admin = AdminClient({"bootstrap.servers": broker.endpoints["SASL_PLAINTEXT"], **plain})
     assert "refused" not in admin.list_topics(timeout=15).topics
+
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def authentication_error(broker: BrokerProcess, mechanism: str, user: str, password: str) -> str:
+    """The SASL error a confluent-kafka client reports, without its timing and address."""
+    from confluent_kafka import KafkaError, Producer
+
+    errors: list[Any] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.endpoints["SASL_PLAINTEXT"],
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism,
+            "sasl.username": user,
+            "sasl.password": password,
+            "error_cb": errors.append,
+        }
+    )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        failed = [e for e in errors if e.code() == KafkaError._AUTHENTICATION]
+        if failed:
+            # "<listener>://<host:port>/bootstrap: SASL authentication error: <broker's
+            # message> (after 4ms in state AUTH_REQ)"
+            text = failed[0].str().split(": ", 1)[1]
+            return re.sub(r" \(after \d+ms in state (\w+)\)", r" (in state \1)", text)
+        producer.poll(0.1)
+    raise AssertionError(f"no authentication error for {user}: {errors}")
+
+
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
+def test_a_scram_client_cannot_tell_an_unknown_user_from_a_wrong_password(
+    broker: BrokerProcess, mechanism: str
+) -> None:
+    wrong_password = authentication_error(broker, mechanism, "alice", "not-the-password")
+    unknown_user = authentication_error(broker, mechanism, "mallory", PASSWORD)
+    assert (
+        wrong_password
+        == unknown_user
+        == (
+            "SASL authentication error: Authentication failed during authentication due to "
+            f"invalid credentials with SASL mechanism {mechanism} (in state AUTH_REQ)"
+        )
+    )
+
+
+def scram_exchange(broker: BrokerProcess, mechanism: str, user: str, password: str) -> tuple:
+    """A SCRAM exchange over SaslHandshake v1 / SaslAuthenticate v2 on a raw socket: the
+    server-first message, and the final answer's error code, message and bytes."""
+    hash_name = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+    with Connection(broker.endpoints["SASL_PLAINTEXT"]) as conn:
+        handshake = conn.request(
+            ApiKey.SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism)
+        )
+        assert handshake.error_code.value == 0
+        bare = f"n={user},r=fyko+d2lbbFgONRv9qkxdawL"
+        first = conn.request(
+            ApiKey.SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=f"n,,{bare}".encode())
+        )
+        assert (first.error_code.value, first.error_message) == (0, None)
+        server_first = first.auth_bytes.decode()
+        fields = dict(item.split("=", 1) for item in server_first.split(","))
+        salted = hashlib.pbkdf2_hmac(
+            hash_name, password.encode(), base64.b64decode(fields["s"]), int(fields["i"])
+        )
+        client_key = hmac.digest(salted, b"Client Key", hash_name)
+        without_proof = f"c=biws,r={fields['r']}"
+        auth_message = f"{bare},{server_first},{without_proof}".encode()
+        signature = hmac.digest(
+            hashlib.new(hash_name, client_key).digest(), auth_message, hash_name
+        )
+        proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True)))
+        final = conn.request(
+            ApiKey.SASL_AUTHENTICATE,
+            2,
+            SaslAuthenticateRequest(auth_bytes=f"{without_proof},p={proof.decode()}".encode()),
+        )
+        assert conn.sock.recv(1) == b""  # closed after the answer
+    return server_first, (final.error_code.value, final.error_message, final.auth_bytes)
+
+
+@pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
+def test_scram_challenges_an_unknown_user_and_refuses_it_like_a_wrong_password(
+    broker: BrokerProcess, mechanism: str
+) -> None:
+    real_first, wrong_password = scram_exchange(broker, mechanism, "alice", "not-the-password")
+    fake_first, unknown_user = scram_exchange(broker, mechanism, "mallory", PASSWORD)
+    fake_again, _ = scram_exchange(broker, mechanism, "mallory", "other")
+    shape = re.compile(
+        r"r=fyko\+d2lbbFgONRv9qkxdawL[A-Za-z0-9_-]{32},s=([A-Za-z0-9+/]{43}=),i=4096"
+    )
+    real, fake, again = (shape.fullmatch(f) for f in (real_first, fake_first, fake_again))
+    assert real and fake and again, (real_first, fake_first, fake_again)
+    assert fake[1] == again[1] != real[1]  # stable per user name, as a real salt is
+    assert (
+        wrong_password
+        == unknown_user
+        == (
+            58,
+            "Authentication failed during authentication due to invalid credentials with SASL "
+            f"mechanism {mechanism}",
+            b"",
+        )
+    )
 
 
 def test_requests_before_authentication_close_the_connection(broker: BrokerProcess) -> None:

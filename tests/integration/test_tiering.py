@@ -14,6 +14,10 @@ import time
 from pathlib import Path
 
 from broker_process import BrokerProcess, restart, start_broker, wait_until
+from kafka_wire import list_offset_answer
+
+MAX_TIMESTAMP = -3  # ListOffsets: the record with the largest timestamp (KIP-734)
+LATEST = -1
 
 N = 20_000
 TOPIC = "tiered"
@@ -57,8 +61,8 @@ def create_and_fill(broker: BrokerProcess) -> None:
     assert producer.flush(60) == 0
 
 
-def local_start(broker: BrokerProcess) -> int:
-    d = Path(broker.settings["log.dirs"]) / f"{TOPIC}-0"
+def local_start(broker: BrokerProcess, topic: str = TOPIC) -> int:
+    d = Path(broker.settings["log.dirs"]) / f"{topic}-0"
     logs = sorted(p.name for p in d.glob("*.log"))
     return int(logs[0].split(".")[0]) if logs else 0
 
@@ -182,5 +186,56 @@ def test_deleting_a_tiered_topic_empties_the_bucket(tmp_path):
         for future in admin.delete_topics([TOPIC]).values():
             future.result(30)
         wait_until(lambda: remote_objects(tmp_path) == [], 60, what="remote data deleted")
+    finally:
+        broker.kill()
+
+
+def test_max_timestamp_record_only_in_the_remote_tier(tmp_path):
+    # ListOffsets -3 answers the first record carrying the largest timestamp (Kafka since
+    # KAFKA-16310: the record's offset, not its batch's last) over both tiers: here that
+    # record's segment has gone remote and its local copy is deleted.
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = "tiered-max-ts"
+    base = int(time.time() * 1000) - 3_600_000
+    broker = start_broker(tmp_path / "b", settings(tmp_path))
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        config = {
+            "segment.bytes": "16384",
+            "local.retention.bytes": "16384",
+            "remote.storage.enable": "true",
+            "retention.ms": "-1",
+        }
+        admin.create_topics([NewTopic(topic, 1, 1, topic_configs=config)])
+        admin.close()
+        # A long linger puts the first three records in one batch.
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=2000)
+        first = [
+            producer.send(topic, b"x" * 100, partition=0, timestamp_ms=base + ts)
+            for ts in (100, 400, 200)
+        ]
+        producer.flush(30)
+        assert [f.get(30).offset for f in first] == [0, 1, 2]
+        for _ in range(600):  # later records, all older than the max
+            producer.send(topic, b"y" * 300, partition=0, timestamp_ms=base)
+        producer.flush(30)
+        producer.close(10)
+        wait_until(lambda: local_start(broker, topic) > 2, 60, what="first segment only remote")
+
+        ts, offset, epoch = list_offset_answer(broker.bootstrap, topic, 0, MAX_TIMESTAMP)
+        assert (ts, offset) == (base + 400, 1)
+        assert epoch == list_offset_answer(broker.bootstrap, topic, 0, LATEST)[2]
+
+        # After a restart (a new leader epoch) the record's batch keeps its own epoch.
+        assert broker.stop() == 0
+        broker = restart(broker)
+        assert list_offset_answer(broker.bootstrap, topic, 0, LATEST)[2] > epoch
+        assert list_offset_answer(broker.bootstrap, topic, 0, MAX_TIMESTAMP) == (
+            base + 400,
+            1,
+            epoch,
+        )
     finally:
         broker.kill()

@@ -171,6 +171,7 @@ class BackgroundProducer:
         self.topic = topic
         self.per_second = per_second
         self.acked: dict[int, int] = {}  # offset -> i
+        self.last_acked = -1  # the highest i acknowledged
         self.errors: list[str] = []
         self.sent = 0
         self._producer = Producer(
@@ -186,6 +187,7 @@ class BackgroundProducer:
                 self.errors.append(f"record {i}: {err}")
             else:
                 self.acked[msg.offset()] = i
+                self.last_acked = max(self.last_acked, i)
 
         return report
 
@@ -291,7 +293,15 @@ def test_sigkill_while_copying_loses_nothing_and_leaves_no_dangling_copy_or_orph
             proxy.release()
             broker = restart(broker)
             brokers.append(broker)
-            time.sleep(1.0)  # let the producer get acknowledgements from the new broker
+            # The next kill only after the new broker acknowledged records sent after the
+            # restart (its delivery reports), so that every broker took writes.
+            sent = producer.sent
+            wait_until(
+                lambda n=sent: producer.last_acked >= n,
+                60,
+                0.05,
+                what="an acknowledgement from the restarted broker",
+            )
         producer.stop()
         assert dangling[0] >= 1 and dangling[1] >= 1, f"kills did not land mid-copy: {dangling}"
 
@@ -529,7 +539,16 @@ def test_enabling_tiering_on_an_existing_topic_offloads_it_and_deletion_empties_
         {"segment.bytes": str(SEGMENT_BYTES), "local.retention.bytes": str(SEGMENT_BYTES)},
     )
     produce_confluent(broker.bootstrap, topic, records(0, n), PRODUCER)
-    time.sleep(2.0)  # several task and retention intervals
+    # The point from which "nothing happened" means something: a tiered topic produced to
+    # afterwards has been copied to S3 and deleted locally, so the RLM's copy task and the
+    # broker's retention check have both run since the untiered topic got its records.
+    control = "tiered-control"
+    create_topic(broker.bootstrap, control, tiered_config())
+    produce_confluent(broker.bootstrap, control, records(0, n), PRODUCER)
+    wait_until(
+        lambda: local_log_start(broker, control) > 0, 90, 0.2, what="the control topic offloaded"
+    )
+    assert bucket.objects(control), "the control topic went to S3"
     assert bucket.objects(topic) == [], "tiering off: nothing goes to S3"
     assert local_log_start(broker, topic) == 0, "tiering off: local.retention.* does not apply"
 
@@ -549,6 +568,6 @@ def test_enabling_tiering_on_an_existing_topic_offloads_it_and_deletion_empties_
     assert watermarks(broker.bootstrap, topic) == (0, n)
     assert_identical(consume_confluent(broker.bootstrap, topic), 0, n, "after offload")
 
-    for future in admin.delete_topics([topic]).values():
+    for future in admin.delete_topics([topic, control]).values():
         future.result(30)
     wait_until(lambda: bucket.objects() == [], 60, 0.5, what="the bucket emptied")

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from broker_process import BrokerProcess, start_broker
+from super_user import client_config, sasl_bootstrap, settings
 
 from rlmm.kafka_client import KafkaMetadataTopicClient
 from rlmm.manager import BOOTSTRAP_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
@@ -30,7 +31,9 @@ PARTITIONS = 3
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = start_broker(tmp_path_factory.mktemp("kafka-client") / "broker")
+    # Only brokers and super users may write __remote_log_metadata: the clients that write
+    # it authenticate as the super user.
+    b = start_broker(tmp_path_factory.mktemp("kafka-client") / "broker", settings())
     yield b
     if b.proc.poll() is None:
         code = b.stop()
@@ -39,7 +42,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="module")
 def client(broker: BrokerProcess) -> Iterator[KafkaMetadataTopicClient]:
-    c = KafkaMetadataTopicClient(broker.bootstrap, timeout_s=15)
+    c = KafkaMetadataTopicClient(sasl_bootstrap(broker), timeout_s=15, **client_config())
     c.ensure_topic(PARTITIONS)
     yield c
     c.close()
@@ -61,6 +64,7 @@ def test_ensure_topic_creates_the_topic_with_kafkas_settings(
 def test_ensure_topic_is_idempotent_and_rejects_another_partition_count(
     broker: BrokerProcess, client: KafkaMetadataTopicClient
 ) -> None:
+    # An anonymous client may check the topic: reading it stays open.
     other = KafkaMetadataTopicClient(broker.bootstrap, timeout_s=15)
     try:
         other.ensure_topic(PARTITIONS)  # exists with the same count: nothing to do
@@ -115,6 +119,26 @@ def test_concurrent_appends_get_distinct_offsets(client: KafkaMetadataTopicClien
     assert values == {f"w{n}-{i}".encode() for n in range(4) for i in range(10)}
 
 
+@pytest.mark.parametrize("user", [None, "alice"])
+def test_an_ordinary_client_may_read_but_not_append(
+    broker: BrokerProcess, client: KafkaMetadataTopicClient, user: str | None
+) -> None:
+    """Anonymous or authenticated, a principal outside super.users is refused."""
+    if user is None:
+        other = KafkaMetadataTopicClient(broker.bootstrap, timeout_s=5)
+    else:
+        other = KafkaMetadataTopicClient(sasl_bootstrap(broker), timeout_s=5, **client_config(user))
+    try:
+        base = client.end_offset(0)
+        offset = client.append(0, b"by the super user")
+        assert [r.value for r in other.read(0, offset, 10)] == [b"by the super user"]
+        with pytest.raises(MetadataTopicError, match="TOPIC_AUTHORIZATION_FAILED"):
+            other.append(0, b"forged")
+        assert client.end_offset(0) == base + 1
+    finally:
+        other.close()
+
+
 def test_unreachable_broker_fails_with_metadata_topic_error() -> None:
     c = KafkaMetadataTopicClient("127.0.0.1:1", timeout_s=1.5)
     try:
@@ -140,7 +164,12 @@ def test_the_manager_connects_with_bootstrap_servers(broker: BrokerProcess, tmp_
         RemoteLogSegmentId(tp, uuid.uuid4()), 0, 99, 1_700_000_000_000, 1, 1_700_000_000_100,
         4096, {0: 0},
     )  # fmt: skip
-    configs = {BOOTSTRAP_KEY: broker.bootstrap, NUM_PARTITIONS_KEY: str(PARTITIONS)}
+    # The Kafka client's settings travel under remote.log.metadata.common.client.
+    configs = {
+        BOOTSTRAP_KEY: sasl_bootstrap(broker),
+        NUM_PARTITIONS_KEY: str(PARTITIONS),
+        **{f"remote.log.metadata.common.client.{k}": v for k, v in client_config().items()},
+    }
     writer = TopicBasedRemoteLogMetadataManager()
     writer.configure(configs)
     try:

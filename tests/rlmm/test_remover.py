@@ -87,3 +87,24 @@ def test_a_failed_run_resumes_from_started(tp):
     assert remover.run_once() == 1
     assert store.objects == set()
     m.close()
+
+
+def test_a_mark_for_a_topic_that_still_exists_deletes_nothing(tp, caplog):
+    """Topic ids are never reused: a mark for a live topic was not written by its deletion
+    (a forged or stray event), and the remote data stays."""
+    store = MemoryStore()
+    m = tiered_partition(tp, store, 3)
+    topics = {tp.topic_id}
+    remover = RemotePartitionRemover(
+        m, store, broker_id=1, topic_exists=lambda topic_id: topic_id in topics
+    )
+    remover.mark(tp)
+    assert remover.run_once() == 0
+    assert remover.run_once() == 0
+    assert len(store.objects) == 3
+    assert m.store.partition_delete_state(tp) == RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+    assert sum("its topic exists" in r.getMessage() for r in caplog.records) == 1
+    topics.clear()  # the topic is deleted after all
+    assert remover.run_once() == 1
+    assert store.objects == set()
+    m.close()

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +14,13 @@ import pyarrow.dataset as ds
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
 from archive_data import write_archive
+from broker_process import wait_until
 
 from spark_jobs.export import STAGING, STATE_FILE, run_export, spark_session
+
+HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
@@ -79,45 +82,53 @@ def test_export_matches_the_log_and_a_rerun_adds_nothing(spark, tmp_path):
 
 def test_a_killed_run_leaves_no_partial_output_and_a_rerun_completes_it(spark, tmp_path):
     archive = write_archive(tmp_path / "a")
-    config = tmp_path / "server.properties"
-    config.write_text(f"rsm.config.storage.root={archive.config.rsm_config['storage.root']}\n")
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tierlog",
-            "export",
-            "--config",
-            str(config),
-            "--topic",
-            "orders",
-            "--output",
-            str(out),
-            "--master",
-            "local[1]",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    # The export reads through held_rsm, which holds it once a range is staged: the kill
+    # lands after some ranges were written and before anything was committed.
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "remote.log.storage.manager.class.name=held_rsm.HeldLocalDirRemoteStorageManager\n"
+        f"rsm.config.storage.root={archive.config.rsm_config['storage.root']}\n"
+        f"rsm.config.hold.staging.dir={out / STAGING}\n"
+        f"rsm.config.hold.held.file={gate / 'held'}\n"
+        f"rsm.config.hold.release.file={gate / 'release'}\n"
     )
-
-    def staged_or_done() -> bool:
-        if (out / STATE_FILE).exists():
-            return True  # it finished before the kill: the re-run must still match
-        return (out / STAGING).exists() and any((out / STAGING).rglob("*.parquet"))
-
-    deadline = time.monotonic() + 120
-    while not staged_or_done():
-        assert proc.poll() is None, "the export ended without staging anything"
-        assert time.monotonic() < deadline, "the export never staged a file"
-        time.sleep(0.05)  # polling for the moment to kill
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(30)
-    # Whatever the moment of the kill: every visible file is complete, none is duplicated.
-    for f in files(out):
-        if not f.startswith(STAGING):
-            ds.dataset(out / f, format="parquet").to_table()
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "tierlog", "export", "--config", str(config)]
+    command += ["--topic", "orders", "--output", str(out), "--master", "local[1]"]
+    log = tmp_path / "export.log"
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYTHONPATH": path},
+        )
+    try:
+        wait_until(
+            lambda: (gate / "held").exists() or proc.poll() is not None,
+            120,
+            what="the export held with a range staged",
+        )
+        assert proc.poll() is None, f"the export ended unheld:\n{log.read_text()[-3000:]}"
+        # Mid-export, for certain: ranges staged, nothing visible, nothing recorded.
+        staged = list((out / STAGING).rglob("*.parquet"))
+        assert staged
+        assert files(out) == {str(p.relative_to(out)) for p in staged}
+        assert not (out / STATE_FILE).exists()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        (gate / "release").touch()  # let an orphaned Spark worker go on and exit
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    # The kill left staged files only: no final file, no state; readers ignore "_staging".
+    assert not (out / STATE_FILE).exists()
+    assert all(f.startswith(STAGING) for f in files(out))
+    assert ds.dataset(out, format="parquet", partitioning="hive").count_rows() == 0
     clean = tmp_path / "clean"
     run_export(spark, options(archive) | {"maxBytesPerPartition": str(128 << 20)}, str(clean))
     run_export(spark, options(archive) | {"maxBytesPerPartition": str(128 << 20)}, str(out))

@@ -1,6 +1,5 @@
 """The tiering test harness: a real PartitionLog, the real topic-based RLMM over an
-in-memory metadata topic, and an RSM (the local-directory plugin when it exists, else a
-dict-backed one)."""
+in-memory metadata topic, and an RSM (a dict-backed one, or the local-directory plugin)."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ from test_manager import MemoryTopic, manager
 from core.log.config import LogConfig
 from core.log.partition_log import PartitionLog
 from core.records.builder import RecordBatchBuilder
+from rsm_plugins.local import LocalDirRemoteStorageManager
 from tiered.api import (
     IndexType,
     LogSegmentData,
@@ -96,12 +96,8 @@ class MemoryRSM(RemoteStorageManager):
         return {sid for sid, _ in self.objects}
 
 
-def local_dir_rsm(root: Path) -> RemoteStorageManager | None:
-    """rsm_plugins.local.LocalDirRemoteStorageManager, once that plugin has landed."""
-    try:
-        from rsm_plugins.local import LocalDirRemoteStorageManager
-    except ImportError:
-        return None
+def local_dir_rsm(root: Path) -> RemoteStorageManager:
+    """rsm_plugins.local.LocalDirRemoteStorageManager storing under ``root``."""
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"storage.root": str(root)})
     return rsm

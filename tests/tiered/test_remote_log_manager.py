@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 import time
@@ -14,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from harness import T0, Env, local_dir_rsm, produce, tiered_config
 
-from core.errors import OffsetOutOfRangeError
+from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
 from tiered.api import (
     RemoteLogSegmentId,
@@ -114,10 +115,7 @@ def test_local_retention_then_reads_below_local_start_come_from_remote(env, memo
 
 
 def test_local_dir_rsm_end_to_end(tmp_path):
-    rsm = local_dir_rsm(tmp_path / "bucket")
-    if rsm is None:
-        pytest.skip("rsm_plugins.local has not landed yet")
-    env = Env(tmp_path, rsm, tiered_config())
+    env = Env(tmp_path, local_dir_rsm(tmp_path / "bucket"), tiered_config())
     try:
         produce(env.plog, 30)
         before = local_reads(env, env.plog.active_segment.base_offset, 1000)
@@ -370,10 +368,13 @@ def test_reader_rejects_beyond_pending_bound(env):
 
 
 def test_a_cancelled_read_that_has_not_started_never_runs(env):
-    # An expired DelayedRemoteFetch cancels its reads: queued ones must not cost a round trip.
+    # An expired DelayedRemoteFetch cancels its reads: a queued one must not cost a round
+    # trip to the remote tier, and must give its place in the bounded queue back at once.
     tier_everything(env, 20)
     env.rlm.shutdown()
-    env.rlm = env.new_rlm(**{"remote.log.reader.threads": 1})
+    env.rlm = env.new_rlm(
+        **{"remote.log.reader.threads": 1, "remote.log.reader.max.pending.tasks": 2}
+    )
     calls = []
     original = env.rlm.reader.read
 
@@ -383,16 +384,78 @@ def test_a_cancelled_read_that_has_not_started_never_runs(env):
 
     env.rlm.reader.read = counted  # type: ignore[method-assign]
     gate = threading.Event()
-    blocker = env.rlm.reader._submit(gate.wait)
+    blocker = env.rlm.reader._submit(gate.wait)  # holds the only reader thread
 
-    async def start_then_cancel() -> bool:
-        future = env.rlm.start_read(env.tp.topic_id, "t", 0, env.plog, 0, 100, read_committed=False)
+    def start_read():
+        return env.rlm.start_read(env.tp.topic_id, "t", 0, env.plog, 0, 100, read_committed=False)
+
+    async def queue_then_cancel() -> None:
+        future = start_read()
+        with pytest.raises(KafkaStorageError):  # the queue is full: the blocker and the read
+            start_read()
         future.cancel()
-        await asyncio.sleep(0)  # let the cancellation reach the pool's future
-        return future.cancelled()
+        # asyncio hands the cancellation to the pool's future in a callback it schedules
+        # with call_soon: one turn of the loop runs it.
+        await asyncio.sleep(0)
 
-    assert asyncio.run(start_then_cancel())
-    gate.set()
+    try:
+        asyncio.run(queue_then_cancel())
+        # The cancelled read left the queue while the blocker still runs: a new read fits.
+        after = env.rlm.reader.submit_fetch(env.tp, env.plog, 0, 100)
+    finally:
+        gate.set()  # whatever failed, free the reader thread so that the pool can stop
     blocker.result(5)
-    env.rlm.reader._pool.submit(lambda: None).result(5)  # everything queued before has run
-    assert calls == []
+    assert after.result(5).records
+    assert len(calls) == 1, "the cancelled read ran"
+
+
+# -- DELETE_SEGMENT_STARTED read from the metadata: resumed only when a rule of this broker
+# -- deletes the segment (a forged event replayed at start-up destroys nothing)
+
+
+def start_deleting(env: Env, md: RemoteLogSegmentMetadata) -> None:
+    """Put ``md`` in DELETE_SEGMENT_STARTED, as an event replayed at start-up would."""
+    event = RemoteLogSegmentMetadataUpdate(
+        md.remote_log_segment_id, 5, None, S.DELETE_SEGMENT_STARTED, 1
+    )
+    env.rlmm.update_remote_log_segment_metadata(event).result(10)
+
+
+def test_a_deletion_no_rule_of_this_broker_decided_is_not_resumed(env, memory_rsm, caplog):
+    caplog.set_level(logging.WARNING, "tiered.remote_log_manager")
+    remote = tier_everything(env)
+    victim = remote[1]
+    start_deleting(env, victim)
+    for _ in range(2):
+        assert env.rlm.expire_once(env.tp, env.plog) == 0
+    assert victim.segment_id in memory_rsm.segment_ids()
+    assert memory_rsm.segment_ids() == {md.segment_id for md in remote}
+    warnings = [r.getMessage() for r in caplog.records if "remote_delete_refused" in r.getMessage()]
+    assert len(warnings) == 1 and str(victim.segment_id) in warnings[0]
+    # Once retention does expire it, the deletion goes ahead with the older segment.
+    env.clock.now = victim.max_timestamp_ms + 60_000
+    env.plog.update_config(tiered_config(retention_ms=60_000, local_retention_ms=1))
+    assert env.rlm.expire_once(env.tp, env.plog) >= 2
+    assert victim.segment_id not in memory_rsm.segment_ids()
+    assert env.plog.log_start_offset > victim.end_offset
+
+
+def test_a_deletion_whose_offsets_are_in_finished_segments_is_resumed(env, memory_rsm):
+    """A failed copy left DELETE_SEGMENT_STARTED, then copied again: nothing is lost."""
+    remote = tier_everything(env)
+    twin = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate_new(env.tp),
+        remote[0].start_offset,
+        remote[1].end_offset,
+        max_timestamp_ms=T0,
+        broker_id=1,
+        event_timestamp_ms=1,
+        segment_size_in_bytes=10,
+        segment_leader_epochs={0: remote[0].start_offset},
+    )
+    env.rlmm.add_remote_log_segment_metadata(twin).result(10)
+    memory_rsm.objects[(twin.segment_id, "log")] = b"partial"
+    start_deleting(env, twin)
+    assert env.rlm.expire_once(env.tp, env.plog) == 1
+    assert memory_rsm.segment_ids() == {md.segment_id for md in remote}
+    assert [md.segment_id for md in env.segments()] == [md.segment_id for md in remote]

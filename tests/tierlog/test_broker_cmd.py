@@ -37,3 +37,23 @@ def test_a_world_readable_file_with_secrets_is_warned_about_without_values(tmp_p
     plain.write_text("log.dirs=/data\n")
     plain.chmod(0o644)
     assert not warn_if_secrets_are_world_readable(plain)
+
+
+def test_the_inert_keys_a_config_sets_are_logged_in_one_line(tmp_path: Path, caplog):
+    from core.server.config import load_broker_config
+    from tierlog.broker_cmd import log_inert_keys
+
+    path = tmp_path / "server.properties"
+    path.write_text("num.io.threads=16\nnum.partitions=3\nzookeeper.connect=zk:2181\n")
+    config = load_broker_config(path, {"replica.lag.time.max.ms": "10000"})
+    with caplog.at_level(logging.INFO, logger="tierlog.broker"):
+        log_inert_keys(config)
+    lines = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
+    assert lines == [
+        "accepted with no effect in tierlog: "
+        "num.io.threads, replica.lag.time.max.ms, zookeeper.connect"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tierlog.broker"):
+        log_inert_keys(load_broker_config(None, {"num.partitions": "2"}))
+    assert not [r for r in caplog.records if "no effect" in r.getMessage()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -463,6 +464,19 @@ def test_missing_unknown_and_directory_arguments(dump, tmp_path: Path, partition
         f"tierlog: error: {partition}: is a directory, not a file",
     ]
     assert f"Dumping {good}" in run.out  # the good file is dumped all the same
+
+
+def test_paths_starting_with_a_dash(dump, partition: Path, monkeypatch) -> None:
+    # The partition directory of a topic named "-orders" ('-' is legal in topic names),
+    # given relative to the log dir as a user would: a value, not an unknown option.
+    shutil.copytree(partition, partition.parent / "-orders-0")
+    monkeypatch.chdir(partition.parent)
+    name = f"-orders-0/{log_files(partition)[0].name}"
+    for argv in ((name,), (name, "--deep-iteration"), ("--deep-iteration", "--", name)):
+        run = dump(*argv)
+        assert (run.status, run.err) == (0, ""), argv
+        assert run.out.startswith(f"Dumping {name}\nLog starting offset: 0\nbaseOffset: 0 ")
+        assert ("| offset: 0 CreateTime: " in run.out) == ("--deep-iteration" in argv)
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ from core.errors import InvalidConfigError, LogDirNotUsableError
 from core.log.checkpoints import OffsetCheckpointFile
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager, LogManagerConfig
+from core.topic_name import InvalidTopicError
 
 
 def manager(dirs, **kw) -> LogManager:
@@ -144,3 +145,78 @@ def test_topic_config_round_trips_through_properties():
     assert cfg.effective_local_retention_bytes == -1  # -2 means "as retention.bytes"
     assert LogConfig.from_props(cfg.to_props()) == cfg
     assert cfg.with_overrides({"segment.ms": "1000"}).segment_ms == 1000
+
+
+STRAY_DIRS = ["evil\n-0", "notapartition", "x-abc", "t-01", "t-\u0663", "a b-0", "backup-delete"]
+
+
+def test_stray_directories_are_logged_by_path_skipped_and_left_alone(tmp_path, batch, caplog):
+    d = tmp_path / "d"
+    lm = manager([d])
+    lm.get_or_create_log("orders", 0).append_as_leader(batch([b"a", b"b"]), 0)
+    lm.shutdown()
+    for name in STRAY_DIRS:
+        (d / name).mkdir()
+        (d / name / "00000000000000000000.log").write_bytes(b"junk")
+    (d / "remote-log-index-cache").mkdir()  # the remote tier's, not a stray
+
+    with caplog.at_level("WARNING", logger="core.log.log_manager"):
+        again = manager([d])
+    assert {(p.topic, p.partition) for p in again.all_logs()} == {("orders", 0)}
+    assert again.get_log("orders", 0).log_end_offset == 2
+    warned = "\n".join(r.getMessage() for r in caplog.records)
+    for name in STRAY_DIRS:
+        assert repr(str(d / name)) in warned
+    assert "remote-log-index-cache" not in warned
+    # A name with a newline is logged escaped: it cannot forge a line of the broker's log.
+    assert all("\n" not in r.getMessage() for r in caplog.records)
+
+    # The checkpoints hold the real partition only, and stay readable.
+    again.checkpoint_high_watermarks()
+    again.shutdown()
+    for checkpoint in ("replication-offset-checkpoint", "recovery-point-offset-checkpoint"):
+        assert set(OffsetCheckpointFile(d / checkpoint).read()) == {("orders", 0)}
+    for name in STRAY_DIRS:  # untouched, including the one that looks like a deleted dir
+        assert (d / name / "00000000000000000000.log").read_bytes() == b"junk"
+
+
+@pytest.mark.parametrize("topic", ["evil\n", "a\rb", "a\tb", "a\x00b", "t\u0435st", "", ".."])
+def test_no_partition_directory_is_made_for_an_illegal_topic_name(tmp_path, topic):
+    d = tmp_path / "d"
+    lm = manager([d])
+    with pytest.raises(InvalidTopicError):
+        lm.get_or_create_log(topic, 0)
+    assert not [c for c in d.iterdir() if c.is_dir()]
+    lm.checkpoint_high_watermarks()  # nothing illegal to break it
+    lm.shutdown()
+
+
+def test_idle_producers_are_forgotten_every_check_interval(tmp_path, batch):
+    """producer.id.expiration.check.interval.ms: the LogManager's periodic task drops the
+    producers idle for producer.id.expiration.ms (Kafka's PeriodicProducerExpirationCheck);
+    a producer still active stays."""
+    import time
+
+    now = [1_700_000_000_000]
+    lm = LogManager(
+        LogManagerConfig(
+            log_dirs=(tmp_path / "d",),
+            producer_id_expiration_ms=60_000,
+            producer_id_expiration_check_interval_ms=20,
+        ),
+        clock=lambda: now[0],
+    )
+    plog = lm.get_or_create_log("t", 0)
+    for pid, timestamp in ((7, now[0] - 120_000), (8, now[0])):
+        idempotent = batch(
+            [b"v"], timestamp=timestamp, producer_id=pid, producer_epoch=0, base_sequence=0
+        )
+        plog.append_as_leader(idempotent, 0)
+    assert set(plog.producer_state.active_producers) == {7, 8}
+    lm.startup()
+    deadline = time.monotonic() + 10
+    while 7 in plog.producer_state.active_producers:
+        assert time.monotonic() < deadline, "the idle producer was never expired"
+        time.sleep(0.01)
+    assert set(plog.producer_state.active_producers) == {8}
+    lm.shutdown()

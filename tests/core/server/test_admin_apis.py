@@ -401,6 +401,34 @@ def test_delete_records_of_a_compacted_topic_is_a_policy_violation(broker: FakeB
     assert delete_records(broker, 2, "c", (0, 0)) == [(0, ErrorCode.policy_violation, -1)]
 
 
+# -- the internal topics ----------------------------------------------------------------------
+def test_only_brokers_trim_or_reconfigure_the_internal_topics(broker: FakeBroker) -> None:
+    """A client, whatever the ACLs, may not delete records of or alter the configs of
+    __remote_log_metadata (or the other two); a super user may; nobody deletes them."""
+    from core.server.internal_topics import BrokerTrust
+
+    name = "__remote_log_metadata"
+    broker.create_topic(name, 2, {"retention.ms": "-1"})
+    broker.append(name, 0, 5)
+    assert delete_records(broker, 2, name, (0, 3)) == [(0, ErrorCode.policy_violation, -1)]
+    for validate_only in (False, True):
+        (r,) = alter(broker, 1, (2, name, [("retention.ms", 0, "1")]), validate_only=validate_only)
+        assert r.error_code == ErrorCode.policy_violation and "super.users" in r.error_message
+    (r,) = alter(broker, 1, (2, "__consumer_offsets", [("cleanup.policy", 0, "delete")]))
+    assert r.error_code == ErrorCode.policy_violation
+    (r,) = delete_by_name(broker, 6, name).responses
+    assert r.error_code == ErrorCode.invalid_topic_exception
+    assert broker.topics.get(name).configs == {"retention.ms": "-1"}
+    assert broker.replica_manager.partition(name, 0).log.log_start_offset == 0
+
+    broker.broker_trust = BrokerTrust(frozenset({"User:ANONYMOUS"}))  # as a super user
+    assert delete_records(broker, 2, name, (0, 3)) == [(0, ErrorCode.none, 3)]
+    (r,) = alter(broker, 1, (2, name, [("segment.bytes", 0, "4096")]))
+    assert r.error_code == ErrorCode.none
+    (r,) = delete_by_name(broker, 6, name).responses
+    assert r.error_code == ErrorCode.invalid_topic_exception
+
+
 # -- OffsetForLeaderEpoch ---------------------------------------------------------------------
 def epochs(broker: FakeBroker, version: int, *parts: tuple[int, int, int]) -> list[tuple]:
     s = schema(ApiKey.OFFSET_FOR_LEADER_EPOCH, version)

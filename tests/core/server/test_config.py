@@ -369,6 +369,13 @@ def test_listeners_parse(value: str, expected: list[tuple[str, str, int]]) -> No
         ("localhost:9092", "expected NAME://host:port"),
         ("PLAINTEXT://a:9092,PLAINTEXT://b:9093", "different name"),
         ("PLAINTEXT://a:9092,plaintext://b:9093", "different name"),
+        # Whole-string checks, ASCII digits only: isdigit() takes "²" (which int() then
+        # refuses) and Arabic-Indic digits (which int() reads as 9092).
+        ("PLAINTEXT://localhost:90\n92", "port 90\n92"),
+        ("PLAINTEXT://localhost:\u00b2", "port \u00b2"),
+        ("PLAINTEXT://localhost:\u0669\u0660\u0669\u0662", "port \u0669\u0660\u0669\u0662"),
+        ("PLAINTEXT://local\nhost:9092", "not a valid hostname"),
+        ("PLAIN\nTEXT://localhost:9092", "listener name"),
     ],
 )
 def test_bad_listeners_name_the_key(value: str, reason: str) -> None:
@@ -441,6 +448,13 @@ def test_controller_listeners_are_not_broker_listeners() -> None:
     assert "controller.quorum.bootstrap.servers" in error(
         {"controller.quorum.bootstrap.servers": "nohost"}
     )
+    arabic_one = "\u0661"
+    assert "controller.quorum.voters" in error(
+        {"controller.quorum.voters": f"{arabic_one}@localhost:9093"}
+    )
+    assert "controller.quorum.bootstrap.servers" in error(
+        {"controller.quorum.bootstrap.servers": f"localhost:909{arabic_one}"}
+    )
 
 
 def test_process_roles() -> None:
@@ -502,3 +516,37 @@ def test_config_is_frozen() -> None:
     c = build({})
     with pytest.raises(AttributeError):
         c.num_partitions = 2  # type: ignore[misc]
+
+
+# -- inert keys -------------------------------------------------------------------------------
+
+
+def test_the_inert_keys_a_kafka_sample_sets_are_named_in_order() -> None:
+    c = BrokerConfig.from_props(parse_properties(KAFKA_SAMPLE))
+    assert c.inert_keys_given() == [
+        "controller.quorum.bootstrap.servers",
+        "controller.quorum.voters",
+        "inter.broker.listener.name",
+        "num.io.threads",
+        "num.network.threads",
+        "offsets.topic.replication.factor",
+        "share.coordinator.state.topic.min.isr",
+        "share.coordinator.state.topic.replication.factor",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.replication.factor",
+    ]
+    zk = BrokerConfig.from_props(parse_properties(KAFKA_ZK_SAMPLE))
+    assert zk.inert_keys_given() == [
+        "num.network.threads",
+        "zookeeper.connect",
+        "zookeeper.connection.timeout.ms",
+    ]
+    # Keys that work are not named, and a topic default inherits its topic key's marker.
+    assert cfg(num_partitions="3", socket_send_buffer_bytes="-1").inert_keys_given() == []
+    assert cfg(min_insync_replicas="2").inert_keys_given() == ["min.insync.replicas"]
+
+
+def test_socket_buffer_sizes_take_minus_one_for_the_os_default() -> None:
+    c = cfg(socket_send_buffer_bytes="-1", socket_receive_buffer_bytes="65536")
+    assert (c.socket_send_buffer_bytes, c.socket_receive_buffer_bytes) == (-1, 65536)
+    assert "socket.receive.buffer.bytes" in error({"socket.receive.buffer.bytes": "-2"})

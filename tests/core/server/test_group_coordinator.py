@@ -10,11 +10,12 @@ from core.server.timing_wheel import Timer
 PROTOCOLS = [("range", b"r-meta"), ("roundrobin", b"rr-meta")]
 
 
-def coordinator() -> GroupCoordinator:
+def coordinator(**kwargs) -> GroupCoordinator:
     return GroupCoordinator(
         Timer(asyncio.get_running_loop()),
         initial_rebalance_delay_ms=0,
         min_session_timeout_ms=10,
+        **kwargs,
     )
 
 
@@ -210,3 +211,69 @@ def test_groups_stored_empty_come_back_empty_and_their_metadata_expires():
     assert "idle" in store.group_metadata()
     store.expire(1_000 + 60_000, 60_000, {}, set())
     assert "idle" not in store.group_metadata()
+
+
+def test_a_full_group_refuses_new_members_and_keeps_its_own():
+    """group.max.size, Kafka's rules for a Stable group: its members may rejoin, a new member
+    gets GROUP_MAX_SIZE_REACHED (no member id, not even a KIP-394 one) and changes nothing."""
+
+    async def scenario() -> None:
+        c = coordinator(max_size=2)
+        a = await join(c)
+        await c.sync("g", a.generation, a.member_id, {})
+        b_task = asyncio.create_task(join(c))
+        await until(lambda: c.groups["g"].state is GroupState.PREPARING_REBALANCE)
+        a = await join(c, a.member_id)
+        b = await b_task
+        await asyncio.gather(c.sync("g", 2, a.member_id, {}), c.sync("g", 2, b.member_id, {}))
+        group = c.groups["g"]
+        assert group.state is GroupState.STABLE and len(group.members) == 2
+
+        refused = await join(c)
+        assert refused.error is GroupError.GROUP_MAX_SIZE_REACHED and refused.member_id == ""
+        refused_v4 = await c.join(
+            "g", "", None, "client", "h", 10_000, 2_000, "consumer", PROTOCOLS,
+            require_known_member_id=True,
+        )  # fmt: skip
+        assert refused_v4.error is GroupError.GROUP_MAX_SIZE_REACHED
+        assert not group.pending
+        assert group.state is GroupState.STABLE and group.generation == 2
+        assert set(group.members) == {a.member_id, b.member_id}
+        # A member of the full group rejoining is taken (here: the current generation).
+        again = await join(c, b.member_id)
+        assert again.error is GroupError.NONE and again.generation == 2
+        c.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_group_restored_over_its_maximum_keeps_the_first_members_to_rejoin():
+    """group.max.size lowered below a stored group's size: on load the group rebalances
+    (Kafka's onLoaded), the first members to rejoin fill it, the next is refused and
+    leaves, and the new generation has max.size members."""
+    from core.server.coordinator_records import GroupMetadataValue, MemberMetadata
+
+    async def scenario() -> None:
+        members = tuple(
+            MemberMetadata(m, None, "client", "h", 2_000, 10_000, b"r-meta", b"")
+            for m in ("a", "b", "c")
+        )
+        stored = {"g": GroupMetadataValue("consumer", 5, "range", "a", 1_000, members)}
+        c = coordinator(max_size=2)
+        c.restore(stored)
+        group = c.groups["g"]
+        assert group.state is GroupState.PREPARING_REBALANCE and len(group.members) == 3
+        assert c.heartbeat("g", 5, "c") is GroupError.REBALANCE_IN_PROGRESS
+        first = asyncio.create_task(join(c, "c"))
+        second = asyncio.create_task(join(c, "a"))
+        await until(lambda: group.awaiting_join() == 2)
+        last = await join(c, "b")
+        assert last.error is GroupError.GROUP_MAX_SIZE_REACHED and last.member_id == ""
+        kept = await asyncio.gather(first, second)
+        assert [r.error for r in kept] == [GroupError.NONE, GroupError.NONE]
+        assert {r.generation for r in kept} == {6}
+        assert set(group.members) == {"a", "c"}
+        assert c.heartbeat("g", 6, "b") is GroupError.UNKNOWN_MEMBER_ID
+        c.shutdown()
+
+    asyncio.run(scenario())
