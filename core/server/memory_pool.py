@@ -6,15 +6,16 @@ requests being received or served are counted across all connections together.
 
 Admission follows Kafka's SimpleMemoryPool in its non-strict mode, which Kafka's socket
 server uses: a frame is admitted while the reservations are below the capacity, so one
-frame may go past it, and the total stays below ``capacity + socket.request.max.bytes``
-(Kafka requires ``queued.max.request.bytes >= socket.request.max.bytes``, so every frame
-fits an empty pool). A frame that is not admitted waits, in arrival order, and its
-connection is not read meanwhile (Kafka mutes the channel): TCP pushes back on the client.
+frame may go past it, and what frames over ``small_frame`` hold stays below ``capacity +
+socket.request.max.bytes`` (Kafka requires ``queued.max.request.bytes >=
+socket.request.max.bytes``, so every frame fits an empty pool). A frame that is not
+admitted waits, in arrival order, and its connection is not read meanwhile (Kafka mutes the
+channel): TCP pushes back on the client.
 
 One difference from Kafka: a frame of at most ``small_frame`` bytes is admitted at once even
 when the pool is full. Its bytes are no more than what the connection's read buffer holds
 anyway, and the requests that keep clients alive (Metadata, heartbeats, offset commits,
-fetches, ordinary produce requests) must not queue behind large bodies that slow or hostile
+fetches, small produce requests) must not queue behind large bodies that slow or hostile
 clients have announced. Small frames still count, so they delay large ones.
 """
 
@@ -30,9 +31,7 @@ class Reservation:
     """The bytes one frame holds in the pool; ``release`` is idempotent.
 
     ``frame`` keeps the frame itself until the release, so that the memory counted is the
-    memory held: freeing each frame as soon as it is decoded made glibc's allocator give
-    the heap back and fault it in again for every large request (twice the page faults on
-    a produce benchmark).
+    memory held: the frame lives exactly as long as its reservation.
     """
 
     pool: RequestMemoryPool | None
