@@ -73,13 +73,29 @@ def run_export(args: argparse.Namespace) -> int:
         options["startingTimestamp"] = str(timestamp_ms(args.since, "--since"))
     if args.until:
         options["endingTimestamp"] = str(timestamp_ms(args.until, "--until"))
-    from spark_jobs.export import run_export as export
-    from spark_jobs.export import spark_session
+    from core.extras import MissingExtraError
+    from tiered.api import RSM_CLASS_NAME, RemoteStorageError, RemoteStorageManager, load_plugin
+
+    try:
+        from spark_jobs.archive import ArchiveConfig
+        from spark_jobs.export import run_export as export
+        from spark_jobs.export import spark_session
+    except MissingExtraError as e:
+        raise CommandError(str(e)) from e
+    # A plugin that cannot load (its extra missing, say) is reported before Spark starts.
+    try:
+        load_plugin(
+            ArchiveConfig.from_options(options).rsm_class, RemoteStorageManager, key=RSM_CLASS_NAME
+        )
+    except RemoteStorageError as e:
+        raise CommandError(str(e)) from e
 
     spark = spark_session(args.master)
     try:
         summary = export(spark, options, args.output)
-    except ValueError as e:
+    except (ValueError, RemoteStorageError) as e:
+        # RemoteStorageError: the plugin cannot load (its extra is missing, the message says
+        # which) or configure, or the remote tier cannot be read from the driver.
         raise CommandError(str(e)) from e
     finally:
         spark.stop()

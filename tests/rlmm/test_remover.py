@@ -73,6 +73,7 @@ def test_marked_partition_is_deleted_segment_by_segment(tp):
     assert m.store.partition_delete_state(tp) is None  # FINISHED drops the partition
     with pytest.raises(RemoteResourceNotFoundError):
         m.store.cache(tp)
+    assert not m.is_ready(tp)  # the deleted partition's metadata is released
     m.close()
 
 

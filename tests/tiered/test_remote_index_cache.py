@@ -30,7 +30,7 @@ def test_index_views_parse_kafka_entries_and_ignore_a_zero_tail():
 
 def tiered(env):
     produce(env.plog, 40)
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     env.plog.delete_old_segments()
     return sorted(env.segments(), key=lambda m: m.start_offset)
 

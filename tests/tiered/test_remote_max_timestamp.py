@@ -26,7 +26,7 @@ def append_at(env: Env, timestamps: Sequence[int], epoch: int = 0) -> int:
 
 
 def tier_and_drop_local(env: Env) -> None:
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     env.plog.delete_old_segments()
     assert env.plog.log_start_offset < env.plog.local_log_start_offset
 
