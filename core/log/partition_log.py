@@ -224,10 +224,12 @@ class PartitionLog:
         the ``.log`` last) only once they are complete and fsynced; so a ``.log.swap`` is a
         whole cleaned segment, and every plain segment inside its offset range is replaced.
         """
+        completed = False
         for swap in sorted(self.dir.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
             parsed = parse_offset_file(swap.name)
             if parsed is None:
                 continue
+            completed = True
             base = parsed[0]
             last = base
             records = FileRecords(swap, create=False, writable=False)
@@ -248,7 +250,8 @@ class PartitionLog:
                     path.unlink(missing_ok=True)
             for path in self.dir.glob(f"{filename_prefix(base)}.*{SWAP_SUFFIX}"):
                 path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))
-        fsync_dir(self.dir)
+        if completed:  # only then has the directory changed
+            fsync_dir(self.dir)
 
     def _remove_temporary_files(self) -> None:
         for path in self.dir.iterdir():

@@ -132,7 +132,7 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any
             error, message, info = ErrorCode.topic_authorization_failed, None, None
         if info is not None:
             try:
-                broker.delete_topic(info.name)
+                await broker.delete_topic(info.name)
                 deleted.append(info.name)
             except CoreError as e:
                 error, message = error_of(e), str(e)

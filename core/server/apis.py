@@ -37,6 +37,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+class TooManyPartitionsError(CoreError):
+    """POLICY_VIOLATION: a CreateTopics request asking for more partitions than
+    ``max.partitions.per.request`` (Kafka's controller answers it so)."""
+
+    error_code = 44
+
+
 Handler = Callable[["Broker", RequestContext, Any], Awaitable[Any]]
 NO_THROTTLE = datetime.timedelta(0)
 UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
@@ -141,7 +149,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
                     )
                 ):
                     try:
-                        info = broker.create_topic(name, broker.config.num_partitions, {})
+                        info = await broker.create_topic(name, broker.config.num_partitions, {})
                     except CoreError as e:
                         topics.append(describe(name, None, error_of(e)))
                         continue
@@ -431,21 +439,47 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any)
 
 
 # -- CreateTopics -----------------------------------------------------------------------------
+def _partitions_asked(broker: Broker, topic: Any) -> int:
+    """Partitions one CreateTopics entry asks for, counted as Kafka's controller does."""
+    if topic.assignments:
+        return len(topic.assignments)
+    if topic.num_partitions == -1:
+        return int(broker.config.num_partitions)
+    return max(0, int(topic.num_partitions))
+
+
 async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "CreatableTopicResult")
     config_cls = nested_optional(response_type, "CreatableTopicConfigs")  # v5+
     validate_only = getattr(request, "validate_only", False)
+
+    def may_create(name: str) -> bool:
+        return cluster_allowed(broker, ctx, Operation.CREATE) or allowed(
+            broker, ctx, Operation.CREATE, ResourceType.TOPIC, name
+        )
+
+    # Kafka's controller refuses a request whose topics (those the principal may create)
+    # ask for more partitions together than its limit, before creating any: every topic of
+    # the request gets POLICY_VIOLATION.
+    limit = broker.config.get("max.partitions.per.request")
+    asked = sum(_partitions_asked(broker, t) for t in request.topics if may_create(t.name))
+    refusal = None
+    if asked > limit:
+        refusal = (
+            "Excessively large number of partitions per request "
+            f"({asked} asked, max.partitions.per.request={limit})."
+        )
+        log.info("refused CreateTopics from %s: %s", ctx.client_address, refusal)
     results = []
     for topic in request.topics:
         error, message, info = ErrorCode.none, None, None
         partitions = topic.num_partitions
         replication = topic.replication_factor
         try:
-            if not (
-                cluster_allowed(broker, ctx, Operation.CREATE)
-                or allowed(broker, ctx, Operation.CREATE, ResourceType.TOPIC, topic.name)
-            ):
+            if refusal is not None:
+                raise TooManyPartitionsError(refusal)
+            if not may_create(topic.name):
                 raise TopicAuthorizationError(f"not authorized to create topic {topic.name}")
             if refused_for(broker, ctx, topic.name):
                 # A client creating __remote_log_metadata first could give it a short
@@ -465,7 +499,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
             if replication == -1:
                 replication = broker.config.default_replication_factor
             configs = {c.name: c.value for c in topic.configs}
-            info = broker.create_topic(
+            info = await broker.create_topic(
                 topic.name,
                 partitions,
                 configs,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,33 @@ from core.server.topics import (
     InvalidReplicationFactorError,
     TopicInfo,
     TopicRegistry,
+    UnknownTopicError,
     read_partition_metadata,
 )
 
 log = logging.getLogger(__name__)
+
+
+class NameLocks:
+    """One asyncio lock per topic name, dropped when nobody holds or waits for it: the
+    disk work of a topic's creation and deletion runs one at a time, in arrival order."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, name: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(name, (asyncio.Lock(), 0))
+        self._locks[name] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[name]
+            if users == 1:
+                del self._locks[name]
+            else:
+                self._locks[name] = (lock, users - 1)
 
 
 class Broker:
@@ -76,6 +100,8 @@ class Broker:
         self.server: SocketServer | None = None
         self.bound: list[BoundListener] = []
         self._stopped = asyncio.Event()
+        self._topic_locks = NameLocks()
+        self._topic_tasks: set[asyncio.Future[TopicInfo]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> list[BoundListener]:
@@ -110,6 +136,7 @@ class Broker:
             max_request_bytes=self.config.socket_request_max_bytes,
             max_connections=self.config.max_connections,
             idle_timeout_s=self.config.connections_max_idle_ms / 1000,
+            queued_max_request_bytes=self.config.queued_max_request_bytes,
             send_buffer_bytes=self.config.socket_send_buffer_bytes,
             receive_buffer_bytes=self.config.socket_receive_buffer_bytes,
             listen_backlog=self.config.socket_listen_backlog_size,
@@ -223,6 +250,12 @@ class Broker:
     async def stop(self) -> None:
         if self.server is not None:
             await self.server.stop()
+        if self._topic_tasks:
+            # Creations stop at their next step (the next start opens the rest); deletions
+            # finish: one cut short would leave partition dirs that the next start adopts
+            # as a topic again.
+            self.replica_manager.stopping = True
+            await asyncio.wait(list(self._topic_tasks))
         if self._offset_expiry is not None:
             self._offset_expiry.cancel()
         if self.group_coordinator is not None:
@@ -266,7 +299,7 @@ class Broker:
         bound = next(b for b in self.bound if b.name == listener)
         return bound.host, bound.port
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         partitions: int,
@@ -275,7 +308,9 @@ class Broker:
         replication_factor: int = 1,
         validate_only: bool = False,
     ) -> TopicInfo:
-        """Create a topic and open its partitions.
+        """Create a topic and open its partitions, off the event loop: registered first (a
+        second creation of the name gets TOPIC_ALREADY_EXISTS at once), then its partition
+        logs opened on executor threads a step at a time, each step served as it opens.
 
         Raises:
             InvalidTopicError, TopicExistsError, InvalidPartitionsError,
@@ -287,19 +322,66 @@ class Broker:
                 f"replication factor of {replication_factor} cannot be reached because only "
                 "1 broker(s) are registered."
             )
-        info = self.topics.create(name, partitions, configs, validate_only=validate_only)
+        create = functools.partial(
+            self.topics.create, name, partitions, configs, validate_only=validate_only
+        )
+        info = await asyncio.get_running_loop().run_in_executor(None, create)
         if not validate_only:
-            self.replica_manager.open_topic(info)
-            log.info("created topic %s (%d partitions, id %s)", name, partitions, info.topic_id)
-            self._tell_remote_tier("on_topic_created", info)
+            await self._topic_change(self._open_topic(info))
         return info
 
-    def delete_topic(self, name: str) -> TopicInfo:
-        info = self.topics.delete(name)
-        self.replica_manager.remove_topic(name)
+    async def _open_topic(self, info: TopicInfo) -> TopicInfo:
+        async with self._topic_locks.hold(info.name):
+            current = self.topics.get(info.name)
+            if current is None or current.topic_id != info.topic_id:
+                # Deleted between its registration and here: nothing to open.
+                log.info("topic %s was deleted before its partitions were opened", info.name)
+                return info
+            complete = await self.replica_manager.open_topic_in_steps(info)
+        if not complete:
+            log.info("creation of topic %s interrupted by shutdown; resumed at start", info.name)
+            return info
+        log.info(
+            "created topic %s (%d partitions, id %s)", info.name, info.partitions, info.topic_id
+        )
+        self._tell_remote_tier("on_topic_created", info)
+        return info
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        """Delete a topic: unregistered and no longer served at once, its partition logs
+        deleted on executor threads a step at a time.
+
+        Raises:
+            UnknownTopicError: no such topic (also when a concurrent deletion won).
+        """
+        return await self._topic_change(self._delete_topic(name))
+
+    async def _delete_topic(self, name: str) -> TopicInfo:
+        loop = asyncio.get_running_loop()
+        async with self._topic_locks.hold(name):
+            info = await loop.run_in_executor(None, self.topics.delete, name)
+            await self.replica_manager.remove_topic_in_steps(info)
         log.info("deleted topic %s", name)
         self._tell_remote_tier("on_topic_deleted", info)
         return info
+
+    async def _topic_change(self, change: Coroutine[Any, Any, TopicInfo]) -> TopicInfo:
+        """Run a topic's creation or deletion as the broker's own task: a request cancelled
+        because its client went away does not cut it short, and ``stop`` waits for it."""
+        task = asyncio.ensure_future(change)
+        self._topic_tasks.add(task)
+        task.add_done_callback(self._topic_change_done)
+        return await asyncio.shield(task)
+
+    def _topic_change_done(self, task: asyncio.Future[TopicInfo]) -> None:
+        self._topic_tasks.discard(task)
+        error = None if task.cancelled() else task.exception()
+        # Logged here, as its requester may be gone; a deletion that another one beat to
+        # it is answered UNKNOWN_TOPIC_OR_PARTITION and is no news.
+        if isinstance(error, UnknownTopicError):
+            log.debug("topic change refused: %s", error)
+        elif error is not None:
+            log.error("topic change failed: %s", error)
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
         """Replace a topic's overrides, persist them and apply them to its open logs."""

@@ -73,7 +73,7 @@ class FakeBroker:
         self.replica_manager.open_topic(info)
         return info
 
-    def delete_topic(self, name: str) -> TopicInfo:
+    async def delete_topic(self, name: str) -> TopicInfo:
         info = self.topics.delete(name)
         self.replica_manager.remove_topic(name)
         return info
