@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from core.clock import now_ms
 from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
 from rlmm.formatter import kafka_uuid
 from rlmm.partitioner import metadata_partition
@@ -104,7 +105,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self,
         client: MetadataTopicClient | None = None,
         *,
-        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.client = client
         self.clock = clock

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.clock import now_ms
 from core.errors import CoreError, KafkaStorageError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
 from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
@@ -85,10 +86,6 @@ log = logging.getLogger(__name__)
 
 RLMM_WRITE_TIMEOUT_S = 60.0
 _S = RemoteLogSegmentState
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # -- leader-epoch lineage ------------------------------------------------------------------

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.clock import now_ms
 from core.errors import CoreError, KafkaStorageError, LogDirNotUsableError
 from core.fs import atomic_write, fsync_dir
 from core.log import meta_properties
@@ -38,7 +39,7 @@ from core.log.files import (
     parse_partition_dir,
     partition_dir_name,
 )
-from core.log.partition_log import PartitionLog, now_ms
+from core.log.partition_log import PartitionLog
 from core.scheduler import Scheduler
 from core.topic_name import validate_topic_name
 

@@ -12,13 +12,13 @@ import itertools
 import logging
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from core.clock import now_ms
 from core.errors import (
     CoreError,
     CorruptIndexError,
@@ -84,10 +84,6 @@ def _without(path: Path, suffix: str, replacement: str) -> Path:
     if name.endswith(suffix):
         name = name[: -len(suffix)]
     return path.with_name(name + replacement)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class LogAppendInfo(NamedTuple):

@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from core.clock import now_ms
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
 from core.server.group_coordinator import Group, GroupCoordinator
-from core.server.group_offsets import GroupOffsetStore, now_ms
+from core.server.group_offsets import GroupOffsetStore
 from core.server.handler_support import error_code
 from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
 from core.server.internal_topics import BrokerTrust

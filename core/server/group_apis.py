@@ -21,10 +21,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from core.clock import now_ms
 from core.errors import CoreError
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType
-from core.server.group_offsets import CommittedOffset, GroupOffsetStore, TopicPartition, now_ms
+from core.server.group_offsets import CommittedOffset, GroupOffsetStore, TopicPartition
 from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler, allowed
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
