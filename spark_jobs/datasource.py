@@ -47,7 +47,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from core.log.meta_properties import uuid_from_base64
+from core.kafka_uuid import uuid_from_base64
 from spark_jobs.archive import (
     ArchiveConfig,
     plan_partition,

@@ -23,6 +23,7 @@ from pathlib import Path
 from core.clock import now_ms
 from core.errors import CoreError, KafkaStorageError, LogDirNotUsableError
 from core.fs import atomic_write, fsync_dir
+from core.kafka_uuid import uuid_to_base64
 from core.log import meta_properties
 from core.log.checkpoints import OffsetCheckpointFile
 from core.log.cleaner import CleanerConfig, LogCleaner
@@ -435,7 +436,7 @@ def _partition_dirs(directory: Path) -> list[tuple[Path, TopicPartition]]:
 
 
 def _new_cluster_id() -> str:
-    return meta_properties.uuid_to_base64(uuid.uuid4())
+    return uuid_to_base64(uuid.uuid4())
 
 
 def _rmtree(path: Path) -> None:

@@ -28,8 +28,8 @@ from kafka_clients import Rec, consume_confluent, produce_confluent
 from kio.schema.errors import ErrorCode
 from super_user import client_config, sasl_bootstrap, settings
 
+from core.kafka_uuid import uuid_to_base64
 from core.records.builder import RecordBatchBuilder
-from rlmm.formatter import kafka_uuid
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import serialize
 from tiered.api import (
@@ -188,7 +188,7 @@ def test_a_forged_deletion_does_not_delete_the_remote_segment(tmp_path: Path) ->
         del producer  # librdkafka would keep reconnecting to the stopped broker
         refused = re.compile(
             rf"refused RemoteLogSegmentMetadataUpdate at __remote_log_metadata-{mp} offset \d+ "
-            rf"\(segment {re.escape(kafka_uuid(victim.segment_id))}"
+            rf"\(segment {re.escape(uuid_to_base64(victim.segment_id))}"
         )
         wait_until(lambda: refused.search(broker.log_file.read_text()), 30, what="the refusal")
         assert victim.segment_id in {m.segment_id for m in manifests(tmp_path)}
@@ -216,7 +216,9 @@ def test_a_forged_deletion_does_not_delete_the_remote_segment(tmp_path: Path) ->
         kept = re.compile(rf"remote_delete_refused .*{second.segment_id}")
         wait_until(lambda: kept.search(again.log_file.read_text()), 30, what="the kept segment")
         assert second.segment_id in {m.segment_id for m in manifests(tmp_path)}
-        assert len(list((tmp_path / "bucket").rglob(f"*{kafka_uuid(second.segment_id)}.log"))) == 1
+        assert (
+            len(list((tmp_path / "bucket").rglob(f"*{uuid_to_base64(second.segment_id)}.log"))) == 1
+        )
         assert again.stop() == 0
     finally:
         again.kill()

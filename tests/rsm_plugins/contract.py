@@ -29,7 +29,7 @@ import crc32c
 import pytest
 from segment_files import SegmentFiles
 
-from core.log.meta_properties import uuid_to_base64
+from core.kafka_uuid import uuid_to_base64
 from rsm_plugins.layout import SegmentManifest
 from tiered.api import (
     IndexType,
