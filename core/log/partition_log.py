@@ -27,7 +27,7 @@ from core.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
 )
-from core.fs import fsync_dir
+from core.fs import TMP_SUFFIX, fsync_dir
 from core.log.config import LogConfig
 from core.log.file_records import FileRecords
 from core.log.files import (
@@ -249,7 +249,7 @@ class PartitionLog:
     def _remove_temporary_files(self) -> None:
         for path in self.dir.iterdir():
             name = path.name
-            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)):
                 # .swap files left here belong to no complete swap (an index without its log).
                 log.info("%s: removing leftover file %s", self.dir, name)
                 path.unlink(missing_ok=True)
