@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, restart, wait_until
+
+from support.broker_process import BrokerProcess, restart
+from support.waiting import wait_until
 
 TOPIC = "compacted"
 KEYS = 20

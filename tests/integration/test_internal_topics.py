@@ -4,7 +4,7 @@ group coordinator keep working; a forged DELETE_SEGMENT_STARTED deletes nothing.
 
 Every broker here tiers a topic to the local-directory RSM, has a PLAINTEXT listener (an
 anonymous client) and a SASL_PLAINTEXT one where ``admin`` is a super user and ``alice``
-is not (tests/integration/super_user.py).
+is not (tests/support/super_user.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, start_broker, wait_until
-from internal_writes import (
+from kio.schema.errors import ErrorCode
+
+from core.kafka_uuid import uuid_to_base64
+from core.records.builder import RecordBatchBuilder
+from rlmm.partitioner import metadata_partition
+from rlmm.serde import serialize
+from support.broker_process import BrokerProcess, start_broker
+from support.internal_writes import (
     INTERNAL,
     TIERED,
     admin_errors,
@@ -24,14 +30,9 @@ from internal_writes import (
     manifests,
     produce_raw,
 )
-from kafka_clients import Rec, consume_confluent, produce_confluent
-from kio.schema.errors import ErrorCode
-from super_user import client_config, sasl_bootstrap, settings
-
-from core.kafka_uuid import uuid_to_base64
-from core.records.builder import RecordBatchBuilder
-from rlmm.partitioner import metadata_partition
-from rlmm.serde import serialize
+from support.kafka_clients import Rec, consume_confluent, produce_confluent
+from support.super_user import client_config, sasl_bootstrap, settings
+from support.waiting import wait_until
 from tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,

@@ -32,9 +32,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-import super_user
-from broker_process import BrokerProcess, restart, start_broker, wait_until
-from internal_writes import (
+from kio.schema.errors import ErrorCode
+
+from core.log.checkpoints import OffsetCheckpointFile
+from rlmm.partitioner import metadata_partition
+from rlmm.serde import serialize
+from support import super_user
+from support.broker_process import BrokerProcess, restart, start_broker
+from support.internal_writes import (
     INTERNAL,
     TIERED,
     admin_errors,
@@ -43,14 +48,9 @@ from internal_writes import (
     manifests,
     produce_raw,
 )
-from kafka_clients import Rec, consume_confluent, produce_confluent
-from kafka_wire import metadata_errors
-from kio.schema.errors import ErrorCode
-from soak import SOAK
-
-from core.log.checkpoints import OffsetCheckpointFile
-from rlmm.partitioner import metadata_partition
-from rlmm.serde import serialize
+from support.kafka_clients import Rec, consume_confluent, produce_confluent
+from support.kafka_wire import metadata_errors
+from support.waiting import wait_until
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -59,6 +59,8 @@ from tiered.api import (
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
 )
+
+from .soak import SOAK
 
 S = RemoteLogSegmentState
 

@@ -8,19 +8,15 @@ partition's metadata caught up, is refused (see rlmm/manager.py).
 from __future__ import annotations
 
 import logging
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_manager import MemoryTopic, finish, segment
 
 from core.kafka_uuid import uuid_to_base64
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import serialize
+from support.memory_metadata import MemoryTopic, finish, segment
 from tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,

@@ -16,10 +16,11 @@ from typing import Any
 
 import fsspec
 import pytest
-from contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
-from webhdfs_emulator import WebHdfsEmulator
 
 from rsm_plugins.fsspec import FsspecRemoteStorageManager
+
+from .contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
+from .webhdfs_emulator import WebHdfsEmulator
 
 HDFS_URL = os.environ.get("TIERLOG_HDFS_URL")
 

@@ -12,11 +12,12 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
-from segment_files import SegmentFiles
 
 from rsm_plugins.s3 import S3RemoteStorageManager
 from tiered.api import IndexType, TopicIdPartition
+
+from .contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
+from .segment_files import SegmentFiles
 
 MIB = 1024 * 1024
 

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from broker_process import BrokerProcess, start_broker
-from super_user import client_config, sasl_bootstrap, settings
 
 from core.kafka_uuid import uuid_from_base64, uuid_to_base64
 from core.log.config import LogConfig
@@ -22,6 +17,8 @@ from core.records.builder import RecordBatchBuilder
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import RemoteLogMetadata, serialize
 from rlmm.topic_client import METADATA_TOPIC
+from support.broker_process import BrokerProcess, start_broker
+from support.super_user import client_config, sasl_bootstrap, settings
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
