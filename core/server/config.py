@@ -259,6 +259,37 @@ _BROKER_KEYS = [
     ConfigKey("auto.create.topics.enable", B, True,
               "Create a topic on a Metadata request for it."),
     ConfigKey("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    # -- controller and controlled shutdown (ZooKeeper mode) --------------------------------
+    # Read by the ZooKeeper-mode controller (core/server/controller) and, for the
+    # controlled.shutdown.* keys, by a broker stopping in a cluster. Inert until brokers run
+    # in cluster mode.
+    ConfigKey("auto.leader.rebalance.enable", B, True,
+              "Kafka: the controller moves leadership back to the preferred replicas (the "
+              "first of each assignment) when a broker leads too few of its preferred "
+              "partitions. tierlog brokers do not run in a cluster yet.", inert=True),
+    ConfigKey("leader.imbalance.check.interval.seconds", L, 300,
+              "Kafka: how often the controller checks the preferred leader imbalance (the "
+              "first check 5 s after it is elected). tierlog brokers do not run in a cluster "
+              "yet.", at_least(1), inert=True),
+    ConfigKey("leader.imbalance.per.broker.percentage", I, 10,
+              "Kafka: the share (percent) of a broker's preferred partitions led by others "
+              "above which the controller moves them back to it. tierlog brokers do not run "
+              "in a cluster yet.", at_least(0), inert=True),
+    ConfigKey("controller.socket.timeout.ms", I, 30000,
+              "Kafka: how long the controller waits for a broker's answer before it sends the "
+              "request again on a new connection. tierlog brokers do not run in a cluster "
+              "yet.", at_least(1), inert=True),
+    ConfigKey("controlled.shutdown.enable", B, True,
+              "Kafka: a stopping broker first asks the controller to move its leaderships to "
+              "other brokers. tierlog brokers do not run in a cluster yet; SIGTERM always "
+              "shuts down cleanly.", inert=True),
+    ConfigKey("controlled.shutdown.max.retries", I, 3,
+              "Kafka: how many times a stopping broker asks the controller before it stops "
+              "all the same. tierlog brokers do not run in a cluster yet.", at_least(0),
+              inert=True),
+    ConfigKey("controlled.shutdown.retry.backoff.ms", L, 5000,
+              "Kafka: the wait between those attempts. tierlog brokers do not run in a cluster "
+              "yet.", at_least(0), inert=True),
     # -- fetching ---------------------------------------------------------------------------
     ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
               at_least(1024)),
@@ -397,10 +428,6 @@ _COMPATIBILITY_DOCS = {
     "they are written.",
     "max.connections.per.ip": "Kafka: a connection limit per client address. tierlog bounds "
     "only the total (max.connections).",
-    "auto.leader.rebalance.enable": "Kafka: move leadership back to the preferred replicas. "
-    "tierlog keeps one replica per partition.",
-    "controlled.shutdown.enable": "Kafka: hand leadership to other brokers before shutting "
-    "down. tierlog has no other brokers; SIGTERM always shuts down cleanly.",
     "background.threads": "Kafka: threads for background tasks. tierlog's background tasks run "
     "on its scheduler's threads, not sized by this key.",
     "num.replica.alter.log.dirs.threads": "Kafka: threads moving replicas between log dirs "
