@@ -42,8 +42,9 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from core.clock import now_ms
+from core.kafka_uuid import uuid_to_base64
 from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
-from rlmm.formatter import kafka_uuid
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import RemoteLogSegmentMetadataSnapshot, deserialize, serialize
 from rlmm.snapshot import (
@@ -104,7 +105,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self,
         client: MetadataTopicClient | None = None,
         *,
-        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.client = client
         self.clock = clock
@@ -526,7 +527,7 @@ def _segment_of(event: object) -> str:
     """The segment id an event is about, as Kafka prints it (``tierlog metadata describe``
     takes it); ``-`` for a partition deletion event."""
     if isinstance(event, RemoteLogSegmentMetadata):
-        return kafka_uuid(event.segment_id)
+        return uuid_to_base64(event.segment_id)
     if isinstance(event, RemoteLogSegmentMetadataUpdate):
-        return kafka_uuid(event.remote_log_segment_id.id)
+        return uuid_to_base64(event.remote_log_segment_id.id)
     return "-"

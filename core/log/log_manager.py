@@ -20,8 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.clock import now_ms
 from core.errors import CoreError, KafkaStorageError, LogDirNotUsableError
 from core.fs import atomic_write, fsync_dir
+from core.kafka_uuid import uuid_to_base64
 from core.log import meta_properties
 from core.log.checkpoints import OffsetCheckpointFile
 from core.log.cleaner import CleanerConfig, LogCleaner
@@ -38,7 +40,7 @@ from core.log.files import (
     parse_partition_dir,
     partition_dir_name,
 )
-from core.log.partition_log import PartitionLog, now_ms
+from core.log.partition_log import PartitionLog
 from core.scheduler import Scheduler
 from core.topic_name import validate_topic_name
 
@@ -463,7 +465,7 @@ def _partition_dirs(directory: Path) -> list[tuple[Path, TopicPartition]]:
 
 
 def _new_cluster_id() -> str:
-    return meta_properties.uuid_to_base64(uuid.uuid4())
+    return uuid_to_base64(uuid.uuid4())
 
 
 def _rmtree(path: Path) -> None:

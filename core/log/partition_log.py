@@ -12,13 +12,13 @@ import itertools
 import logging
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from core.clock import now_ms
 from core.errors import (
     CoreError,
     CorruptIndexError,
@@ -27,7 +27,7 @@ from core.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
 )
-from core.fs import fsync_dir
+from core.fs import TMP_SUFFIX, fsync_dir
 from core.log.config import LogConfig
 from core.log.file_records import FileRecords
 from core.log.files import (
@@ -84,10 +84,6 @@ def _without(path: Path, suffix: str, replacement: str) -> Path:
     if name.endswith(suffix):
         name = name[: -len(suffix)]
     return path.with_name(name + replacement)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class LogAppendInfo(NamedTuple):
@@ -256,7 +252,7 @@ class PartitionLog:
     def _remove_temporary_files(self) -> None:
         for path in self.dir.iterdir():
             name = path.name
-            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)):
                 # .swap files left here belong to no complete swap (an index without its log).
                 log.info("%s: removing leftover file %s", self.dir, name)
                 path.unlink(missing_ok=True)

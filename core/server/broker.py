@@ -15,24 +15,21 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
+from core.clock import now_ms
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
-from core.server.acl_apis import HANDLERS as ACL_HANDLERS
-from core.server.admin_apis import HANDLERS as ADMIN_HANDLERS
-from core.server.api_keys import INTER_BROKER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
-from core.server.apis import HANDLERS, api_versions_response, error_code
+from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
-from core.server.group_apis import HANDLERS as GROUP_HANDLERS
 from core.server.group_coordinator import Group, GroupCoordinator
-from core.server.group_offsets import GroupOffsetStore, now_ms
+from core.server.group_offsets import GroupOffsetStore
+from core.server.handler_support import error_code
+from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
 from core.server.internal_topics import BrokerTrust
-from core.server.membership_apis import HANDLERS as MEMBERSHIP_HANDLERS
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_manager import ReplicaManager
-from core.server.sasl_apis import HANDLERS as SASL_HANDLERS
 from core.server.security import listener_security
 from core.server.timing_wheel import Timer
 from core.server.topics import (
@@ -69,29 +66,20 @@ class NameLocks:
 
 
 class Broker:
-    """A single tierlog broker: what request handlers see as ``broker``."""
+    """A single tierlog broker; request handlers see it as a ``BrokerServices``
+    (core.server.handler_support)."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.handlers = {
-            **HANDLERS,
-            **ADMIN_HANDLERS,
-            **GROUP_HANDLERS,
-            **SASL_HANDLERS,
-            **ACL_HANDLERS,
-            **MEMBERSHIP_HANDLERS,
-        }
-        missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
-        assert not missing, f"advertised apis without a handler: {missing}"
+        self.handlers = HANDLERS
         # An inter-broker api is decoded only once it has a handler: a request that decodes
         # must get an answer.
-        served = {k: r for k, r in INTER_BROKER_VERSIONS.items() if k in self.handlers}
-        self.codec = ProtocolCodec(SUPPORTED_VERSIONS, served)
-        self.group_offsets: GroupOffsetStore | None = None
+        self.codec = ProtocolCodec(SUPPORTED_VERSIONS, SERVED_INTER_BROKER_VERSIONS)
+        self._group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
-        self.group_coordinator: GroupCoordinator | None = None
+        self._group_coordinator: GroupCoordinator | None = None
         self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
@@ -114,7 +102,7 @@ class Broker:
         # Loading and recovery do blocking disk work: keep them off the event loop.
         await loop.run_in_executor(None, self._open_storage)
         self.timer = Timer(loop)
-        self.group_coordinator = GroupCoordinator(
+        self._group_coordinator = GroupCoordinator(
             self.timer,
             initial_rebalance_delay_ms=self.config.get("group.initial.rebalance.delay.ms"),
             min_session_timeout_ms=self.config.get("group.min.session.timeout.ms"),
@@ -157,8 +145,6 @@ class Broker:
         """offsets.retention.minutes: drop the offsets of groups empty for that long (and of
         simple groups, each offset that long after its commit)."""
         self._schedule_offset_expiry()
-        if self.group_offsets is None or self.group_coordinator is None:
-            return
         retention_ms = self.config.get("offsets.retention.minutes") * 60_000
         empty, active = self.group_coordinator.offset_expiry_inputs()
         version, dropped = self.group_offsets.expire(now_ms(), retention_ms, empty, active)
@@ -171,8 +157,6 @@ class Broker:
         """Persist the offset store up to ``version`` on an executor thread; a failure is
         logged (nobody waits for the answer)."""
         store = self.group_offsets
-        if store is None:
-            return
         future = asyncio.get_running_loop().run_in_executor(None, store.flush, version)
         future.add_done_callback(
             lambda f: f.exception() and log.error("cannot persist %s: %s", what, f.exception())
@@ -182,7 +166,7 @@ class Broker:
         """Replay ``__consumer_offsets`` into the offset store and the coordinator."""
         loop = asyncio.get_running_loop()
         info = self.topics.get(OFFSETS_TOPIC)
-        assert info is not None and self.group_coordinator is not None
+        assert info is not None
         fetches = self.replica_manager.fetch_purgatory
 
         def wake_fetches(index: int) -> None:
@@ -196,7 +180,7 @@ class Broker:
             on_append=wake_fetches,
         )
         first_dir = Path(self.config.log_dirs[0])
-        self.group_offsets = await loop.run_in_executor(
+        self._group_offsets = await loop.run_in_executor(
             None, lambda: GroupOffsetStore(journal, legacy_dir=first_dir)
         )
         self.group_coordinator.restore(self.group_offsets.group_metadata())
@@ -204,8 +188,8 @@ class Broker:
     def _store_group(self, group: Group) -> None:
         """The coordinator's hook: journal the group's metadata in the background (a lost
         record only makes the group's members rejoin after a restart)."""
-        if self.group_offsets is None:
-            return
+        if self._group_offsets is None:
+            return  # start-up has not opened the store yet
         metadata = GroupCoordinator.metadata_of(group)
         version = self.group_offsets.store_group(group.group_id, metadata)
         self._flush_in_background(version, f"the metadata of group {group.group_id}")
@@ -258,8 +242,8 @@ class Broker:
             await asyncio.wait(list(self._topic_tasks))
         if self._offset_expiry is not None:
             self._offset_expiry.cancel()
-        if self.group_coordinator is not None:
-            self.group_coordinator.shutdown()
+        if self._group_coordinator is not None:
+            self._group_coordinator.shutdown()
         if self.timer is not None:
             self.timer.shutdown()
         if self.log_manager is not None:
@@ -281,7 +265,17 @@ class Broker:
         response_type = self.codec.response_type(ApiKey.API_VERSIONS, 0)
         return api_versions_response(response_type, error_code(35))
 
-    # -- what handlers use -----------------------------------------------------------------
+    # -- what handlers use (BrokerServices) -------------------------------------------------
+    @property
+    def group_coordinator(self) -> GroupCoordinator:
+        assert self._group_coordinator is not None, "the broker is not started"
+        return self._group_coordinator
+
+    @property
+    def group_offsets(self) -> GroupOffsetStore:
+        assert self._group_offsets is not None, "the broker is not started"
+        return self._group_offsets
+
     @property
     def cluster_id(self) -> str:
         assert self.log_manager is not None

@@ -34,7 +34,7 @@ from core.server.api_keys import ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
 from core.server.memory_pool import RequestMemoryPool, Reservation
 from core.server.protocol import ProtocolCodec, RequestContext
-from core.server.sasl_apis import SaslSession
+from core.server.sasl_session import SaslSession
 from core.server.security import ANONYMOUS, ListenerSecurity, principal_of_certificate
 from core.server.socket_buffers import set_receive_buffer, set_send_buffer
 

@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from archive_data import T0, TXN_PID, write_archive
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import ValidationException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -42,6 +39,8 @@ from spark_jobs.iceberg_table import (
     catalog_properties,
     exported_ranges,
 )
+
+from .archive_data import T0, TXN_PID, write_archive
 
 HOUR = 3_600_000
 TABLE = "kafka.orders"

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import T0, Env, local_dir_rsm, produce, tiered_config
 
 from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
@@ -30,6 +25,8 @@ from tiered.api import (
 from tiered.lineage import filtered_leader_epochs, is_within_lineage
 from tiered.metrics import REMOTE_COPY_ERRORS, REMOTE_COPY_REQUESTS, REMOTE_DELETE_REQUESTS
 from tiered.rlm_tasks import FollowerTask
+
+from .harness import T0, Env, local_dir_rsm, produce, tiered_config
 
 S = RemoteLogSegmentState
 
