@@ -15,6 +15,7 @@ use it for, then give it to ``core.server.broker.Broker`` and to the fakes.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -30,6 +31,7 @@ from core.server.group_offsets import GroupOffsetStore
 from core.server.internal_topics import BrokerTrust
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_manager import ReplicaManager
+from core.server.scram_credentials import ScramCredentialStore
 from core.server.topics import TopicInfo, TopicRegistry
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -88,6 +90,14 @@ class BrokerServices(Protocol):
         """Delete a topic and its partitions, off the event loop (DeleteTopics)."""
         ...
 
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        """Raise a topic's partition count (CreatePartitions): the topic as registered, and
+        the opening of the new partitions, done when they are served (None when only
+        validating)."""
+        ...
+
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
         """Replace a topic's overrides and apply them (IncrementalAlterConfigs)."""
         ...
@@ -101,6 +111,11 @@ class BrokerServices(Protocol):
     @property
     def broker_trust(self) -> BrokerTrust:
         """Who acts as a broker: may write the internal topics (``internal_topics``)."""
+        ...
+
+    @property
+    def scram_credentials(self) -> ScramCredentialStore:
+        """SCRAM credentials managed at run time (Describe/AlterUserScramCredentials)."""
         ...
 
     # -- groups ----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from core.server.sasl import (
     SUPPORTED_MECHANISMS,
     JaasConfigError,
     SaslCredentials,
+    ScramCredentialSource,
     parse_jaas,
     users_from_jaas,
 )
@@ -123,8 +124,11 @@ def check_listener_overrides(config: BrokerConfig) -> None:
             )
 
 
-def listener_security(config: BrokerConfig, listener: Listener) -> ListenerSecurity:
-    """Build what ``listener`` requires from the config (reads the PEM files).
+def listener_security(
+    config: BrokerConfig, listener: Listener, runtime_scram: ScramCredentialSource | None = None
+) -> ListenerSecurity:
+    """Build what ``listener`` requires from the config (reads the PEM files);
+    ``runtime_scram`` are the SCRAM credentials managed with AlterUserScramCredentials.
 
     Raises:
         InvalidConfigError: a missing, unreadable or invalid setting, naming the key.
@@ -136,7 +140,10 @@ def listener_security(config: BrokerConfig, listener: Listener) -> ListenerSecur
     if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
         return ListenerSecurity(protocol, context)
     return ListenerSecurity(
-        protocol, context, _sasl(lookup), lookup.get("sasl.server.max.receive.size")
+        protocol,
+        context,
+        _sasl(lookup, runtime_scram),
+        lookup.get("sasl.server.max.receive.size"),
     )
 
 
@@ -359,7 +366,7 @@ def _load_truststore(context: ssl.SSLContext, lookup: _Lookup) -> None:
         raise _bad(lookup, name, location or "[hidden]", f"not PEM certificates ({e})") from e
 
 
-def _sasl(lookup: _Lookup) -> SaslCredentials:
+def _sasl(lookup: _Lookup, runtime_scram: ScramCredentialSource | None) -> SaslCredentials:
     enabled = [m.upper() for m in lookup.get("sasl.enabled.mechanisms")]
     key = lookup.key("sasl.enabled.mechanisms")
     unsupported = [m for m in enabled if m not in SUPPORTED_MECHANISMS]
@@ -387,7 +394,7 @@ def _sasl(lookup: _Lookup) -> SaslCredentials:
         except JaasConfigError as e:
             raise InvalidConfigError(f"Invalid value [hidden] for configuration {name}: {e}") from e
         jaas[mechanism] = value
-    return SaslCredentials.from_jaas(jaas)
+    return SaslCredentials.from_jaas(jaas, runtime_scram)
 
 
 def _bad(lookup: _Lookup, name: str, value: object, reason: str) -> InvalidConfigError:
