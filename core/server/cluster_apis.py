@@ -17,23 +17,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from core.server.api_keys import ApiKey
-from core.server.authorizer import Operation
-from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler, cluster_allowed
+from core.server.handler_support import (
+    NO_THROTTLE,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
+    BrokerServices,
+    Handler,
+    cluster_authorized_operations,
+)
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
-
-UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
-
-# Kafka's AclEntry.supportedOperations(CLUSTER).
-CLUSTER_OPERATIONS = (
-    Operation.CREATE,
-    Operation.CLUSTER_ACTION,
-    Operation.DESCRIBE_CONFIGS,
-    Operation.ALTER_CONFIGS,
-    Operation.IDEMPOTENT_WRITE,
-    Operation.ALTER,
-    Operation.DESCRIBE,
-)
 
 
 class EndpointType(enum.IntEnum):
@@ -42,17 +34,6 @@ class EndpointType(enum.IntEnum):
     UNKNOWN = 0
     BROKER = 1
     CONTROLLER = 2
-
-
-def cluster_authorized_operations(broker: BrokerServices, ctx: RequestContext) -> int:
-    """Kafka's 32-bit field: bit ``op`` set for each cluster operation allowed."""
-    if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
-        return 0
-    bits = 0
-    for operation in CLUSTER_OPERATIONS:
-        if cluster_allowed(broker, ctx, operation):
-            bits |= 1 << operation
-    return bits
 
 
 async def handle_describe_cluster(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:

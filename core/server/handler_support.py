@@ -171,3 +171,48 @@ def allowed(
 def cluster_allowed(broker: BrokerServices, ctx: RequestContext, operation: Operation) -> bool:
     """``allowed`` on the cluster resource."""
     return allowed(broker, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+# Kafka's AclEntry.supportedOperations: what authorized-operation fields report.
+SUPPORTED_OPERATIONS: Mapping[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (
+        Operation.READ,
+        Operation.WRITE,
+        Operation.CREATE,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.ALTER,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        Operation.CREATE,
+        Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+        Operation.IDEMPOTENT_WRITE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+    ),
+}
+# The schemas' default of authorized-operation fields: not asked for.
+UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def authorized_operations(
+    broker: BrokerServices, ctx: RequestContext, resource: ResourceType, name: str
+) -> int:
+    """Kafka's 32-bit field: bit ``op`` set for each operation of the resource type the
+    principal may perform (all of them without an authorizer)."""
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[resource]:
+        if allowed(broker, ctx, operation, resource, name):
+            bits |= 1 << operation
+    return bits
+
+
+def cluster_authorized_operations(broker: BrokerServices, ctx: RequestContext) -> int:
+    """The cluster's field as Kafka fills it: 0 without DESCRIBE on the cluster."""
+    if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
+        return 0
+    return authorized_operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)

@@ -14,7 +14,7 @@ from core.records.builder import RecordBatchBuilder
 from core.server.api_keys import ApiKey
 from core.server.authorizer import AclAuthorizer, AclBinding, Operation, PatternType, Permission
 from core.server.authorizer import ResourceType as AclResource
-from core.server.cluster_apis import UNKNOWN_AUTHORIZED_OPERATIONS
+from core.server.handler_support import UNKNOWN_AUTHORIZED_OPERATIONS
 
 from .fake_broker import FakeBroker, call, schema
 
@@ -203,3 +203,29 @@ def test_describe_cluster_serves_the_broker_endpoint_type_only(broker: FakeBroke
     assert controllers.error_code == ErrorCode.mismatched_endpoint_type
     unknown = describe_cluster(broker, 2, endpoint_type=7)
     assert unknown.error_code == ErrorCode.unsupported_endpoint_type
+
+
+def test_metadata_reports_authorized_operations_when_asked(broker: FakeBroker) -> None:
+    """Metadata v8-v10 carry them too: librdkafka's describe_cluster and describe_topics
+    read them there."""
+    broker.make_topic("ops", 1)
+    s = schema(ApiKey.METADATA, 10)
+
+    def metadata(asked: bool):
+        request = s.MetadataRequest(
+            topics=(s.MetadataRequestTopic(name="ops", topic_id=None),),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=asked,
+            include_topic_authorized_operations=asked,
+        )
+        response = call(broker, ApiKey.METADATA, 10, request)
+        (topic,) = response.topics
+        return response.cluster_authorized_operations, topic.topic_authorized_operations
+
+    assert metadata(False) == (UNKNOWN_AUTHORIZED_OPERATIONS,) * 2
+    topic_ops = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
+    cluster_ops = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+    assert metadata(True) == (cluster_ops, topic_ops)
+    allow(broker, AclResource.TOPIC, "ops", Operation.READ)
+    # READ implies DESCRIBE; nothing on the cluster.
+    assert metadata(True) == (0, (1 << 3) | (1 << 8))
