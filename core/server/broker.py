@@ -30,8 +30,9 @@ from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_manager import ReplicaManager
+from core.server.sasl import ScramCredentialSource
 from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
-from core.server.security import listener_security
+from core.server.security import ListenerSecurity, listener_security, with_runtime_scram
 from core.server.timing_wheel import Timer
 from core.server.topics import (
     InvalidReplicationFactorError,
@@ -42,6 +43,27 @@ from core.server.topics import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def listeners_security(
+    config: BrokerConfig, runtime_scram: ScramCredentialSource
+) -> tuple[dict[str, ListenerSecurity], BrokerTrust]:
+    """What each broker listener requires, and who acts as a broker.
+
+    Run-time SCRAM credentials (AlterUserScramCredentials) authenticate on every SASL
+    listener except the one whose connections act as brokers (``internal_topics``, rule 2):
+    the accounts that listener accepts must stay the brokers' own, those of its JAAS entry,
+    or whoever may create a SCRAM user could write the internal topics.
+
+    Raises:
+        InvalidConfigError: a listener's setting, naming the key.
+    """
+    security = {x.name: listener_security(config, x) for x in config.broker_listeners}
+    trust = BrokerTrust.from_config(config, security)
+    for name, listener in security.items():
+        if name != trust.broker_listener:
+            security[name] = with_runtime_scram(listener, runtime_scram)
+    return security, trust
 
 
 class NameLocks:
@@ -102,11 +124,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         # TLS material and SASL accounts first: a bad setting stops start-up naming its key
         # before any disk work.
-        security = {
-            x.name: listener_security(self.config, x, self._scram_cache)
-            for x in self.config.broker_listeners
-        }
-        self.broker_trust = BrokerTrust.from_config(self.config, security)
+        security, self.broker_trust = listeners_security(self.config, self._scram_cache)
         # Loading and recovery do blocking disk work: keep them off the event loop.
         await loop.run_in_executor(None, self._open_storage)
         self.timer = Timer(loop)

@@ -25,6 +25,7 @@ mechanism's JAAS entry.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import ssl
 import tempfile
@@ -124,11 +125,8 @@ def check_listener_overrides(config: BrokerConfig) -> None:
             )
 
 
-def listener_security(
-    config: BrokerConfig, listener: Listener, runtime_scram: ScramCredentialSource | None = None
-) -> ListenerSecurity:
-    """Build what ``listener`` requires from the config (reads the PEM files);
-    ``runtime_scram`` are the SCRAM credentials managed with AlterUserScramCredentials.
+def listener_security(config: BrokerConfig, listener: Listener) -> ListenerSecurity:
+    """Build what ``listener`` requires from the config (reads the PEM files).
 
     Raises:
         InvalidConfigError: a missing, unreadable or invalid setting, naming the key.
@@ -142,7 +140,7 @@ def listener_security(
     return ListenerSecurity(
         protocol,
         context,
-        _sasl(lookup, runtime_scram),
+        _sasl(lookup),
         lookup.get("sasl.server.max.receive.size"),
     )
 
@@ -366,7 +364,7 @@ def _load_truststore(context: ssl.SSLContext, lookup: _Lookup) -> None:
         raise _bad(lookup, name, location or "[hidden]", f"not PEM certificates ({e})") from e
 
 
-def _sasl(lookup: _Lookup, runtime_scram: ScramCredentialSource | None) -> SaslCredentials:
+def _sasl(lookup: _Lookup) -> SaslCredentials:
     enabled = [m.upper() for m in lookup.get("sasl.enabled.mechanisms")]
     key = lookup.key("sasl.enabled.mechanisms")
     unsupported = [m for m in enabled if m not in SUPPORTED_MECHANISMS]
@@ -394,7 +392,19 @@ def _sasl(lookup: _Lookup, runtime_scram: ScramCredentialSource | None) -> SaslC
         except JaasConfigError as e:
             raise InvalidConfigError(f"Invalid value [hidden] for configuration {name}: {e}") from e
         jaas[mechanism] = value
-    return SaslCredentials.from_jaas(jaas, runtime_scram)
+    return SaslCredentials.from_jaas(jaas)
+
+
+def with_runtime_scram(
+    security: ListenerSecurity, source: ScramCredentialSource
+) -> ListenerSecurity:
+    """The listener's security with the SCRAM credentials managed at run time
+    (AlterUserScramCredentials) among its SCRAM accounts; a listener without SASL as it is."""
+    if security.sasl is None:
+        return security
+    return dataclasses.replace(
+        security, sasl=dataclasses.replace(security.sasl, runtime_scram=source)
+    )
 
 
 def _bad(lookup: _Lookup, name: str, value: object, reason: str) -> InvalidConfigError:

@@ -16,7 +16,9 @@ from kio.static.primitive import i8, i32
 
 from core.server.api_keys import ApiKey
 from core.server.authorizer import AclAuthorizer
-from core.server.sasl import SCRAM_SHA_256, SCRAM_SHA_512, SaslCredentials
+from core.server.broker import listeners_security
+from core.server.config import load_broker_config
+from core.server.sasl import SCRAM_SHA_256, SCRAM_SHA_512, SaslCredentials, ScramCredential
 from core.server.scram_credentials import (
     CREDENTIALS_FILE,
     LocalScramCredentialStore,
@@ -238,3 +240,37 @@ def test_both_apis_need_the_cluster_permission(broker) -> None:
     }
     broker.authorizer = None
     assert described(describe(broker, null=True)) == {"alice": [(SHA_256, 8192)]}
+
+
+def test_runtime_credentials_do_not_open_the_listener_that_acts_as_a_broker(tmp_path) -> None:
+    """A SCRAM user anyone with ALTER on the cluster can create must not act as a broker
+    (write the internal topics) on the dedicated inter-broker listener: there only the
+    listener's JAAS accounts authenticate."""
+    jaas = 'org.apache.kafka.common.security.scram.ScramLoginModule required user_kafka="b";'
+    config = load_broker_config(
+        None,
+        {
+            "log.dirs": str(tmp_path),
+            "listeners": "CLIENT://127.0.0.1:0,BROKER://127.0.0.1:0",
+            "listener.security.protocol.map": "CLIENT:SASL_PLAINTEXT,BROKER:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "BROKER",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+            "sasl.jaas.config": jaas.replace(";", ' username="kafka" password="b";'),
+        },
+    )
+    cache = ScramCredentialCache()
+    store = LocalScramCredentialStore(tmp_path, cache)
+    store.alter({"mallory": {SCRAM_SHA_256: ScramCredential.from_password(SCRAM_SHA_256, "m")}})
+    security, trust = listeners_security(config, cache)
+    assert trust.broker_listener == "BROKER"
+
+    def logs_in(listener: str, user: str, password: str) -> bool:
+        sasl = security[listener].sasl
+        assert sasl is not None
+        _, final, server = scram_attempt(sasl, SCRAM_SHA_256, user, password)
+        return isinstance(final, bytes) and server.complete
+
+    assert logs_in("CLIENT", "mallory", "m") and logs_in("CLIENT", "kafka", "b")
+    assert not logs_in("BROKER", "mallory", "m")
+    assert logs_in("BROKER", "kafka", "b")
