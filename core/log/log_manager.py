@@ -356,7 +356,11 @@ class LogManager:
     def _checkpoint(self, name: str, value: Callable[[PartitionLog], int]) -> None:
         by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         for plog in self.all_logs():
-            by_dir.setdefault(plog.dir.parent, {})[(plog.topic, plog.partition)] = value(plog)
+            # Under the log's lock: a truncation lowers the log end offset, then the offsets
+            # kept with it, and a checkpoint must never see the first without the second.
+            with plog.lock:
+                offset = value(plog)
+            by_dir.setdefault(plog.dir.parent, {})[(plog.topic, plog.partition)] = offset
         for directory, offsets in by_dir.items():
             OffsetCheckpointFile(directory / name).write(offsets)
 
