@@ -338,9 +338,13 @@ class PartitionLog:
         first = max(0, bisect.bisect_right(self._bases, replay_from) - 1)
         for segment in self._segments[first:]:
             start = segment.offset_index.lookup(replay_from).position
-            for _, header in segment.log.batch_headers(start):
-                if header.last_offset < replay_from:
+            for position, view in segment.log.batch_headers(start):
+                if view.last_offset < replay_from:
                     continue
+                header = view
+                if view.is_control and view.has_producer_id:
+                    # The view holds the header only; a marker's record follows it.
+                    header = RecordBatchHeader(segment.log.read(position, view.size_in_bytes))
                 # The batch's own time, not now: replay must rebuild the state as it was.
                 self._update_producer_state(segment, header, header.max_timestamp, replay=True)
         self.producer_state.update_map_end_offset(self._log_end_offset)
