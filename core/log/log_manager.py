@@ -307,6 +307,55 @@ class LogManager:
                 counts[parent] += 1
         return min(self.log_dirs, key=lambda d: (counts[d], str(d)))
 
+    def truncate_to(self, topic: str, partition: int, offset: int) -> bool:
+        """Truncate a partition's log to ``offset`` (a follower after a leader change) and
+        write its log dir's recovery-point and high-watermark checkpoints at once.
+
+        Kafka's LogManager.truncateTo: cleaning of the log is stopped while segments go
+        (and its cleaner checkpoint lowered to the new active segment), and the recovery
+        points are checkpointed, so that a crash right after cannot start recovery above data
+        that replaced what was truncated. tierlog also checkpoints the high watermarks here:
+        a high watermark only ever goes down by truncation, and a stale checkpoint naming a
+        higher one would, after a restart, count as committed offsets that the new leader's
+        lineage never committed.
+
+        Returns:
+            True if any batch was removed (``PartitionLog.truncate_to``).
+
+        Raises:
+            KeyError: no log for the partition.
+            ValueError, KafkaStorageError: as ``PartitionLog.truncate_to``.
+        """
+        plog = self._logs[(topic, partition)]
+        with self.cleaner.paused(topic, partition):
+            truncated = plog.truncate_to(offset)
+            if truncated:
+                self.cleaner.maybe_truncate_checkpoint(
+                    topic, partition, plog.dir.parent, plog.active_segment.base_offset
+                )
+        if truncated:
+            self.checkpoint_recovery_points()
+            self.checkpoint_high_watermarks()
+        return truncated
+
+    def truncate_fully_and_start_at(self, topic: str, partition: int, offset: int) -> None:
+        """Empty a partition's log and restart it at ``offset`` (a follower whose fetch
+        offset is out of the leader's range), then checkpoint recovery points, log start
+        offsets and high watermarks, as ``truncate_to`` does (Kafka's
+        LogManager.truncateFullyAndStartAt).
+
+        Raises:
+            KeyError: no log for the partition.
+            ValueError, KafkaStorageError: as ``PartitionLog.truncate_fully_and_start_at``.
+        """
+        plog = self._logs[(topic, partition)]
+        with self.cleaner.paused(topic, partition):
+            plog.truncate_fully_and_start_at(offset)
+            self.cleaner.maybe_truncate_checkpoint(topic, partition, plog.dir.parent, offset)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+
     def delete_log(self, topic: str, partition: int) -> bool:
         with self._lock:
             plog = self._logs.pop((topic, partition), None)

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from core.log.checkpoints import OffsetCheckpointFile
+from core.log.cleaner import CLEANER_OFFSET_CHECKPOINT
 from core.log.config import LogConfig
-from core.log.files import RECOVERY_POINT_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from core.log.files import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
 from core.log.log_manager import LogManager, LogManagerConfig
 from core.log.partition_log import PartitionLog
 from core.log.producer_state import list_snapshot_offsets
@@ -170,19 +175,35 @@ def test_negative_offsets_are_refused(tmp_path):
 
 
 def test_checkpoints_after_a_truncation_never_pass_the_log_end(tmp_path, batch):
-    manager = LogManager(LogManagerConfig(log_dirs=(tmp_path / "logs",)))
+    """Truncating through the LogManager checkpoints recovery points and high watermarks at
+    once (a crash right after must not find the old, higher offsets), and lowers the
+    cleaner's checkpoint; checkpoints written later read the offsets under the log's lock."""
+    logs = tmp_path / "logs"
+    manager = LogManager(LogManagerConfig(log_dirs=(logs,)))
     try:
-        plog = manager.get_or_create_log("t", 0)
-        for _ in range(5):
-            plog.append_as_leader(batch([b"a", b"b"]), 0)
+        plog = manager.get_or_create_log("t", 0, LogConfig(cleanup_policy=("compact",)))
+        for i in range(5):
+            plog.append_as_leader(batch([b"a", b"b"], keys=[b"k%d" % i, b"j"]), 0)
+        plog.roll()
         plog.update_high_watermark(10)
         plog.flush()
-        assert plog.recovery_point == 10
-        plog.truncate_to(6)
-        manager.checkpoint_high_watermarks()
         manager.checkpoint_recovery_points()
-        logs = tmp_path / "logs"
+        manager.checkpoint_high_watermarks()
+        manager.cleaner.maybe_truncate_checkpoint("t", 0, logs, 1 << 40)  # no-op: none yet
+        OffsetCheckpointFile(logs / CLEANER_OFFSET_CHECKPOINT).write({("t", 0): 10})
+        assert OffsetCheckpointFile(logs / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 10}
+
+        assert manager.truncate_to("t", 0, 6)
         assert OffsetCheckpointFile(logs / REPLICATION_OFFSET_CHECKPOINT).read() == {("t", 0): 6}
         assert OffsetCheckpointFile(logs / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 6}
+        assert OffsetCheckpointFile(logs / CLEANER_OFFSET_CHECKPOINT).read() == {("t", 0): 0}
+        assert not manager.truncate_to("t", 0, 6)
+
+        manager.truncate_fully_and_start_at("t", 0, 3)
+        for name in (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT):
+            assert OffsetCheckpointFile(logs / name).read() == {("t", 0): 3}
+        assert OffsetCheckpointFile(logs / LOG_START_OFFSET_CHECKPOINT).read() == {("t", 0): 3}
+        with pytest.raises(KeyError):
+            manager.truncate_to("other", 0, 0)
     finally:
         manager.shutdown()
