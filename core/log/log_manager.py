@@ -170,7 +170,10 @@ class LogManager:
                             clean,
                             recovery.get(tp, 0),
                             starts.get(tp, 0),
-                            hws.get(tp),
+                            # No checkpointed high watermark: 0 (the log start), as Kafka's
+                            # Partition does, never the log end, which may hold offsets no
+                            # other replica has.
+                            hws.get(tp, 0),
                         )
                     )
             for job in jobs:

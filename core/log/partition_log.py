@@ -169,6 +169,7 @@ class PartitionLog:
         self.highest_offset_in_remote_storage = -1
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
+        self._truncations = 0  # truncations so far: a flush racing one must not count
         # With inline_flush, an append that reaches flush.messages fsyncs before returning.
         # The broker turns it off and runs the fsync on a thread instead, still before it
         # answers the producer, so the event loop never waits on the disk.
@@ -289,6 +290,11 @@ class PartitionLog:
     def _recover_from(self, recovery_point: int) -> None:
         """Validate every batch from the segment holding the recovery point to the end."""
         first = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        # Recovery empties the transaction indexes of the segments it recovers; the replay
+        # that rebuilds producer state afterwards refills them, but only from the snapshot
+        # it starts at. Kafka replays each recovered segment from its base offset, so no
+        # snapshot above the first recovered segment may be used.
+        self.producer_state.delete_snapshots_above(self._segments[first].base_offset)
         for i in range(first, len(self._segments)):
             segment = self._segments[i]
             # No size bound: a batch above max.message.bytes may be legitimately stored (a
@@ -810,7 +816,7 @@ class PartitionLog:
         with self.lock:
             if self._closed:
                 return
-            target = self._log_end_offset if offset is None else offset
+            target = min(self._log_end_offset if offset is None else offset, self._log_end_offset)
             if target <= self.recovery_point:
                 return
             segments = [
@@ -818,10 +824,15 @@ class PartitionLog:
                 for s in self._segments
                 if s.base_offset < target and s.base_offset >= self._floor(self.recovery_point)
             ]
+            truncations = self._truncations
         for segment in segments:
             segment.flush()
         with self.lock:
-            self.recovery_point = max(self.recovery_point, target)
+            # A truncation while the files were synced may have replaced what they held
+            # below ``target`` (the flush a roll scheduled runs late): the recovery point
+            # only moves over offsets this flush surely made durable.
+            if self._truncations == truncations:
+                self.recovery_point = max(self.recovery_point, target)
             self._unflushed_messages = 0
             self._last_flush_ms = self.clock()
 
@@ -1012,6 +1023,7 @@ class PartitionLog:
                 self._truncate_fully_and_start_at(target_offset)
                 return True
             log.info("%s: truncating to offset %d", self.dir, target_offset)
+            self._truncations += 1
             doomed = [s for s in self._segments[1:] if s.base_offset >= target_offset]
             for segment in doomed:
                 self._remove_segment(segment, asynchronous=True)
@@ -1050,6 +1062,7 @@ class PartitionLog:
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
         log.info("%s: truncating fully and starting at offset %d", self.dir, new_offset)
+        self._truncations += 1
         for segment in list(self._segments):
             self._remove_segment(segment, asynchronous=True)
         self._add_segment(LogSegment(self.dir, new_offset, self.config, created_ms=self.clock()))
