@@ -207,3 +207,15 @@ def test_checkpoints_after_a_truncation_never_pass_the_log_end(tmp_path, batch):
             manager.truncate_to("other", 0, 0)
     finally:
         manager.shutdown()
+
+
+def test_a_late_flush_does_not_move_the_recovery_point_past_a_truncation(tmp_path, batch):
+    """A roll schedules a flush up to the new segment; if a truncation runs first, that
+    flush must not set the recovery point to the old offset, above the new log end."""
+    plog = open_log(tmp_path)
+    for _ in range(3):
+        plog.append_as_leader(batch([b"a"]), 0)
+    plog.roll()  # with a scheduler this queues flush(3)
+    plog.truncate_to(1)
+    plog.flush(3)  # the queued flush, late
+    assert plog.recovery_point <= plog.log_end_offset == 1
