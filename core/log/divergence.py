@@ -110,7 +110,8 @@ def diverging_epoch(
 
     Args:
         leader_for_last_fetched_epoch: the leader's ``end_offset_for_epoch(last_fetched_epoch)``.
-        last_fetched_epoch: the epoch of the last batch in the follower's log.
+        last_fetched_epoch: the epoch of the last batch in the follower's log; negative
+            (-1 on the wire) means the fetch does not say, and nothing is checked.
         fetch_offset: the follower's fetch offset (its log end offset).
         log_start_offset: the leader's log start offset.
 
@@ -125,6 +126,8 @@ def diverging_epoch(
             answer), or ``fetch_offset`` is below its log start offset (then the follower
             must restart from the leader's log start, whatever the epochs say). As in Kafka.
     """
+    if last_fetched_epoch < 0:
+        return None  # Kafka reads -1 as an absent lastFetchedEpoch
     answer = leader_for_last_fetched_epoch
     if answer.is_undefined:
         raise OffsetOutOfRangeError(

@@ -479,6 +479,10 @@ class PartitionLog:
         cache; if that epoch ends before ``fetch_offset``, or the leader only knows an older
         epoch, the follower's log diverges and it must truncate before fetching.
 
+        Args:
+            fetch_offset: the follower's fetch offset.
+            last_fetched_epoch: from the request; negative (-1, absent) checks nothing.
+
         Returns:
             None if the follower may fetch from ``fetch_offset``; otherwise the
             ``(epoch, end offset)`` to answer as ``diverging_epoch`` (with no records).
@@ -487,6 +491,8 @@ class PartitionLog:
             OffsetOutOfRangeError: ``last_fetched_epoch`` cannot be placed (the leader's
                 answer is undefined) or ``fetch_offset`` is below the log start offset.
         """
+        if last_fetched_epoch < 0:
+            return None
         with self.lock:
             answer = self.end_offset_for_epoch(last_fetched_epoch)
             return diverging_epoch(answer, last_fetched_epoch, fetch_offset, self.log_start_offset)

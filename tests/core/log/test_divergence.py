@@ -69,6 +69,10 @@ def test_a_fetch_from_an_epoch_the_leader_never_had_is_diverging():
     assert diverging_epoch(EpochEndOffset(4, 100), 5, 80, 0) == EpochEndOffset(4, 100)
 
 
+def test_a_fetch_without_a_last_fetched_epoch_is_not_checked():
+    assert diverging_epoch(UNDEFINED, -1, 10, 20) is None
+
+
 def test_an_unplaceable_epoch_or_a_fetch_below_the_log_start_is_out_of_range():
     with pytest.raises(OffsetOutOfRangeError):
         diverging_epoch(UNDEFINED, 3, 10, 0)
@@ -237,3 +241,4 @@ def test_a_fetch_below_the_leaders_log_start_is_out_of_range(tmp_path):
     with pytest.raises(OffsetOutOfRangeError):
         a.diverging_epoch(1, 0)
     assert a.diverging_epoch(3, 0) is None
+    assert a.diverging_epoch(1, -1) is None  # no last fetched epoch: nothing to check
