@@ -17,6 +17,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -317,7 +318,8 @@ class LogManager:
         Kafka's LogManager.truncateTo: cleaning of the log is stopped while segments go
         (and its cleaner checkpoint lowered to the new active segment), and the recovery
         points are checkpointed, so that a crash right after cannot start recovery above data
-        that replaced what was truncated. tierlog also checkpoints the high watermarks here:
+        that replaced what was truncated (and the log start offsets, if the truncation
+        lowered one). tierlog also checkpoints the high watermarks here:
         a high watermark only ever goes down by truncation, and a stale checkpoint naming a
         higher one would, after a restart, count as committed offsets that the new leader's
         lineage never committed.
@@ -330,15 +332,21 @@ class LogManager:
             ValueError, KafkaStorageError: as ``PartitionLog.truncate_to``.
         """
         plog = self._logs[(topic, partition)]
-        with self.cleaner.paused(topic, partition):
+        start = plog.log_start_offset
+        # The cleaner never touches the active segment: only a truncation reaching below it
+        # must stop a cleaning in progress (Kafka's rule).
+        below_active = offset < plog.active_segment.base_offset
+        with self.cleaner.paused(topic, partition) if below_active else nullcontext():
             truncated = plog.truncate_to(offset)
-            if truncated:
+            if truncated and below_active:
                 self.cleaner.maybe_truncate_checkpoint(
                     topic, partition, plog.dir.parent, plog.active_segment.base_offset
                 )
         if truncated:
             self.checkpoint_recovery_points()
             self.checkpoint_high_watermarks()
+            if plog.log_start_offset != start:
+                self.checkpoint_log_start_offsets()
         return truncated
 
     def truncate_fully_and_start_at(self, topic: str, partition: int, offset: int) -> None:

@@ -219,3 +219,20 @@ def test_a_late_flush_does_not_move_the_recovery_point_past_a_truncation(tmp_pat
     plog.truncate_to(1)
     plog.flush(3)  # the queued flush, late
     assert plog.recovery_point <= plog.log_end_offset == 1
+
+
+def test_a_truncation_below_the_log_start_checkpoints_the_lower_start(tmp_path, batch):
+    logs = tmp_path / "logs"
+    manager = LogManager(LogManagerConfig(log_dirs=(logs,)))
+    try:
+        plog = manager.get_or_create_log("t", 0)
+        for _ in range(5):
+            plog.append_as_leader(batch([b"a", b"b"]), 0)
+        plog.update_high_watermark(10)
+        plog.maybe_increment_log_start_offset(6, "DeleteRecords")
+        manager.checkpoint_log_start_offsets()
+        assert manager.truncate_to("t", 0, 4)
+        assert plog.log_start_offset == 4
+        assert OffsetCheckpointFile(logs / LOG_START_OFFSET_CHECKPOINT).read() == {("t", 0): 4}
+    finally:
+        manager.shutdown()
