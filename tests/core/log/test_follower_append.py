@@ -58,6 +58,17 @@ def replicated_batch(
     return builder.build()
 
 
+def read_values(plog: PartitionLog) -> list[tuple[int, bytes | None]]:
+    out = []
+    for _, data in log_batches(plog):
+        out.extend((r.offset, r.value) for r in decode_records(_header(data)))
+    return out
+
+
+def _header(data: bytes) -> RecordBatchHeader:
+    return RecordBatchHeader(data)
+
+
 def test_follower_copy_of_a_leader_is_identical(tmp_path, batch):
     """Compressed, idempotent and plain batches over several epochs and segments, fetched
     in reads that end inside batches: the follower's log is the leader's, byte for byte,
@@ -99,17 +110,6 @@ def test_a_trailing_partial_batch_is_ignored(tmp_path):
     assert follower.log_end_offset == 2
     follower.append_as_follower(second)
     assert [v for _, v in read_values(follower)] == [b"a", b"b", b"c"]
-
-
-def read_values(plog: PartitionLog) -> list[tuple[int, bytes | None]]:
-    out = []
-    for _, data in log_batches(plog):
-        out.extend((r.offset, r.value) for r in decode_records(_header(data)))
-    return out
-
-
-def _header(data: bytes) -> RecordBatchHeader:
-    return RecordBatchHeader(data)
 
 
 def test_an_append_overlapping_the_log_is_refused_with_its_offsets(tmp_path):
