@@ -32,7 +32,8 @@ never name an offset above the log end; a copy of a replica's directory opened f
 (recovery from offset 0, with and without its producer snapshots) rebuilds the same batches,
 epochs, producer state and aborted transactions.
 
-``TIERLOG_SOAK=1`` runs many more and longer examples.
+``TIERLOG_SOAK=1`` runs many more and longer examples (tens of minutes: raise pytest's
+timeout, ``-o timeout=3600``, as ``make soak`` does for tests/reliability).
 """
 
 from __future__ import annotations
