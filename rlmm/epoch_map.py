@@ -72,28 +72,28 @@ class EpochMap:
 
     def put(self, key: int, row: int) -> int:
         """Map ``key`` to ``row``; returns the row it mapped before, or -1 (Kafka's put)."""
-        store = self._store
-        rows, odd_keys = self._rows, self._odd_keys
-        at_start = key == store.start(row)
-        if (
-            at_start
-            and (self._head == len(rows) or store.start(rows[-1]) < key)
-            and (not odd_keys or odd_keys[-1] < key)
-        ):
-            self._append(row)  # the usual case: after every key
-            return -1
         old = self.get(key)
         if old >= 0:
             self.remove(key, old)
-        if not at_start:
+        store = self._store
+        rows = self._rows
+        if key != store.start(row):
             self._odd[key] = row
-            insort(odd_keys, key)
-        elif self._head == len(self._rows) or store.start(self._rows[-1]) < key:
+            insort(self._odd_keys, key)
+        elif self._head == len(rows) or store.start(rows[-1]) < key:
             self._append(row)
         else:
             rows = self._array()
             rows.insert(bisect_left(rows, key, self._head, len(rows), key=store.start), row)
         return old
+
+    def put_last(self, key: int, row: int) -> None:
+        """``put`` for a key greater than every key (``last()``'s)."""
+        if key != self._store.start(row):
+            self._odd[key] = row
+            self._odd_keys.append(key)
+        else:
+            self._append(row)
 
     def extend(self, first: int, stop: int) -> None:
         """Map the rows ``first ... stop - 1`` at their start offsets, which ascend and are

@@ -59,6 +59,10 @@ _S = RemoteLogSegmentState
 _CURSOR = struct.Struct(">q16s")  # start offset, segment id
 _CURSOR_PREFIX = "c1."
 
+# Restoring appends the usual segments this many at a time: a call per row would cost more
+# than the rows, a longer run would hold more input objects alive at once.
+_RUN = 1024
+
 
 class _LeaderEpochState:
     """Kafka's RemoteLogLeaderEpochState: one leader epoch's segments, as rows."""
@@ -85,14 +89,17 @@ class _LeaderEpochState:
         ``start`` are superseded, if ``row`` reaches as far as anything mapped so far.
         """
         last, old = self.map.last()
-        while old >= 0 and last >= start and self.highest <= end:  # type: ignore[operator]
-            self.map.remove(last, old)
-            self.unreferenced.add(old)
-            last, old = self.map.last()
-        old = self.map.put(start, row)
+        if last < start:  # the usual case: after every mapped segment
+            self.map.put_last(start, row)
+        else:
+            while old >= 0 and last >= start and self.highest <= end:  # type: ignore[operator]
+                self.map.remove(last, old)
+                self.unreferenced.add(old)
+                last, old = self.map.last()
+            old = self.map.put(start, row)
+            if old >= 0:
+                self.unreferenced.add(old)
         self.unreferenced.discard(row)
-        if old >= 0:
-            self.unreferenced.add(old)
         if self.highest is None or end > self.highest:
             self.highest = end
 
@@ -184,6 +191,8 @@ class RemoteLogMetadataCache:
                         tail[epoch] = start
                         last_key = key
                         run.append((md, idb, epoch))
+                        if len(run) == _RUN:
+                            flush()
                         continue
             flush()
             self._restore_one(md)
@@ -298,10 +307,11 @@ class RemoteLogMetadataCache:
             if target == _S.DELETE_SEGMENT_FINISHED:
                 self._forget(r)
                 return
-            rows.refresh(r, update.event_timestamp_ms, update.broker_id, update.custom_metadata)
+            rows.update(
+                r, target, update.event_timestamp_ms, update.broker_id, update.custom_metadata
+            )
             if target == current:
                 return
-            rows.set_state(r, target)
             if target == _S.COPY_SEGMENT_FINISHED:
                 self._finished(r)
             else:  # DELETE_SEGMENT_STARTED

@@ -76,14 +76,15 @@ class SegmentRows(Protocol):
 
     @property
     def last_key(self) -> RowKey | None:
-        """The greatest key ever inserted (None before the first insert)."""
+        """The greatest key inserted since the last compaction, so at least every row's
+        (None if none)."""
         ...
 
     # -- writes
 
-    def insert(self, segment: SegmentLike, segment_id: bytes) -> int:
-        """Add a row for a segment whose id (``segment.segment_id.bytes``, which the caller
-        has at hand) is not held; returns its number."""
+    def insert(self, md: SegmentLike, segment_id: bytes) -> int:
+        """Add a row for a segment whose id (``md.segment_id.bytes``, which the caller has
+        at hand) is not held; returns its number."""
         ...
 
     def insert_sorted(self, run: Sequence[tuple[SegmentLike, bytes, int]]) -> range:
@@ -96,14 +97,16 @@ class SegmentRows(Protocol):
         """Forget a row; a Renumbering if the store compacted (see the module docstring)."""
         ...
 
-    def set_state(self, row: int, state: RemoteLogSegmentState) -> None:
-        """A new state (not DELETE_SEGMENT_FINISHED: delete the row instead)."""
-        ...
-
-    def refresh(
-        self, row: int, event_timestamp_ms: int, broker_id: int, custom_metadata: bytes | None
+    def update(
+        self,
+        row: int,
+        state: RemoteLogSegmentState,
+        event_timestamp_ms: int,
+        broker_id: int,
+        custom_metadata: bytes | None,
     ) -> None:
-        """What an update event carries besides the state (custom metadata: None keeps it)."""
+        """Apply an update event's values (not DELETE_SEGMENT_FINISHED: delete the row
+        instead; custom metadata None keeps the row's)."""
         ...
 
     # -- reads

@@ -18,8 +18,8 @@ that fits (widened to 64 bits per block on overflow)::
     epoch   int or array i     the segment's only leader epoch (same rule)
 
 Rare shapes go to side dicts keyed by row: segments whose leader epochs are not exactly
-``{epoch: start offset}``, and custom metadata. Segment id -> row is a ``UuidTable`` that
-reads the ids from the blocks. Rows arrive in key order ``(start offset, id)`` as a rule, so
+``{epoch: start offset}``, and custom metadata. Segment id -> row is a hash table of rows
+that reads the ids from the blocks. Rows arrive in key order ``(start offset, id)`` as a rule, so
 that order is the row order itself; an out-of-order insert creates an explicit sorted row
 array until the next compaction. Deleted rows are tombstones: whole dead blocks at the
 front are freed at once, and when dead rows outnumber live ones everything is compacted
@@ -34,10 +34,9 @@ import dataclasses
 import uuid
 from array import array
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from rlmm.segment_rows import Renumbering, RowKey, SegmentLike
-from rlmm.uuid_table import UuidTable
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -58,6 +57,9 @@ _DEAD = 0x04
 _TXN_EMPTY = 0x08
 _MULTI = 0x10  # leader epochs in _multi, not (epoch column, start offset)
 _CUSTOM = 0x20  # custom metadata in _custom
+
+_EMPTY = -1  # id table slot never used
+_GONE = -2  # id table slot whose id was deleted
 
 # Building the returned objects without their validating constructors (5 us each, the bulk
 # of a lookup). Fails at import if the classes gain fields this module does not set.
@@ -270,13 +272,118 @@ class _Block:
         self.broker = _put(self.broker, pos, broker)
 
 
+class _IdTable:
+    """Segment id -> row, in ~6.5 bytes a segment.
+
+    Open addressing (linear probing) over row numbers in one ``array('i')``, its size a
+    power of two, kept between 0.35 and 0.7 full. The ids are not stored here: probes read
+    them from the store's blocks, inline (a call per probe costs ~10 % of an event). A
+    deleted id leaves a tombstone, so that probes for the ids after it go on; tombstones
+    count as used until the next resize drops them.
+    """
+
+    __slots__ = ("_count", "_slots", "_store", "_used")
+
+    def __init__(self, store: SegmentStore, slots: int) -> None:
+        self._store = store
+        self._slots: array[int] = array("i")
+        self._count = 0  # ids held
+        self._used = 0  # slots not _EMPTY
+        self._resize(slots)
+
+    def find(self, idb: bytes) -> int:
+        """The row of ``idb``, or -1."""
+        t = self._slots
+        m = len(t) - 1
+        i = hash(idb) & m
+        blocks, b0 = self._store._blocks, self._store._block0
+        while True:
+            r = t[i]
+            if r == _EMPTY:
+                return -1
+            if r >= 0:
+                p = (r & _POS) << 4
+                if blocks[(r >> _BITS) - b0].ids[p : p + 16] == idb:
+                    return r
+            i = (i + 1) & m
+
+    def add(self, idb: bytes, row: int) -> None:
+        """Map an id known to be absent."""
+        if 10 * (self._used + 1) > 7 * len(self._slots):
+            self._resize(2 * self._count)
+        t = self._slots
+        m = len(t) - 1
+        i = hash(idb) & m
+        while t[i] >= 0:
+            i = (i + 1) & m
+        if t[i] == _EMPTY:
+            self._used += 1
+        t[i] = row
+        self._count += 1
+
+    def add_run(self, ids: Iterable[bytes], first_row: int, count: int) -> None:
+        """Map ``count`` absent ids to the consecutive rows from ``first_row``."""
+        if 10 * (self._used + count) > 7 * len(self._slots):
+            self._resize(2 * (self._count + count))
+        t = self._slots
+        m = len(t) - 1
+        used = 0
+        for r, idb in enumerate(ids, first_row):
+            i = hash(idb) & m
+            while t[i] >= 0:
+                i = (i + 1) & m
+            if t[i] == _EMPTY:
+                used += 1
+            t[i] = r
+        self._used += used
+        self._count += count
+
+    def discard(self, idb: bytes) -> None:
+        """Unmap an id (nothing if absent)."""
+        t = self._slots
+        m = len(t) - 1
+        i = hash(idb) & m
+        blocks, b0 = self._store._blocks, self._store._block0
+        while True:
+            r = t[i]
+            if r == _EMPTY:
+                return
+            if r >= 0:
+                p = (r & _POS) << 4
+                if blocks[(r >> _BITS) - b0].ids[p : p + 16] == idb:
+                    t[i] = _GONE
+                    self._count -= 1
+                    return
+            i = (i + 1) & m
+
+    def _resize(self, want: int) -> None:
+        """Rehash into at least ``want`` slots (a power of two), dropping tombstones."""
+        size = 16
+        while size < want:
+            size *= 2
+        t = array("i", [_EMPTY]) * size
+        m = size - 1
+        count = 0
+        blocks, b0 = self._store._blocks, self._store._block0
+        for r in self._slots:
+            if r >= 0:
+                p = (r & _POS) << 4
+                i = hash(bytes(blocks[(r >> _BITS) - b0].ids[p : p + 16])) & m
+                while t[i] != _EMPTY:
+                    i = (i + 1) & m
+                t[i] = r
+                count += 1
+        self._slots = t
+        self._count = self._used = count
+
+
 class SegmentStore:
     """The segments of one partition as rows (``rlmm.segment_rows.SegmentRows``).
 
     Args:
         topic_id_partition: the partition, for the metadata objects built.
-        id_slots: initial size of the id table (room for about a third as many segments
-            before it grows).
+        id_slots: initial size of the id table (it grows once 0.7 full: to restore ``n``
+            segments without growing, give ``2 * n``).
     """
 
     __slots__ = (
@@ -292,6 +399,7 @@ class SegmentStore:
         "_next",
         "_order",
         "_tp",
+        "find",
         "in_key_order",
     )
 
@@ -306,7 +414,9 @@ class SegmentStore:
         self._next = 0  # the next row number
         self._live = 0
         self._dead = 0
-        self._ids = UuidTable(self._id_of, id_slots)
+        self._ids = _IdTable(self, id_slots)
+        # find(segment_id) -> row or -1 is the table's: bound here, a call less per event.
+        self.find: Callable[[bytes], int] = self._ids.find
         self._multi: dict[int, tuple[tuple[int, int], ...]] = {}
         self._custom: dict[int, bytes] = {}
         self._order: array[int] | None = None  # rows sorted by key, if not in row order
@@ -322,9 +432,8 @@ class SegmentStore:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def insert(self, segment: SegmentLike, segment_id: bytes) -> int:
-        """Add a row; ``segment_id`` is ``segment.segment_id.bytes``, known to be absent."""
-        md = segment
+    def insert(self, md: SegmentLike, segment_id: bytes) -> int:
+        """Add a row; ``segment_id`` is ``md.segment_id.bytes``, known to be absent."""
         start = md.start_offset
         epochs = md.segment_leader_epochs
         flags = int(md.state) | (_TXN_EMPTY if md.txn_index_empty else 0)
@@ -382,7 +491,7 @@ class SegmentStore:
             self._next = r0 + len(chunk)
             done += len(chunk)
         self._live += len(run)
-        self._ids.add_run([idb for _, idb, _ in run], first)
+        self._ids.add_run((idb for _, idb, _ in run), first, len(run))
         if self._order is not None:
             self._order.extend(range(first, self._next))
         md, idb, _ = run[-1]
@@ -408,21 +517,20 @@ class SegmentStore:
             return self._compact()
         return None
 
-    def set_state(self, row: int, state: RemoteLogSegmentState) -> None:
-        b = self._blocks[(row >> _BITS) - self._block0]
-        p = row & _POS
-        b.flags[p] = (b.flags[p] & ~_STATE) | state
-
-    def refresh(
-        self, row: int, event_timestamp_ms: int, broker_id: int, custom_metadata: bytes | None
-    ) -> None:
+    def update(
+        self, row: int, state: RemoteLogSegmentState, event_timestamp_ms: int, broker_id: int,
+        custom_metadata: bytes | None,
+    ) -> None:  # fmt: skip
         b = self._blocks[(row >> _BITS) - self._block0]
         p = row & _POS
         b.evt = _put(b.evt, p, event_timestamp_ms - (b.t0 + b.ts[p]))
-        b.set_broker(p, broker_id)
+        if b.broker is not None or broker_id != b.broker_c:
+            b.set_broker(p, broker_id)
+        flags = (b.flags[p] & ~_STATE) | state
         if custom_metadata is not None:
             self._custom[row] = custom_metadata
-            b.flags[p] |= _CUSTOM
+            flags |= _CUSTOM
+        b.flags[p] = flags
 
     def _free_front_blocks(self) -> None:
         """Free whole dead blocks at the front (retention deletes the oldest first)."""
@@ -451,13 +559,6 @@ class SegmentStore:
         return Renumbering(first, remap)
 
     # -- reads -----------------------------------------------------------------------------
-
-    def find(self, segment_id: bytes) -> int:
-        return self._ids.find(segment_id)
-
-    def _id_of(self, r: int) -> bytes:
-        p = (r & _POS) << 4
-        return bytes(self._blocks[(r >> _BITS) - self._block0].ids[p : p + 16])
 
     def is_live(self, row: int) -> bool:
         return not self._blocks[(row >> _BITS) - self._block0].flags[row & _POS] & _DEAD
