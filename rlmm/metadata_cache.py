@@ -86,7 +86,8 @@ class _LeaderEpochState:
 
         After a leader change the new leader may copy again what the old one had copied
         (its own segments are cut elsewhere): the mapped segments starting at or after
-        ``start`` are superseded, if ``row`` reaches as far as anything mapped so far.
+        ``start`` are superseded, if ``row`` reaches as far as anything mapped so far, and
+        so is one mapped at ``start`` itself. Superseded segments become unreferenced.
         """
         last, old = self.map.last()
         if last < start:  # the usual case: after every mapped segment
@@ -230,9 +231,9 @@ class RemoteLogMetadataCache:
         r = self._rows.insert(md, idb)
         if state == _S.COPY_SEGMENT_FINISHED:
             self._finished(r)
-        else:
+        else:  # COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED: listed, never served
             for e, _ in self._rows.epochs(r):
-                self._epoch(e).copy_started(r)
+                self._epoch(e).unreferenced.add(r)
 
     @property
     def topic_id_partition(self) -> TopicIdPartition:

@@ -150,6 +150,6 @@ class SegmentRows(Protocol):
         ...
 
     def last_row_at_or_before(self, offset: int) -> int:
-        """The greatest row number starting at or before ``offset``, or -1; only while
-        ``in_key_order``."""
+        """The greatest number of a row (deleted ones included) starting at or before
+        ``offset``, or -1; only while ``in_key_order``."""
         ...

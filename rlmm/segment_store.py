@@ -34,7 +34,7 @@ import dataclasses
 import uuid
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rlmm.segment_rows import Renumbering, RowKey, SegmentLike
 from tiered.api import (
@@ -273,59 +273,62 @@ class _Block:
 
 
 class _IdTable:
-    """Segment id -> row, in ~6.5 bytes a segment.
+    """Segment id -> row, in ~6.5 bytes a segment: the hash table half of ``SegmentStore``
+    (its base class, so that probes read the ids from the blocks without a call each).
 
     Open addressing (linear probing) over row numbers in one ``array('i')``, its size a
-    power of two, kept between 0.35 and 0.7 full. The ids are not stored here: probes read
-    them from the store's blocks, inline (a call per probe costs ~10 % of an event). A
-    deleted id leaves a tombstone, so that probes for the ids after it go on; tombstones
-    count as used until the next resize drops them.
+    power of two, kept between 0.35 and 0.7 full. The ids are not stored here: a probe
+    compares the id in the probed row's block. A deleted id leaves a tombstone, so that
+    probes for the ids after it go on; tombstones count as used until the next resize
+    drops them.
     """
 
-    __slots__ = ("_count", "_slots", "_store", "_used")
+    __slots__ = ("_id_count", "_id_slots", "_id_used")
 
-    def __init__(self, store: SegmentStore, slots: int) -> None:
-        self._store = store
-        self._slots: array[int] = array("i")
-        self._count = 0  # ids held
-        self._used = 0  # slots not _EMPTY
-        self._resize(slots)
+    _blocks: list[_Block]  # SegmentStore's
+    _block0: int
 
-    def find(self, idb: bytes) -> int:
-        """The row of ``idb``, or -1."""
-        t = self._slots
+    def _clear_ids(self, slots: int) -> None:
+        self._id_slots: array[int] = array("i")
+        self._id_count = 0  # ids held
+        self._id_used = 0  # slots not _EMPTY
+        self._resize_ids(slots)
+
+    def find(self, segment_id: bytes) -> int:
+        """The row of a segment id, or -1."""
+        t = self._id_slots
         m = len(t) - 1
-        i = hash(idb) & m
-        blocks, b0 = self._store._blocks, self._store._block0
+        i = hash(segment_id) & m
+        blocks, b0 = self._blocks, self._block0
         while True:
             r = t[i]
             if r == _EMPTY:
                 return -1
             if r >= 0:
                 p = (r & _POS) << 4
-                if blocks[(r >> _BITS) - b0].ids[p : p + 16] == idb:
+                if blocks[(r >> _BITS) - b0].ids[p : p + 16] == segment_id:
                     return r
             i = (i + 1) & m
 
-    def add(self, idb: bytes, row: int) -> None:
+    def _add_id(self, idb: bytes, row: int) -> None:
         """Map an id known to be absent."""
-        if 10 * (self._used + 1) > 7 * len(self._slots):
-            self._resize(2 * self._count)
-        t = self._slots
+        if 10 * (self._id_used + 1) > 7 * len(self._id_slots):
+            self._resize_ids(2 * self._id_count)
+        t = self._id_slots
         m = len(t) - 1
         i = hash(idb) & m
         while t[i] >= 0:
             i = (i + 1) & m
         if t[i] == _EMPTY:
-            self._used += 1
+            self._id_used += 1
         t[i] = row
-        self._count += 1
+        self._id_count += 1
 
-    def add_run(self, ids: Iterable[bytes], first_row: int, count: int) -> None:
+    def _add_ids(self, ids: Iterable[bytes], first_row: int, count: int) -> None:
         """Map ``count`` absent ids to the consecutive rows from ``first_row``."""
-        if 10 * (self._used + count) > 7 * len(self._slots):
-            self._resize(2 * (self._count + count))
-        t = self._slots
+        if 10 * (self._id_used + count) > 7 * len(self._id_slots):
+            self._resize_ids(2 * (self._id_count + count))
+        t = self._id_slots
         m = len(t) - 1
         used = 0
         for r, idb in enumerate(ids, first_row):
@@ -335,15 +338,15 @@ class _IdTable:
             if t[i] == _EMPTY:
                 used += 1
             t[i] = r
-        self._used += used
-        self._count += count
+        self._id_used += used
+        self._id_count += count
 
-    def discard(self, idb: bytes) -> None:
+    def _discard_id(self, idb: bytes) -> None:
         """Unmap an id (nothing if absent)."""
-        t = self._slots
+        t = self._id_slots
         m = len(t) - 1
         i = hash(idb) & m
-        blocks, b0 = self._store._blocks, self._store._block0
+        blocks, b0 = self._blocks, self._block0
         while True:
             r = t[i]
             if r == _EMPTY:
@@ -352,11 +355,11 @@ class _IdTable:
                 p = (r & _POS) << 4
                 if blocks[(r >> _BITS) - b0].ids[p : p + 16] == idb:
                     t[i] = _GONE
-                    self._count -= 1
+                    self._id_count -= 1
                     return
             i = (i + 1) & m
 
-    def _resize(self, want: int) -> None:
+    def _resize_ids(self, want: int) -> None:
         """Rehash into at least ``want`` slots (a power of two), dropping tombstones."""
         size = 16
         while size < want:
@@ -364,8 +367,8 @@ class _IdTable:
         t = array("i", [_EMPTY]) * size
         m = size - 1
         count = 0
-        blocks, b0 = self._store._blocks, self._store._block0
-        for r in self._slots:
+        blocks, b0 = self._blocks, self._block0
+        for r in self._id_slots:
             if r >= 0:
                 p = (r & _POS) << 4
                 i = hash(bytes(blocks[(r >> _BITS) - b0].ids[p : p + 16])) & m
@@ -373,11 +376,11 @@ class _IdTable:
                     i = (i + 1) & m
                 t[i] = r
                 count += 1
-        self._slots = t
-        self._count = self._used = count
+        self._id_slots = t
+        self._id_count = self._id_used = count
 
 
-class SegmentStore:
+class SegmentStore(_IdTable):
     """The segments of one partition as rows (``rlmm.segment_rows.SegmentRows``).
 
     Args:
@@ -392,14 +395,12 @@ class SegmentStore:
         "_bstarts",
         "_custom",
         "_dead",
-        "_ids",
         "_last",
         "_live",
         "_multi",
         "_next",
         "_order",
         "_tp",
-        "find",
         "in_key_order",
     )
 
@@ -414,9 +415,7 @@ class SegmentStore:
         self._next = 0  # the next row number
         self._live = 0
         self._dead = 0
-        self._ids = _IdTable(self, id_slots)
-        # find(segment_id) -> row or -1 is the table's: bound here, a call less per event.
-        self.find: Callable[[bytes], int] = self._ids.find
+        self._clear_ids(id_slots)
         self._multi: dict[int, tuple[tuple[int, int], ...]] = {}
         self._custom: dict[int, bytes] = {}
         self._order: array[int] | None = None  # rows sorted by key, if not in row order
@@ -454,7 +453,7 @@ class SegmentStore:
         )  # fmt: skip
         self._next = r + 1
         self._live += 1
-        self._ids.add(segment_id, r)
+        self._add_id(segment_id, r)
         if flags & _MULTI:
             self._multi[r] = tuple(epochs.items())
         if flags & _CUSTOM:
@@ -491,7 +490,7 @@ class SegmentStore:
             self._next = r0 + len(chunk)
             done += len(chunk)
         self._live += len(run)
-        self._ids.add_run((idb for _, idb, _ in run), first, len(run))
+        self._add_ids((idb for _, idb, _ in run), first, len(run))
         if self._order is not None:
             self._order.extend(range(first, self._next))
         md, idb, _ = run[-1]
@@ -506,7 +505,7 @@ class SegmentStore:
         b.dead += 1
         self._live -= 1
         self._dead += 1
-        self._ids.discard(bytes(b.ids[p << 4 : (p << 4) + 16]))
+        self._discard_id(bytes(b.ids[p << 4 : (p << 4) + 16]))
         if f & _MULTI:
             del self._multi[row]
         if f & _CUSTOM:
