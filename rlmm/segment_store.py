@@ -19,12 +19,13 @@ that fits (widened to 64 bits per block on overflow)::
 
 Rare shapes go to side dicts keyed by row: segments whose leader epochs are not exactly
 ``{epoch: start offset}``, and custom metadata. Segment id -> row is a hash table of rows
-that reads the ids from the blocks. Rows arrive in key order ``(start offset, id)`` as a rule, so
-that order is the row order itself; an out-of-order insert creates an explicit sorted row
-array until the next compaction. Deleted rows are tombstones: whole dead blocks at the
-front are freed at once, and when dead rows outnumber live ones everything is compacted
-(renumbered in key order; O(rows), amortised O(1) a delete). Metadata objects are built
-only for what a caller asks, without re-running their validation.
+(``_IdTable``) that reads the ids from the blocks. Rows arrive in key order ``(start
+offset, id)`` as a rule, so that order is the row order itself; an out-of-order insert
+creates an explicit sorted row array until the next compaction. Deleted rows are
+tombstones: whole dead blocks at the front are freed at once, and when dead rows outnumber
+live ones everything is compacted (renumbered in key order; O(rows), amortised O(1) a
+delete). Metadata objects are built only for what a caller asks, without re-running their
+validation.
 """
 
 from __future__ import annotations
