@@ -1,7 +1,8 @@
 # The README's commands. Every target bootstraps .venv on its own, so a fresh clone needs
 # nothing but `make demo` or `make test`. The venv is reinstalled only when pyproject.toml
 # changes (its hash is kept in the stamp), so a second run starts at once: pyspark arrives
-# as a source archive and takes about a minute to build.
+# as a source archive and takes about a minute to build. The venv gets every extra
+# (`.[all,dev]`): the demo and the tests drive S3, HDFS and Spark as well as the broker.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -18,7 +19,7 @@ venv: check-python
 		echo "bootstrapping $(VENV) (pyproject.toml changed or no venv yet)"; \
 		[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV) || exit 1; \
 		$(BIN)/python -m pip install --quiet --upgrade pip || exit 1; \
-		$(BIN)/python -m pip install --quiet -e '.[dev]' || exit 1; \
+		$(BIN)/python -m pip install --quiet -e '.[all,dev]' || exit 1; \
 		echo "$$want" > $(STAMP); \
 	fi
 

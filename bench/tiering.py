@@ -11,6 +11,7 @@
    same data sizes. Target <= 1.2x.
 
     python -m bench.tiering [--quick] [--only copy|consume|produce-latency] [--dir bench-data]
+                            [--part-mb N]
 
 moto serves ranged GETs at a cost growing with the object size (see docs/BENCHMARKS.md), so
 the consumer benchmark uses the local-directory RSM; the copy benchmark uses moto, as S3's
@@ -96,7 +97,9 @@ def _files(data: LogSegmentData) -> list[Path]:
     return [data.log_segment, data.offset_index, data.time_index, data.producer_snapshot_index]
 
 
-def bench_copy(base: Path, total_mb: int, rounds: int) -> dict[str, float]:
+def bench_copy(
+    base: Path, total_mb: int, rounds: int, part_mb: int | None = None
+) -> dict[str, float]:
     from boto3.s3.transfer import TransferConfig
 
     from rsm_plugins.s3 import S3RemoteStorageManager
@@ -112,7 +115,10 @@ def bench_copy(base: Path, total_mb: int, rounds: int) -> dict[str, float]:
         segments = _segments(work, total_mb, 16)
         payload = sum(f.stat().st_size for _, d in segments for f in _files(d))
         rsm = S3RemoteStorageManager()
-        rsm.configure(endpoint.rsm_configs(bucket))
+        configs = endpoint.rsm_configs(bucket)
+        if part_mb is not None:  # segments are 16 MiB: smaller parts make multipart uploads
+            configs["storage.s3.multipart.upload.part.size"] = str(part_mb * MiB)
+        rsm.configure(configs)
         client = endpoint.client()
         # boto3's defaults: 8 MiB multipart threshold and parts, 10 threads.
         transfer = TransferConfig()
@@ -358,13 +364,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", choices=["copy", "consume", "produce-latency"])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument(
+        "--part-mb",
+        type=int,
+        help="copy: the S3 plugin's multipart part size (default 25: segments go in one PUT)",
+    )
     args = parser.parse_args(argv)
     print(describe_machine(args.dir))
     copy_mb, consume_mb, seconds, rounds = (64, 32, 5.0, 2) if args.quick else (256, 128, 15.0, 3)
     if args.only in (None, "copy"):
-        r = bench_copy(args.dir, copy_mb, rounds)
+        r = bench_copy(args.dir, copy_mb, rounds, args.part_mb)
+        parts = "" if args.part_mb is None else f" in {args.part_mb} MiB parts"
         print(
-            f"copy to S3 (moto), {r['MiB']:.0f} MiB of segments+indexes: tierlog "
+            f"copy to S3 (moto), {r['MiB']:.0f} MiB of segments+indexes{parts}: tierlog "
             f"{r['tierlog']:.1f} MB/s, boto3 upload_file {r['boto3']:.1f} MB/s, ratio "
             f"{r['ratio']:.2f} (target >= 0.9)",
             flush=True,

@@ -42,7 +42,8 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from rlmm.formatter import kafka_uuid
+from core.clock import now_ms
+from core.kafka_uuid import uuid_to_base64
 from rlmm.metadata_cache import RemoteLogMetadataCache
 from rlmm.partition_store import RemotePartitionMetadataStore
 from rlmm.partitioner import metadata_partition
@@ -105,7 +106,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self,
         client: MetadataTopicClient | None = None,
         *,
-        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.client = client
         self.clock = clock
@@ -529,7 +530,7 @@ def _segment_of(event: object) -> str:
     """The segment id an event is about, as Kafka prints it (``tierlog metadata describe``
     takes it); ``-`` for a partition deletion event."""
     if isinstance(event, RemoteLogSegmentMetadata):
-        return kafka_uuid(event.segment_id)
+        return uuid_to_base64(event.segment_id)
     if isinstance(event, RemoteLogSegmentMetadataUpdate):
-        return kafka_uuid(event.remote_log_segment_id.id)
+        return uuid_to_base64(event.remote_log_segment_id.id)
     return "-"

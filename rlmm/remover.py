@@ -5,8 +5,9 @@ DELETE_PARTITION_MARKED for each of its partitions; every
 ``remote.partition.remover.task.interval.ms`` (1 h by default) the remover takes each marked
 partition, publishes DELETE_PARTITION_STARTED, deletes every segment through the RSM
 (DELETE_SEGMENT_STARTED -> ``delete_log_segment_data`` -> DELETE_SEGMENT_FINISHED) and
-publishes DELETE_PARTITION_FINISHED. A run interrupted by a crash resumes from STARTED:
-every step is idempotent.
+publishes DELETE_PARTITION_FINISHED, then releases the partition's metadata
+(``on_stop_partitions``). A run interrupted by a crash resumes from STARTED: every step is
+idempotent.
 
 A marked partition whose topic still exists (``topic_exists``, the broker's registry) is not
 touched: topic ids are never reused, so such a mark was not written by a topic deletion (a
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
+from core.clock import now_ms
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from tiered.api import (
     RemoteLogSegmentMetadataUpdate,
@@ -52,7 +53,7 @@ class RemotePartitionRemover:
         broker_id: int,
         *,
         interval_ms: int = DEFAULT_INTERVAL_MS,
-        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], int] = now_ms,
         topic_exists: Callable[[uuid.UUID], bool] = lambda topic_id: False,
     ) -> None:
         self.rlmm = rlmm
@@ -115,6 +116,9 @@ class RemotePartitionRemover:
             self.rsm.delete_log_segment_data(md)
             self._publish_segment(md.remote_log_segment_id, _SEG.DELETE_SEGMENT_FINISHED)
         self._publish_partition(tp, _PART.DELETE_PARTITION_FINISHED)
+        # The partition is gone from this broker too: its metadata was kept loaded for this
+        # deletion only (see RemoteLogManager.on_stop_partitions).
+        self.rlmm.on_stop_partitions({tp})
         log.info("deleted the remote data of %s: %d segments", tp, len(segments))
 
     def _publish_segment(self, segment_id, state: RemoteLogSegmentState) -> None:

@@ -3,12 +3,17 @@
 Settings (``rsm.config.`` stripped):
 
 * ``storage.url`` (required): the root, any fsspec URL: ``file:///var/tierlog/remote``,
-  ``memory://tierlog``, ``s3://bucket/prefix`` (s3fs), ``webhdfs://namenode:9870/tierlog``
-  (fsspec's WebHDFS client, no libhdfs), ``hdfs://namenode:8020/tierlog`` (hdfs-native, a
-  native HDFS RPC client: ``pip install hdfs-native``, not a tierlog dependency).
+  ``memory://tierlog``, ``s3://bucket/prefix`` (s3fs, the ``s3`` extra),
+  ``webhdfs://namenode:9870/tierlog`` (fsspec's WebHDFS client over requests, no libhdfs),
+  ``hdfs://namenode:8020/tierlog`` (hdfs-native, a native HDFS RPC client with no JVM; both
+  with the ``hdfs`` extra). A URL whose client is not installed fails at configure time
+  naming the pip command.
 * ``storage.fsspec.options`` (tierlog's own): a JSON object of extra file-system options,
   e.g. ``{"user": "kafka"}`` for WebHDFS or ``{"endpoint_url": "http://127.0.0.1:4566"}``
-  for s3fs.
+  for s3fs. For ``hdfs://`` they are hdfs-native's Hadoop configuration, string values:
+  it retries an unreachable NameNode as Hadoop does (``dfs.client.failover.max.attempts``
+  15, with backoff: about three minutes before the broker's start-up fails on a closed
+  port), and ``{"dfs.client.failover.max.attempts": "1"}`` makes that about a second.
 * ``key.prefix``: see ``base``.
 
 Writes: on file systems with folders and renames (file, WebHDFS, HDFS) an object is written to
@@ -33,10 +38,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-import fsspec
-from fsspec.spec import AbstractFileSystem
-
 from core.config import ConfigKey, ConfigType
+from core.extras import install_command, is_installed, requires_extra
 from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
 from rsm_plugins.layout import RunningChecksum
 from rsm_plugins.store import BoundedReader, ObjectStore, buffered
@@ -46,9 +49,26 @@ from tiered.api import (
     RetriableRemoteStorageError,
 )
 
+# fsspec comes with the hdfs extra (and the s3 and spark ones), not the base install.
+with requires_extra("hdfs", "the fsspec RemoteStorageManager (rsm_plugins.fsspec)"):
+    import fsspec
+    from fsspec.spec import AbstractFileSystem
+
 STORAGE_URL = "storage.url"
 OPTIONS = "storage.fsspec.options"
 OBJECT_STORE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "az", "memory"})
+PROTOCOL_EXTRAS: dict[str, tuple[str, str]] = {
+    "hdfs": ("hdfs_native", "hdfs"),
+    "viewfs": ("hdfs_native", "hdfs"),
+    "webhdfs": ("requests", "hdfs"),
+    "swebhdfs": ("requests", "hdfs"),
+    "s3": ("s3fs", "s3"),
+    "s3a": ("s3fs", "s3"),
+}
+"""Protocol -> (the module its file system needs, the tierlog extra that installs it).
+
+Checked before fsspec resolves the URL: without hdfs-native, fsspec maps ``hdfs://`` to
+pyarrow's libhdfs client (a JVM and Hadoop's jars), which is not what tierlog documents."""
 _CHUNK = 4 * 1024 * 1024
 _TMP_MARK = ".tmp-"
 
@@ -196,14 +216,34 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
             raise RemoteStorageError(
                 f"Invalid value {values[OPTIONS]} for configuration {setting(OPTIONS)}: {e}"
             ) from e
+        protocol = url.split("://", 1)[0].lower() if "://" in url else "file"
+        needed = PROTOCOL_EXTRAS.get(protocol)
+        if needed is not None and not is_installed(needed[0]):
+            module, extra = needed
+            raise RemoteStorageError(
+                f"Invalid value {url} for configuration {setting(STORAGE_URL)}: {protocol}:// "
+                f"needs {module}, which is not installed: {install_command(extra)}"
+            )
         try:
-            fs, root = fsspec.core.url_to_fs(url, **options)
+            # The plugin owns its file system, outside fsspec's shared instance cache: fsspec
+            # empties that cache in a forked child (os.register_at_fork), and an hdfs-native
+            # client dropped there waits forever for tokio threads that only the parent has,
+            # so the child of any later fork with a preexec_fn (pyspark starting its JVM, in
+            # the same process) hung before its exec.
+            fs, root = fsspec.core.url_to_fs(url, **{**options, "skip_instance_cache": True})
         except ImportError as e:
             raise RemoteStorageError(
                 f"Invalid value {url} for configuration {setting(STORAGE_URL)}: its file "
                 f"system needs a package that is not installed ({e})"
             ) from e
-        except (*_FAILURES, TypeError) as e:
+        except TypeError as e:
+            # The options go to the file system's constructor: an unknown name, or a value of
+            # the wrong type (hdfs-native takes strings only).
+            key, value = (OPTIONS, values[OPTIONS]) if options else (STORAGE_URL, url)
+            raise RemoteStorageError(
+                f"Invalid value {value} for configuration {setting(key)}: {e}"
+            ) from e
+        except _FAILURES as e:
             raise RemoteStorageError(
                 f"Invalid value {url} for configuration {setting(STORAGE_URL)}: {e}"
             ) from e

@@ -36,16 +36,11 @@ import io
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
-
 from core.config import ConfigKey, ConfigType, at_least, between, one_of
+from core.extras import requires_extra
 from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
 from rsm_plugins.layout import RunningChecksum
 from rsm_plugins.store import ObjectStore, buffered
@@ -54,6 +49,15 @@ from tiered.api import (
     RemoteStorageError,
     RetriableRemoteStorageError,
 )
+
+# boto3 comes with the s3 extra, not the base install: without it, loading this plugin
+# fails at broker start-up naming the pip command.
+with requires_extra("s3", "the S3 RemoteStorageManager (rsm_plugins.s3)"):
+    import boto3
+    from boto3.s3.transfer import TransferConfig, create_transfer_manager
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
 
 BUCKET = "storage.s3.bucket.name"
 REGION = "storage.s3.region"
@@ -140,8 +144,45 @@ class _Body(io.RawIOBase):
         super().close()
 
 
+class _ChecksumOnFirstRead:
+    """A file as the transfer manager reads it, with the size and CRC32C of its bytes.
+
+    The manager reads a multipart upload's parts in order, and a single PUT's body once or
+    more (botocore may read it for a checksum, then again to send it, and again on a
+    retry): each byte counts once, when first read.
+    """
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.checksum = RunningChecksum()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._f.seek(offset, whence)
+
+    def read(self, size: int = -1) -> bytes:
+        position = self._f.tell()
+        data = self._f.read(size)
+        seen = self.checksum.size
+        if position <= seen < position + len(data):
+            self.checksum.update(memoryview(data)[seen - position :])
+        return data
+
+    def close(self) -> None:
+        """The manager closes the body it was given; the file is closed by its opener."""
+
+
 class S3ObjectStore(ObjectStore):
-    """Objects in one bucket. Files above ``part_size`` go up as parallel multipart uploads."""
+    """Objects in one bucket, uploaded through boto3's transfer manager: files of
+    ``part_size`` or more go up as multipart uploads, their parts in parallel."""
 
     def __init__(
         self,
@@ -156,9 +197,19 @@ class S3ObjectStore(ObjectStore):
         self.bucket = bucket
         self.part_size = part_size
         self._put_args = dict(put_args)
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="s3-upload")
-        # Parts read but not yet uploaded, over all uploads: bounds the memory used.
-        self._buffers = threading.BoundedSemaphore(concurrency)
+        config = TransferConfig(
+            multipart_threshold=part_size,
+            multipart_chunksize=part_size,
+            max_concurrency=concurrency,
+            use_threads=True,  # parts in parallel; False would send them one by one
+            preferred_transfer_client="classic",  # never the CRT client, whatever is installed
+        )
+        # Parts read but not yet sent, over all uploads: at most concurrency x part size bytes.
+        config.max_in_memory_upload_chunks = concurrency
+        # One manager for the store, not one per upload as ``client.upload_fileobj`` builds:
+        # the concurrency and the memory bound hold over all the copies running at once. A
+        # failed multipart upload is aborted by the manager.
+        self._transfers = create_transfer_manager(client, config)
 
     def _call(self, what: str, method: str, **kwargs: Any) -> Any:
         try:
@@ -170,85 +221,25 @@ class S3ObjectStore(ObjectStore):
         self._call("put", "put_object", Key=key, Body=data, **self._put_args)
 
     def put_file(self, key: str, path: Path) -> tuple[int, str]:
-        checksum = RunningChecksum()
         try:
             f = open(path, "rb")  # noqa: SIM115 - closed below
         except OSError as e:
             raise RemoteStorageError(f"cannot read {path}: {e}") from e
         with f:
+            body = _ChecksumOnFirstRead(f)
             try:
-                first = f.read(self.part_size)
+                self._transfers.upload(body, self.bucket, key, extra_args=self._put_args).result()
+            except (ClientError, BotoCoreError) as e:
+                raise _convert(e, f"upload s3://{self.bucket}/{key}") from e
             except OSError as e:
                 raise RemoteStorageError(f"cannot read {path}: {e}") from e
-            if len(first) < self.part_size:
-                checksum.update(first)
-                self.put_bytes(key, first)
-                return checksum.result()
-            self._multipart(key, path, f, first, checksum)
-        return checksum.result()
-
-    def _multipart(
-        self, key: str, path: Path, f: BinaryIO, first: bytes, checksum: RunningChecksum
-    ) -> None:
-        upload_id = self._call(
-            "create multipart upload", "create_multipart_upload", Key=key, **self._put_args
-        )["UploadId"]
-        futures: list[Future[dict[str, Any]]] = []
-        try:
-            # Each part holds a slot of ``_buffers`` from before it is read until it is sent.
-            self._buffers.acquire()
-            part, number = first, 1
-            while part:
-                checksum.update(part)
-                try:
-                    futures.append(
-                        self._pool.submit(self._upload_part, key, upload_id, number, part)
-                    )
-                except BaseException:
-                    self._buffers.release()
-                    raise
-                del part
-                number += 1
-                self._buffers.acquire()
-                try:
-                    part = f.read(self.part_size)
-                except OSError as e:
-                    self._buffers.release()
-                    raise RemoteStorageError(f"cannot read {path}: {e}") from e
-                if not part:
-                    self._buffers.release()
-            parts = [fut.result() for fut in futures]
-            self._call(
-                "complete multipart upload",
-                "complete_multipart_upload",
-                Key=key,
-                UploadId=upload_id,
-                MultipartUpload={"Parts": parts},
+            size = f.seek(0, os.SEEK_END)
+        if body.checksum.size != size:  # the transfer manager read something out of order
+            raise RemoteStorageError(
+                f"upload s3://{self.bucket}/{key}: read {body.checksum.size} of {size} bytes "
+                f"of {path} in order; the checksum is incomplete"
             )
-        except BaseException:
-            for fut in futures:
-                if fut.cancel():  # never ran: give its buffer slot back
-                    self._buffers.release()
-            for fut in futures:
-                with contextlib.suppress(Exception):
-                    fut.result()
-            with contextlib.suppress(ClientError, BotoCoreError):
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-            raise
-
-    def _upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> dict[str, Any]:
-        try:
-            response = self._call(
-                f"upload part {number} of",
-                "upload_part",
-                Key=key,
-                UploadId=upload_id,
-                PartNumber=number,
-                Body=data,
-            )
-        finally:
-            self._buffers.release()
-        return {"PartNumber": number, "ETag": response["ETag"]}
+        return body.checksum.result()
 
     def get_range(self, key: str, start: int, end: int | None) -> BinaryIO:
         if end == start:
@@ -315,7 +306,7 @@ class S3ObjectStore(ObjectStore):
             raise _convert(e, f"list s3://{self.bucket}/{prefix}") from e
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._transfers.shutdown(cancel=True)
         self.client.close()
 
 

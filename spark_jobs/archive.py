@@ -19,9 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from core.extras import requires_extra
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader
 from core.records.record import RecordColumns, decode_columns
@@ -39,6 +37,10 @@ from tiered.api import (
     RemoteStorageManager,
     load_plugin,
 )
+
+with requires_extra("spark", "the Spark jobs (spark_jobs)"):
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
 SCHEMA = pa.schema(
     [

@@ -45,9 +45,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-from core.log.meta_properties import uuid_from_base64
+from core.extras import requires_extra
+from core.kafka_uuid import uuid_from_base64
 from spark_jobs.archive import (
     ArchiveConfig,
     plan_partition,
@@ -57,6 +56,9 @@ from spark_jobs.archive import (
 )
 from spark_jobs.lineage import SegmentRange
 from tiered.api import IndexType, RemoteStorageManager
+
+with requires_extra("spark", "the Spark jobs (spark_jobs)"):
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 EARLIEST, LATEST = -2, -1

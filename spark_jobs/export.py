@@ -27,13 +27,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import fsspec
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
+from core.extras import requires_extra
 from spark_jobs.archive import read_range
 from spark_jobs.datasource import SegmentSplit, TierlogReader
+
+with requires_extra("spark", "the Spark jobs (spark_jobs)"):
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
 STATE_FILE = "_tierlog_export.json"
 STAGING = "_staging"

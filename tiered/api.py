@@ -400,7 +400,9 @@ class RemoteLogMetadataManager(ABC):
 
     Loaded from ``remote.log.metadata.manager.class.name`` and configured with the
     ``rlmm.config.*`` properties, prefix stripped. Writes return futures that complete once
-    the event is durable and visible to this manager's own reads.
+    the event is durable and, for a partition whose metadata is loaded here, visible to this
+    manager's own reads. ``tests/rlmm/rlmm_contract.py`` checks every implementation against
+    these docstrings.
     """
 
     def configure(self, configs: Mapping[str, str]) -> None:  # noqa: B027 - optional hook
@@ -414,20 +416,28 @@ class RemoteLogMetadataManager(ABC):
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> Future[None]:
         """Record a new segment copy; ``metadata.state`` must be COPY_SEGMENT_STARTED.
 
+        Adding a segment id again is idempotent while it is COPY_SEGMENT_STARTED (the new
+        metadata replaces the old); a segment already in a later state stays as it is.
+
         Raises:
             ValueError: any other state (raised at once, not through the future).
-            RemoteStorageError: through the future, if the event could not be stored.
+
+        The future fails with:
+            RemoteStorageError: the event could not be stored.
         """
 
     @abstractmethod
     def update_remote_log_segment_metadata(
         self, update: RemoteLogSegmentMetadataUpdate
     ) -> Future[None]:
-        """Record a state change of a known segment.
+        """Record a state change of a known segment (``RemoteLogSegmentState``'s
+        transitions). A repeated state is idempotent: it succeeds again.
 
-        Idempotent for a repeated state. The future fails with
-        ``RemoteResourceNotFoundError`` for an unknown segment and with
-        ``InvalidStateTransitionError`` for a state that does not follow the current one.
+        The future fails with:
+            RemoteResourceNotFoundError: no such segment (never added, or already
+                DELETE_SEGMENT_FINISHED), or its partition's metadata is not loaded here.
+            InvalidStateTransitionError: the state does not follow the current one.
+            RemoteStorageError: the event could not be stored.
         """
 
     @abstractmethod
@@ -439,6 +449,8 @@ class RemoteLogMetadataManager(ABC):
         Segments in any other state are never returned. None when no such segment exists.
 
         Raises:
+            RemoteResourceNotFoundError: the partition's remote data was deleted
+                (DELETE_PARTITION_FINISHED).
             RemoteStorageError: the partition's metadata is not loaded (not ``is_ready``).
         """
 
@@ -446,13 +458,24 @@ class RemoteLogMetadataManager(ABC):
     def highest_offset_for_epoch(
         self, topic_id_partition: TopicIdPartition, epoch: int
     ) -> int | None:
-        """The highest offset in remote storage (COPY_SEGMENT_FINISHED) for ``epoch``, or None."""
+        """The highest offset in remote storage (COPY_SEGMENT_FINISHED) for ``epoch``, or None.
+
+        Raises:
+            RemoteResourceNotFoundError: the partition's remote data was deleted.
+            RemoteStorageError: the partition's metadata is not loaded (not ``is_ready``).
+        """
 
     @abstractmethod
     def put_remote_partition_delete_metadata(
         self, metadata: RemotePartitionDeleteMetadata
     ) -> Future[None]:
-        """Record a step of deleting a partition's remote data (validated transitions)."""
+        """Record a step of deleting a partition's remote data: DELETE_PARTITION_MARKED ->
+        STARTED -> FINISHED, each repeatable. FINISHED drops the partition's metadata. A step
+        that does not follow the current one is stored but not applied (the state stays).
+
+        The future fails with:
+            RemoteStorageError: the event could not be stored.
+        """
 
     @abstractmethod
     def list_remote_log_segments(
@@ -461,25 +484,41 @@ class RemoteLogMetadataManager(ABC):
         """Every known segment of the partition in any state, sorted by start offset (then by
         segment id, a stable order that paging cursors rely on); with ``leader_epoch``, only
         the segments holding offsets of that epoch.
+
+        Raises:
+            RemoteResourceNotFoundError: the partition's remote data was deleted.
+            RemoteStorageError: the partition's metadata is not loaded (not ``is_ready``).
         """
 
     @abstractmethod
     def on_partition_leadership_changes(
         self, leader_partitions: set[TopicIdPartition], follower_partitions: set[TopicIdPartition]
     ) -> None:
-        """This broker now leads or follows these partitions: load their metadata."""
+        """This broker now leads or follows these partitions: load their metadata (``is_ready``
+        turns true once loaded). Partitions already loaded are left as they are.
+
+        Raises:
+            RemoteStorageError: the metadata could not be reached.
+        """
 
     @abstractmethod
     def on_stop_partitions(self, partitions: set[TopicIdPartition]) -> None:
-        """This broker no longer hosts these partitions: drop their metadata."""
+        """This broker no longer hosts these partitions: drop their metadata (``is_ready``
+        turns false). Unknown partitions are ignored. Raises nothing."""
 
     @abstractmethod
     def remote_log_size(self, topic_id_partition: TopicIdPartition, leader_epoch: int) -> int:
-        """Total bytes of the COPY_SEGMENT_FINISHED segments holding offsets of the epoch."""
+        """Total bytes of the COPY_SEGMENT_FINISHED segments holding offsets of the epoch.
+
+        Raises:
+            RemoteResourceNotFoundError: the partition's remote data was deleted.
+            RemoteStorageError: the partition's metadata is not loaded (not ``is_ready``).
+        """
 
     @abstractmethod
     def is_ready(self, topic_id_partition: TopicIdPartition) -> bool:
-        """True once the partition's metadata has caught up with what was stored."""
+        """True once the partition's metadata has caught up with what was stored, until it is
+        stopped. Raises nothing."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; no call follows."""
@@ -509,18 +548,17 @@ def load_plugin(class_name: str, base: type[P], *, key: str) -> P:
         key: the config key that named it, for the error message.
 
     Raises:
-        PluginLoadError: the module or class cannot be found (with what to install when an
-            import inside it failed), or the class does not implement ``base``.
+        PluginLoadError: the module or class cannot be found, an import inside the module
+            failed (with the import's own message, which names the pip extra to install when
+            the plugin needs one), or the class does not implement ``base``.
     """
     module_name, _, attr = class_name.rpartition(".")
     if not module_name:
         raise PluginLoadError(f"{key}={class_name!r} is not a dotted path module.Class")
     try:
         module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        missing = e.name or module_name
-        hint = "" if missing == module_name else f" (it needs {missing!r}; install it)"
-        raise PluginLoadError(f"{key}={class_name}: cannot import {module_name}{hint}") from e
+    except ImportError as e:
+        raise PluginLoadError(f"{key}={class_name}: cannot import {module_name}: {e}") from e
     cls = getattr(module, attr, None)
     if not isinstance(cls, type):
         raise PluginLoadError(f"{key}={class_name}: {module_name} has no class {attr}")

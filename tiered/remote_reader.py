@@ -42,13 +42,13 @@ from tiered.api import (
     TopicIdPartition,
 )
 from tiered.events import log_event
-from tiered.quota import (
+from tiered.metrics import (
     REMOTE_FETCH_BYTES,
     REMOTE_FETCH_ERRORS,
     REMOTE_FETCH_REQUESTS,
     TieringMetrics,
-    TokenBucket,
 )
+from tiered.quota import TokenBucket
 from tiered.remote_index_cache import RemoteIndexCache
 
 if TYPE_CHECKING:

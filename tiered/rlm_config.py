@@ -31,7 +31,7 @@ _L, _D = ConfigType.LONG, ConfigType.DOUBLE
 RLM_CONFIG = ConfigDef(
     [
         ConfigKey("remote.log.manager.task.interval.ms", _L, 30_000,
-                  "Interval between runs of each partition's copy and expiration tasks.",
+                  "Interval between runs of each partition's copy, expiration and follower tasks.",
                   at_least(1)),
         ConfigKey("remote.log.manager.task.retry.backoff.ms", _L, 500,
                   "First delay before a failed task runs again.", at_least(1)),
@@ -42,7 +42,8 @@ RLM_CONFIG = ConfigDef(
         ConfigKey("remote.log.manager.copier.thread.pool.size", _L, 10,
                   "Threads copying segments to remote storage.", at_least(1)),
         ConfigKey("remote.log.manager.expiration.thread.pool.size", _L, 10,
-                  "Threads expiring remote segments.", at_least(1)),
+                  "Threads expiring remote segments (on followers: tracking the leader's copies).",
+                  at_least(1)),
         ConfigKey("remote.log.reader.threads", _L, 10,
                   "Threads serving remote fetches and remote ListOffsets.", at_least(1)),
         ConfigKey("remote.log.reader.max.pending.tasks", _L, 100,

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tiered.quota import COUNTERS, GAUGES, TieringMetrics
+from tiered.metrics import COUNTERS, GAUGES, TieringMetrics
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,15 @@ With ``remote.log.storage.system.enable=true`` the broker gets:
   the ``rlmm.config.*`` keys plus ``log.dir``; the default, TopicBasedRemoteLogMetadataManager,
   gets an in-process client of the broker's own ``__remote_log_metadata`` topic, which it
   creates at start-up or checks (a partition-count mismatch stops the broker);
-- the RemoteLogManager (``remote.log.manager.*`` keys), plugged into the ReplicaManager
-  through core's remote-tier seam, leading every partition of a topic with
-  ``remote.storage.enable=true``;
+- the RemoteLogManager (``remote.log.manager.*`` keys), leading every partition of a
+  topic with ``remote.storage.enable=true``;
 - a RemotePartitionRemover deleting the remote data of deleted topics.
+
+``RemoteStorageSystem`` is what the ReplicaManager sees through core's ``RemoteTier`` seam:
+reads go to the RemoteLogManager, and topic events become its leadership changes. A single
+broker leads every partition it hosts, so a created (or newly tiered) topic's partitions
+are led from now on, and a deleted topic's partitions are stopped with their remote data
+deleted.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from core.errors import KafkaStorageError
 from core.server.config import REMOTE_TIER_PREFIXES
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.remover import RemotePartitionRemover
@@ -41,8 +47,10 @@ from tierlog.metadata_topic import InProcessMetadataTopicClient
 from tierlog.metrics_http import PrometheusEndpoint
 
 if TYPE_CHECKING:
-    from core.log.partition_log import PartitionLog
+    from core.log.partition_log import PartitionLog, TimestampAndOffset
     from core.server.broker import Broker
+    from core.server.remote_seam import RemoteFetchResult
+    from core.server.topics import TopicInfo
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +59,9 @@ class RemoteTierStartError(Exception):
     """The remote tier could not start; the message names the setting at fault."""
 
 
-class RemoteTier:
-    """Starts and stops the remote-tier plugins of one broker."""
+class RemoteStorageSystem:
+    """The remote tier of one broker (``remote.log.storage.system.enable``): starts and
+    stops its plugins and managers, and implements core's ``RemoteTier`` seam."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -123,9 +132,8 @@ class RemoteTier:
             config.node_id,
             rlm_config,
             config.log_dirs[0],
-            partition_logs=self._partition_log,
         )
-        self.broker.replica_manager.remote = self.rlm
+        self.broker.replica_manager.remote = self
         tiered = self.tiered_partitions()
         if tiered:
             await loop.run_in_executor(None, self.rlm.on_leadership, tiered)
@@ -147,9 +155,12 @@ class RemoteTier:
         p = self.broker.replica_manager.partition(topic, partition)
         return p.log if p is not None else None
 
-    def tiered_partitions(self) -> list[tuple[TopicIdPartition, PartitionLog]]:
+    def tiered_partitions(
+        self, topics: list[TopicInfo] | None = None
+    ) -> list[tuple[TopicIdPartition, PartitionLog]]:
+        """The hosted partitions of ``topics`` (default: every topic) that are tiered."""
         out = []
-        for info in self.broker.topics.all():
+        for info in self.broker.topics.all() if topics is None else topics:
             if not self.broker.topics.effective_config(info).remote_storage_enable:
                 continue
             for index in range(info.partitions):
@@ -157,6 +168,49 @@ class RemoteTier:
                 if plog is not None:
                     out.append((TopicIdPartition(info.topic_id, info.name, index), plog))
         return out
+
+    # -- core's RemoteTier seam ----------------------------------------------------------
+    def _running(self) -> RemoteLogManager:
+        if self.rlm is None:
+            raise KafkaStorageError("the remote tier is stopped")
+        return self.rlm
+
+    @property
+    def fetch_max_wait_ms(self) -> int:
+        return self._running().fetch_max_wait_ms
+
+    def start_read(
+        self,
+        topic_id: object,
+        topic: str,
+        partition: int,
+        log: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        read_committed: bool,
+    ) -> asyncio.Future[RemoteFetchResult]:
+        return self._running().start_read(
+            topic_id, topic, partition, log, fetch_offset, max_bytes, read_committed=read_committed
+        )
+
+    async def offset_for_timestamp(
+        self, topic_id: object, topic: str, partition: int, log: PartitionLog, timestamp: int
+    ) -> TimestampAndOffset | None:
+        return await self._running().offset_for_timestamp(
+            topic_id, topic, partition, log, timestamp
+        )
+
+    def on_topic_created(self, topic: TopicInfo) -> None:
+        """A topic was created or reconfigured: this broker leads its tiered partitions."""
+        if self.rlm is not None:
+            self.rlm.on_leadership(self.tiered_partitions([topic]))
+
+    def on_topic_deleted(self, topic: TopicInfo) -> None:
+        """A topic was deleted: its partitions stop here and their remote data goes."""
+        if self.rlm is not None:
+            tps = [TopicIdPartition(topic.topic_id, topic.name, p) for p in range(topic.partitions)]
+            self.rlm.on_stop_partitions(tps, delete=True)
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -176,7 +230,7 @@ class TieredBroker:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.remote_tier = RemoteTier(broker)
+        self.remote_tier = RemoteStorageSystem(broker)
         self.metrics_endpoint: PrometheusEndpoint | None = None
 
     @property

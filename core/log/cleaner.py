@@ -46,10 +46,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.clock import now_ms
 from core.errors import CoreError
 from core.log.checkpoints import OffsetCheckpointFile
 from core.log.files import CLEANED_SUFFIX
-from core.log.partition_log import PartitionLog, now_ms
+from core.log.partition_log import PartitionLog
 from core.log.segment import AppendedBatch, LogSegment
 from core.log.txn_index import AbortedTxn
 from core.records.batch import RecordBatchHeader, TimestampType

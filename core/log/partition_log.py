@@ -12,13 +12,13 @@ import itertools
 import logging
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from core.clock import now_ms
 from core.errors import (
     CoreError,
     CorruptIndexError,
@@ -27,7 +27,7 @@ from core.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
 )
-from core.fs import fsync_dir
+from core.fs import TMP_SUFFIX, fsync_dir
 from core.log.config import LogConfig
 from core.log.file_records import FileRecords
 from core.log.files import (
@@ -84,10 +84,6 @@ def _without(path: Path, suffix: str, replacement: str) -> Path:
     if name.endswith(suffix):
         name = name[: -len(suffix)]
     return path.with_name(name + replacement)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class LogAppendInfo(NamedTuple):
@@ -224,10 +220,12 @@ class PartitionLog:
         the ``.log`` last) only once they are complete and fsynced; so a ``.log.swap`` is a
         whole cleaned segment, and every plain segment inside its offset range is replaced.
         """
+        completed = False
         for swap in sorted(self.dir.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
             parsed = parse_offset_file(swap.name)
             if parsed is None:
                 continue
+            completed = True
             base = parsed[0]
             last = base
             records = FileRecords(swap, create=False, writable=False)
@@ -248,12 +246,13 @@ class PartitionLog:
                     path.unlink(missing_ok=True)
             for path in self.dir.glob(f"{filename_prefix(base)}.*{SWAP_SUFFIX}"):
                 path.rename(path.with_name(path.name[: -len(SWAP_SUFFIX)]))
-        fsync_dir(self.dir)
+        if completed:  # only then has the directory changed
+            fsync_dir(self.dir)
 
     def _remove_temporary_files(self) -> None:
         for path in self.dir.iterdir():
             name = path.name
-            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)):
                 # .swap files left here belong to no complete swap (an index without its log).
                 log.info("%s: removing leftover file %s", self.dir, name)
                 path.unlink(missing_ok=True)

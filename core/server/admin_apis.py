@@ -15,28 +15,30 @@ import asyncio
 import enum
 import logging
 from collections import Counter
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from core.config import ConfigKey, ConfigType, format_value
 from core.errors import CoreError, InvalidConfigError
 from core.log.config import TOPIC_CONFIG, LogConfig
-from core.server.acl_apis import allowed, cluster_allowed
 from core.server.api_keys import ApiKey
-from core.server.apis import NO_THROTTLE, Handler, error_of
 from core.server.authorizer import Operation
 from core.server.authorizer import ResourceType as AclResource
 from core.server.config import BROKER_CONFIG
-from core.server.group_apis import flush_offsets, offset_store
+from core.server.group_apis import flush_offsets
+from core.server.handler_support import (
+    NO_THROTTLE,
+    BrokerServices,
+    Handler,
+    allowed,
+    cluster_allowed,
+    error_of,
+)
 from core.server.internal_topics import PROTECTED_TOPICS, protected_message, refused_for
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
 from core.server.topics import TopicInfo
-
-if TYPE_CHECKING:
-    from core.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ UNKNOWN_CONFIG_TYPE = 0
 
 # -- DeleteTopics -----------------------------------------------------------------------------
 def _deletion_refused(
-    broker: Broker, version: int, name: str | None, topic_id: Any, duplicate: bool
+    broker: BrokerServices, version: int, name: str | None, topic_id: Any, duplicate: bool
 ) -> tuple[ErrorCode, str | None, TopicInfo | None]:
     """Kafka's checks of one DeleteTopics entry: (error, message, topic to delete)."""
     by_id = name is None and topic_id is not None and topic_id.int != 0
@@ -93,7 +95,7 @@ def _deletion_refused(
     if duplicate:
         message = "Duplicate topic id." if by_id else "Duplicate topic name."
         return ErrorCode.invalid_request, message, None
-    if not getattr(broker.config, "delete_topic_enable", True):
+    if not broker.config.delete_topic_enable:
         # TOPIC_DELETION_DISABLED exists from v3; older clients get INVALID_REQUEST.
         error = ErrorCode.topic_deletion_disabled if version >= 3 else ErrorCode.invalid_request
         return error, "Topic deletion is disabled.", None
@@ -113,7 +115,7 @@ def _deletion_refused(
     return ErrorCode.none, None, info
 
 
-async def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_topics(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "DeletableTopicResult")
     if ctx.api_version >= 6:
@@ -132,7 +134,7 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any
             error, message, info = ErrorCode.topic_authorization_failed, None, None
         if info is not None:
             try:
-                broker.delete_topic(info.name)
+                await broker.delete_topic(info.name)
                 deleted.append(info.name)
             except CoreError as e:
                 error, message = error_of(e), str(e)
@@ -147,7 +149,7 @@ async def handle_delete_topics(broker: Broker, ctx: RequestContext, request: Any
         )
     if deleted:
         # Kafka drops the committed offsets of deleted partitions.
-        store = offset_store(broker)
+        store = broker.group_offsets
         version = 0
         for name in deleted:
             version = store.delete_topic(name)
@@ -181,29 +183,25 @@ Synonym = tuple[str, str | None, int]  # name, value, ConfigSource
 Entry = tuple[str, ConfigKey | None, str | None, list[Synonym]]  # name, key, value, synonyms
 
 
-def _set_by_broker(broker: Broker, key: ConfigKey) -> Synonym | None:
+def _set_by_broker(broker: BrokerServices, key: ConfigKey) -> Synonym | None:
     """The broker key that sets ``key``'s default, with its value, if the broker sets one.
 
     Uses the config's ``originals`` (the keys given explicitly; the value in the broker
-    key's own unit, as Kafka shows it); without them, a broker value that differs from the
-    key's default counts as set.
+    key's own unit, as Kafka shows it).
     """
     broker_name = key.server_default_property
     if broker_name is None:
         return None
-    originals = getattr(broker.config, "originals", None)
-    if originals is None:
-        value = broker.topics.broker_defaults.get(key.name)
-        if value is None or _format(key, value) == format_value(key, key.default):
-            return None
-        return broker_name, _format(key, value), ConfigSource.STATIC_BROKER_CONFIG
+    originals = broker.config.originals
     for name in _BROKER_SYNONYMS.get(key.name, (broker_name,)):
         if name in originals:
             return name, str(originals[name]).strip(), ConfigSource.STATIC_BROKER_CONFIG
     return None
 
 
-def _topic_config_entries(broker: Broker, info: TopicInfo, wanted: set[str] | None) -> list[Entry]:
+def _topic_config_entries(
+    broker: BrokerServices, info: TopicInfo, wanted: set[str] | None
+) -> list[Entry]:
     """One entry per topic key; synonyms in precedence order, the first is the source."""
     broker_defaults = broker.topics.broker_defaults
     out = []
@@ -226,19 +224,18 @@ def _topic_config_entries(broker: Broker, info: TopicInfo, wanted: set[str] | No
     return out
 
 
-def _broker_config_entries(broker: Broker, wanted: set[str] | None) -> list[Entry]:
+def _broker_config_entries(broker: BrokerServices, wanted: set[str] | None) -> list[Entry]:
     """Every broker key: read-only (nothing is dynamic), sensitive values hidden."""
-    to_props = getattr(broker.config, "to_props", None)
-    props: Mapping[str, Any] = to_props() if to_props is not None else {}
-    originals = getattr(broker.config, "originals", None)
+    originals = broker.config.originals
     out: list[Entry] = []
-    for name, value in sorted(props.items()):
+    for name, value in sorted(broker.config.to_props().items()):
         if wanted is not None and name not in wanted:
             continue
         key = _BROKER_KEYS.get(name)
         text = None if value is None or _is_sensitive(name, key) else str(value)
-        explicit = originals is None or name in originals
-        source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+        source = (
+            ConfigSource.STATIC_BROKER_CONFIG if name in originals else ConfigSource.DEFAULT_CONFIG
+        )
         out.append((name, key, text, [(name, text, source)]))
     return out
 
@@ -249,7 +246,7 @@ def _is_sensitive(name: str, key: ConfigKey | None) -> bool:
     return "password" in name or "jaas.config" in name
 
 
-async def handle_describe_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_configs(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "DescribeConfigsResult")
     entry_cls = nested(response_type, "DescribeConfigsResourceResult")
@@ -327,7 +324,7 @@ class _RequestError(Exception):
     """An alteration refused with INVALID_REQUEST."""
 
 
-def _altered_overrides(broker: Broker, info: TopicInfo, configs: Any) -> dict[str, str]:
+def _altered_overrides(broker: BrokerServices, info: TopicInfo, configs: Any) -> dict[str, str]:
     """The topic's overrides after the operations, validated by LogConfig.
 
     Raises:
@@ -371,7 +368,7 @@ def _altered_overrides(broker: Broker, info: TopicInfo, configs: Any) -> dict[st
 
 
 async def handle_incremental_alter_configs(
-    broker: Broker, ctx: RequestContext, request: Any
+    broker: BrokerServices, ctx: RequestContext, request: Any
 ) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "AlterConfigsResourceResponse")
@@ -388,7 +385,7 @@ async def handle_incremental_alter_configs(
                 info = broker.topics.get(rname)
                 if not allowed(broker, ctx, Operation.ALTER_CONFIGS, AclResource.TOPIC, rname):
                     error = ErrorCode.topic_authorization_failed
-                elif refused_for(broker, ctx, rname):
+                elif refused_for(broker.broker_trust, ctx, rname):
                     # retention.ms=1 on __remote_log_metadata would erase it, for one.
                     error = ErrorCode.policy_violation
                     message = protected_message(rname, "alter the configs of")
@@ -435,7 +432,7 @@ async def handle_incremental_alter_configs(
 
 
 # -- DeleteRecords ----------------------------------------------------------------------------
-async def handle_delete_records(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_records(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "DeleteRecordsTopicResult")
     partition_cls = nested(response_type, "DeleteRecordsPartitionResult")
@@ -449,7 +446,7 @@ async def handle_delete_records(broker: Broker, ctx: RequestContext, request: An
             partition = manager.partition(topic.name, p.partition_index)
             if not allowed(broker, ctx, Operation.DELETE, AclResource.TOPIC, topic.name):
                 error = ErrorCode.topic_authorization_failed
-            elif refused_for(broker, ctx, topic.name):
+            elif refused_for(broker.broker_trust, ctx, topic.name):
                 error = ErrorCode.policy_violation  # whatever the ACLs say
             elif partition is None:
                 error = ErrorCode.unknown_topic_or_partition
@@ -478,7 +475,9 @@ async def handle_delete_records(broker: Broker, ctx: RequestContext, request: An
 
 
 # -- OffsetForLeaderEpoch ---------------------------------------------------------------------
-async def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_for_leader_epoch(
+    broker: BrokerServices, ctx: RequestContext, request: Any
+) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "OffsetForLeaderTopicResult")
     partition_cls = nested(response_type, "EpochEndOffset")

@@ -1,23 +1,31 @@
-"""KafkaApis: the request handlers, dispatched from a table keyed by api key.
+"""KafkaApis: the data-path and topic handlers, in a table keyed by api key.
 
 Every handler has the signature ``async handler(broker, context, request) -> response``
-(None for no response). Handlers whose order matters (produce) do their work before their
-first ``await``; see core.server.network.
+(None for no response), ``broker`` being the ``BrokerServices`` it is handed. Handlers
+whose order matters (produce) do their work before their first ``await``; see
+core.server.network. ``core.server.handlers`` merges this table with the others.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from core.errors import CoreError, KafkaStorageError
-from core.server.acl_apis import allowed, cluster_allowed
-from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
+from core.server.handler_support import (
+    NO_THROTTLE,
+    BrokerServices,
+    Handler,
+    allowed,
+    cluster_allowed,
+    error_code,
+    error_of,
+)
 from core.server.internal_topics import (
     PROTECTED_TOPICS,
     PolicyViolationError,
@@ -32,52 +40,21 @@ from core.server.replica_manager import (
 )
 from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
 
-if TYPE_CHECKING:
-    from core.server.broker import Broker
-
 log = logging.getLogger(__name__)
 
-Handler = Callable[["Broker", RequestContext, Any], Awaitable[Any]]
-NO_THROTTLE = datetime.timedelta(0)
+
+class TooManyPartitionsError(CoreError):
+    """POLICY_VIOLATION: a CreateTopics request asking for more partitions than
+    ``max.partitions.per.request`` (Kafka's controller answers it so)."""
+
+    error_code = 44
+
+
 UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
 
 
-def error_code(code: int) -> ErrorCode:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return ErrorCode.unknown_server_error
-
-
-def error_of(e: BaseException) -> ErrorCode:
-    return error_code(e.error_code) if isinstance(e, CoreError) else ErrorCode.unknown_server_error
-
-
-# -- ApiVersions ------------------------------------------------------------------------------
-def api_versions_response(response_type: type, error: ErrorCode = ErrorCode.none) -> Any:
-    version_cls = nested(response_type, "ApiVersion")
-    keys = tuple(
-        make(version_cls, api_key=int(k), min_version=lo, max_version=hi)
-        for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
-    )
-    return make(
-        response_type,
-        error_code=error,
-        api_keys=keys,
-        throttle_time=NO_THROTTLE,
-        supported_features=(),
-        finalized_features_epoch=-1,
-        finalized_features=(),
-        zk_migration_ready=False,
-    )
-
-
-async def handle_api_versions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return api_versions_response(broker.codec.response_type(ctx.api_key, ctx.api_version))
-
-
 # -- Metadata ---------------------------------------------------------------------------------
-async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "MetadataResponseTopic")
     partition_cls = nested(response_type, "MetadataResponsePartition")
@@ -141,7 +118,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
                     )
                 ):
                     try:
-                        info = broker.create_topic(name, broker.config.num_partitions, {})
+                        info = await broker.create_topic(name, broker.config.num_partitions, {})
                     except CoreError as e:
                         topics.append(describe(name, None, error_of(e)))
                         continue
@@ -192,7 +169,7 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
 
 
 # -- Produce ----------------------------------------------------------------------------------
-async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     # Everything up to the append runs before any await: appends of one connection keep
     # their request order (idempotent producers rely on it).
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
@@ -214,7 +191,7 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                     error = ErrorCode.invalid_required_acks
                 elif not allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, name):
                     error = ErrorCode.topic_authorization_failed
-                elif refused_for(broker, ctx, name):
+                elif refused_for(broker.broker_trust, ctx, name):
                     # Whatever the ACLs say (core/server/internal_topics.py).
                     error = ErrorCode.topic_authorization_failed
                     message = protected_message(name, "produce to")
@@ -292,7 +269,7 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
 
 
 # -- Fetch ------------------------------------------------------------------------------------
-async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "FetchableTopicResponse")
     partition_cls = nested(response_type, "PartitionData")
@@ -387,7 +364,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
 
 
 # -- ListOffsets ------------------------------------------------------------------------------
-async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_offsets(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "ListOffsetsTopicResponse")
     partition_cls = nested(response_type, "ListOffsetsPartitionResponse")
@@ -431,23 +408,49 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any)
 
 
 # -- CreateTopics -----------------------------------------------------------------------------
-async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+def _partitions_asked(broker: BrokerServices, topic: Any) -> int:
+    """Partitions one CreateTopics entry asks for, counted as Kafka's controller does."""
+    if topic.assignments:
+        return len(topic.assignments)
+    if topic.num_partitions == -1:
+        return int(broker.config.num_partitions)
+    return max(0, int(topic.num_partitions))
+
+
+async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "CreatableTopicResult")
     config_cls = nested_optional(response_type, "CreatableTopicConfigs")  # v5+
     validate_only = getattr(request, "validate_only", False)
+
+    def may_create(name: str) -> bool:
+        return cluster_allowed(broker, ctx, Operation.CREATE) or allowed(
+            broker, ctx, Operation.CREATE, ResourceType.TOPIC, name
+        )
+
+    # Kafka's controller refuses a request whose topics (those the principal may create)
+    # ask for more partitions together than its limit, before creating any: every topic of
+    # the request gets POLICY_VIOLATION.
+    limit = broker.config.get("max.partitions.per.request")
+    asked = sum(_partitions_asked(broker, t) for t in request.topics if may_create(t.name))
+    refusal = None
+    if asked > limit:
+        refusal = (
+            "Excessively large number of partitions per request "
+            f"({asked} asked, max.partitions.per.request={limit})."
+        )
+        log.info("refused CreateTopics from %s: %s", ctx.client_address, refusal)
     results = []
     for topic in request.topics:
         error, message, info = ErrorCode.none, None, None
         partitions = topic.num_partitions
         replication = topic.replication_factor
         try:
-            if not (
-                cluster_allowed(broker, ctx, Operation.CREATE)
-                or allowed(broker, ctx, Operation.CREATE, ResourceType.TOPIC, topic.name)
-            ):
+            if refusal is not None:
+                raise TooManyPartitionsError(refusal)
+            if not may_create(topic.name):
                 raise TopicAuthorizationError(f"not authorized to create topic {topic.name}")
-            if refused_for(broker, ctx, topic.name):
+            if refused_for(broker.broker_trust, ctx, topic.name):
                 # A client creating __remote_log_metadata first could give it a short
                 # retention; the broker creates these topics itself, with their settings.
                 raise PolicyViolationError(protected_message(topic.name, "create"))
@@ -465,7 +468,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
             if replication == -1:
                 replication = broker.config.default_replication_factor
             configs = {c.name: c.value for c in topic.configs}
-            info = broker.create_topic(
+            info = await broker.create_topic(
                 topic.name,
                 partitions,
                 configs,
@@ -509,7 +512,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
 MAX_PRODUCER_EPOCH = 32767
 
 
-async def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_init_producer_id(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     if request.transactional_id is not None:
         # Transactions arrive with their coordinator; until then say so plainly.
@@ -552,7 +555,6 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: 
 
 
 HANDLERS: dict[int, Handler] = {
-    ApiKey.API_VERSIONS: handle_api_versions,
     ApiKey.METADATA: handle_metadata,
     ApiKey.PRODUCE: handle_produce,
     ApiKey.FETCH: handle_fetch,

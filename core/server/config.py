@@ -169,6 +169,10 @@ _BROKER_KEYS = [
     ConfigKey("sasl.jaas.config", P, None,
               "JAAS login module entry with the accounts (user_<name>=\"<password>\"), for "
               "every SASL listener and mechanism without a listener.name.* one."),
+    ConfigKey("sasl.server.max.receive.size", I, 524288,
+              "Largest frame a SASL listener reads before authentication completes "
+              "(ApiVersions, SaslHandshake, SaslAuthenticate); a larger size prefix closes the "
+              "connection at once, as in Kafka.", at_least(1)),
     # -- authorization (core/server/authorizer.py) -------------------------------------------
     ConfigKey("authorizer.class.name", S, "",
               "Enables ACLs: org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "
@@ -207,10 +211,23 @@ _BROKER_KEYS = [
     ConfigKey("socket.listen.backlog.size", I, 50,
               "Connections each listener queues before they are accepted (the listen backlog; "
               "the OS caps it at net.core.somaxconn).", at_least(1)),
-    ConfigKey("connections.max.idle.ms", L, 600000, "Close connections idle this long."),
+    ConfigKey("connections.max.idle.ms", L, 600000,
+              "Close connections idle this long (negative: never). A request body must also "
+              "arrive in full within this time of its size prefix (tierlog's rule, against "
+              "clients that trickle a large frame)."),
     ConfigKey("max.connections", I, INT32_MAX, "Connections accepted at once.", at_least(0)),
-    ConfigKey("queued.max.requests", I, 500, "Requests queued before reads pause.",
-              at_least(1)),
+    ConfigKey("queued.max.requests", I, 500,
+              "Kafka: requests read and waiting for a request handler thread before the "
+              "network threads stop reading. tierlog has no such queue (a handler starts on "
+              "the event loop as soon as its request is read); reading pauses at 64 requests "
+              "in progress per connection and while queued.max.request.bytes is reached.",
+              at_least(1), inert=True),
+    ConfigKey("queued.max.request.bytes", L, 104857600,
+              "Bytes of request frames being read or served, all connections together. "
+              "While it is reached, frames over 256 KiB wait unread (smaller ones are still "
+              "read, and counted); a frame admitted below it may go past it. At least "
+              "socket.request.max.bytes; 0 or less: unbounded (Kafka's default is -1; "
+              "tierlog bounds it by default)."),
     # -- connections to other brokers (core/server/node_client.py) ---------------------------
     ConfigKey("request.timeout.ms", I, 30000,
               "How long a broker waits for another broker's response before it closes the "
@@ -259,6 +276,43 @@ _BROKER_KEYS = [
     ConfigKey("auto.create.topics.enable", B, True,
               "Create a topic on a Metadata request for it."),
     ConfigKey("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    ConfigKey("max.partitions.per.request", I, 10000,
+              "Most partitions one CreateTopics request may create, summed over its topics "
+              "(num.partitions for those asking for the default); a larger request is "
+              "refused whole with POLICY_VIOLATION before anything is created. tierlog's own "
+              "key: Kafka's KRaft controller has this limit fixed at 10000 "
+              "(MAX_PARTITIONS_PER_BATCH).", at_least(1)),
+    # -- controller and controlled shutdown (ZooKeeper mode) --------------------------------
+    # Read by the ZooKeeper-mode controller (core/server/controller) and, for the
+    # controlled.shutdown.* keys, by a broker stopping in a cluster. Inert until brokers run
+    # in cluster mode.
+    ConfigKey("auto.leader.rebalance.enable", B, True,
+              "Kafka: the controller moves leadership back to the preferred replicas (the "
+              "first of each assignment) when a broker leads too few of its preferred "
+              "partitions. tierlog brokers do not run in a cluster yet.", inert=True),
+    ConfigKey("leader.imbalance.check.interval.seconds", L, 300,
+              "Kafka: how often the controller checks the preferred leader imbalance (the "
+              "first check 5 s after it is elected). tierlog brokers do not run in a cluster "
+              "yet.", at_least(1), inert=True),
+    ConfigKey("leader.imbalance.per.broker.percentage", I, 10,
+              "Kafka: the share (percent) of a broker's preferred partitions led by others "
+              "above which the controller moves them back to it. tierlog brokers do not run "
+              "in a cluster yet.", at_least(0), inert=True),
+    ConfigKey("controller.socket.timeout.ms", I, 30000,
+              "Kafka: how long the controller waits for a broker's answer before it sends the "
+              "request again on a new connection. tierlog brokers do not run in a cluster "
+              "yet.", at_least(1), inert=True),
+    ConfigKey("controlled.shutdown.enable", B, True,
+              "Kafka: a stopping broker first asks the controller to move its leaderships to "
+              "other brokers. tierlog brokers do not run in a cluster yet; SIGTERM always "
+              "shuts down cleanly.", inert=True),
+    ConfigKey("controlled.shutdown.max.retries", I, 3,
+              "Kafka: how many times a stopping broker asks the controller before it stops "
+              "all the same. tierlog brokers do not run in a cluster yet.", at_least(0),
+              inert=True),
+    ConfigKey("controlled.shutdown.retry.backoff.ms", L, 5000,
+              "Kafka: the wait between those attempts. tierlog brokers do not run in a cluster "
+              "yet.", at_least(0), inert=True),
     # -- fetching ---------------------------------------------------------------------------
     ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
               at_least(1024)),
@@ -397,10 +451,6 @@ _COMPATIBILITY_DOCS = {
     "they are written.",
     "max.connections.per.ip": "Kafka: a connection limit per client address. tierlog bounds "
     "only the total (max.connections).",
-    "auto.leader.rebalance.enable": "Kafka: move leadership back to the preferred replicas. "
-    "tierlog keeps one replica per partition.",
-    "controlled.shutdown.enable": "Kafka: hand leadership to other brokers before shutting "
-    "down. tierlog has no other brokers; SIGTERM always shuts down cleanly.",
     "background.threads": "Kafka: threads for background tasks. tierlog's background tasks run "
     "on its scheduler's threads, not sized by this key.",
     "num.replica.alter.log.dirs.threads": "Kafka: threads moving replicas between log dirs "
@@ -503,6 +553,7 @@ class BrokerConfig:
     connections_max_idle_ms: int
     max_connections: int
     queued_max_requests: int
+    queued_max_request_bytes: int
     log_dirs: tuple[Path, ...]
     num_recovery_threads_per_data_dir: int
     log_retention_check_interval_ms: int
@@ -560,6 +611,7 @@ class BrokerConfig:
         advertised = _advertised_listeners(values, listeners, protocol_map, controller_names)
         inter_broker = _inter_broker_listener(values, props, advertised)
         _check_replica_timeouts(values)
+        _check_request_memory(values)
         config = cls(
             node_id=node_id,
             process_roles=roles,
@@ -578,6 +630,7 @@ class BrokerConfig:
             connections_max_idle_ms=values["connections.max.idle.ms"],
             max_connections=values["max.connections"],
             queued_max_requests=values["queued.max.requests"],
+            queued_max_request_bytes=values["queued.max.request.bytes"],
             log_dirs=_log_dirs(values),
             num_recovery_threads_per_data_dir=values["num.recovery.threads.per.data.dir"],
             log_retention_check_interval_ms=values["log.retention.check.interval.ms"],
@@ -997,6 +1050,18 @@ def _check_replica_timeouts(values: Mapping[str, Any]) -> None:
     key, value, millis = _retention_source(values)
     if millis == 0:
         raise _invalid(key, value, "retention must be unlimited (-1) or at least 1 ms")
+
+
+def _check_request_memory(values: Mapping[str, Any]) -> None:
+    """Kafka's rule: a bounded request memory pool holds at least one largest request."""
+    pool = values["queued.max.request.bytes"]
+    largest = values["socket.request.max.bytes"]
+    if 0 < pool < largest:
+        raise _invalid(
+            "queued.max.request.bytes",
+            pool,
+            f"must be at least socket.request.max.bytes ({largest}), or -1 for no bound",
+        )
 
 
 def _retention_source(values: Mapping[str, Any]) -> tuple[str, int, int]:

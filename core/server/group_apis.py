@@ -17,45 +17,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from core.clock import now_ms
 from core.errors import CoreError
-from core.server.acl_apis import allowed
 from core.server.api_keys import ApiKey
-from core.server.apis import NO_THROTTLE, Handler
 from core.server.authorizer import Operation, ResourceType
-from core.server.group_offsets import CommittedOffset, GroupOffsetStore, TopicPartition, now_ms
+from core.server.group_offsets import CommittedOffset, GroupOffsetStore, TopicPartition
+from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler, allowed
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
-
-if TYPE_CHECKING:
-    from core.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
 # Kafka's CoordinatorType ids.
 COORDINATOR_GROUP = 0
 COORDINATOR_TRANSACTION = 1
-# offset.metadata.max.bytes (Kafka's default); Kafka compares the string's length.
-DEFAULT_OFFSET_METADATA_MAX_BYTES = 4096
-
-_stores: weakref.WeakKeyDictionary[Any, GroupOffsetStore] = weakref.WeakKeyDictionary()
-
-
-def offset_store(broker: Broker) -> GroupOffsetStore:
-    """The broker's offset store: ``broker.group_offsets`` if wired, else an in-memory one
-    per broker object."""
-    store = getattr(broker, "group_offsets", None)
-    if store is not None:
-        return store  # type: ignore[no-any-return]
-    store = _stores.get(broker)
-    if store is None:
-        store = GroupOffsetStore()  # in memory: a broker built without storage (tests)
-        _stores[broker] = store
-    return store
+# Kafka's default offset.metadata.max.bytes (not configurable in tierlog); Kafka compares
+# the string's length.
+OFFSET_METADATA_MAX_BYTES = 4096
 
 
 async def flush_offsets(store: GroupOffsetStore, version: int) -> None:
@@ -64,7 +46,7 @@ async def flush_offsets(store: GroupOffsetStore, version: int) -> None:
 
 
 # -- FindCoordinator --------------------------------------------------------------------------
-async def handle_find_coordinator(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_find_coordinator(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     key_type = getattr(request, "key_type", COORDINATOR_GROUP)
     host, port = broker.advertised_endpoint(ctx.listener)
@@ -115,12 +97,14 @@ async def handle_find_coordinator(broker: Broker, ctx: RequestContext, request: 
 
 
 # -- OffsetCommit -----------------------------------------------------------------------------
-def _commit_error(broker: Broker, store: GroupOffsetStore, request: Any, version: int) -> ErrorCode:
+def _commit_error(
+    broker: BrokerServices, store: GroupOffsetStore, request: Any, version: int
+) -> ErrorCode:
     """Kafka's validation of a commit: against the group's members and generation when the
     coordinator knows the group, else as for a group that never had members."""
     generation = request.generation_id_or_member_epoch
-    coordinator = getattr(broker, "group_coordinator", None)
-    group = coordinator.groups.get(request.group_id) if coordinator is not None else None
+    coordinator = broker.group_coordinator
+    group = coordinator.groups.get(request.group_id)
     if group is not None and group.members:
         error = coordinator.validate_commit(
             request.group_id, generation, getattr(request, "member_id", "")
@@ -133,19 +117,16 @@ def _commit_error(broker: Broker, store: GroupOffsetStore, request: Any, version
     return ErrorCode.group_id_not_found if version >= 9 else ErrorCode.illegal_generation
 
 
-async def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_commit(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     # The in-memory commit happens before the first await: commits of one connection are
     # applied in request order.
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "OffsetCommitResponseTopic")
     partition_cls = nested(response_type, "OffsetCommitResponsePartition")
-    store = offset_store(broker)
+    store = broker.group_offsets
     group_error = _commit_error(broker, store, request, ctx.api_version)
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         group_error = ErrorCode.group_authorization_failed
-    max_metadata = getattr(
-        broker.config, "offset_metadata_max_bytes", DEFAULT_OFFSET_METADATA_MAX_BYTES
-    )
     timestamp = now_ms()
     pending: dict[TopicPartition, CommittedOffset] = {}
     layout: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
@@ -162,7 +143,7 @@ async def handle_offset_commit(broker: Broker, ctx: RequestContext, request: Any
                 error = ErrorCode.unknown_topic_or_partition
             elif group_error is not ErrorCode.none:
                 error = group_error
-            elif metadata is not None and len(metadata) > max_metadata:
+            elif metadata is not None and len(metadata) > OFFSET_METADATA_MAX_BYTES:
                 error = ErrorCode.offset_metadata_too_large
             else:
                 error = ErrorCode.none
@@ -222,9 +203,9 @@ def _fetch_group(
     return result
 
 
-async def handle_offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
-    store = offset_store(broker)
+    store = broker.group_offsets
     multi = ctx.api_version >= 8
     suffix = "s" if multi else ""  # v8+ names its nested classes in the plural
     topic_cls = nested(response_type, f"OffsetFetchResponseTopic{suffix}")

@@ -45,20 +45,16 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from core.clock import now_ms
 from core.server.coordinator_records import GroupMetadataValue, MemberMetadata
 from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from core.server.timing_wheel import Timer
 
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class GroupState(enum.Enum):

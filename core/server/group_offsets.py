@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,10 +56,6 @@ OFFSETS_FILE = "tierlog-group-offsets.json"  # tierlog before __consumer_offsets
 FORMAT_VERSION = 1
 
 TopicPartition = tuple[str, int]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class GroupOffsetStore:

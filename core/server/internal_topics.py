@@ -45,7 +45,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.errors import CoreError
 from core.server.offsets_topic import OFFSETS_TOPIC
@@ -118,15 +118,9 @@ def _authenticates(listener: ListenerSecurity) -> bool:
     return context is not None and context.verify_mode == ssl.CERT_REQUIRED
 
 
-def acts_as_broker(broker: Any, ctx: RequestContext) -> bool:
-    """Whether ``ctx`` may write the protected topics (no trust configured: nobody)."""
-    trust: BrokerTrust | None = getattr(broker, "broker_trust", None)
-    return trust is not None and trust.admits(ctx)
-
-
-def refused_for(broker: Any, ctx: RequestContext, topic: str) -> bool:
+def refused_for(trust: BrokerTrust, ctx: RequestContext, topic: str) -> bool:
     """True when ``topic`` is protected and the request does not act as a broker."""
-    return topic in PROTECTED_TOPICS and not acts_as_broker(broker, ctx)
+    return topic in PROTECTED_TOPICS and not trust.admits(ctx)
 
 
 def protected_message(topic: str, what: str) -> str:
@@ -142,7 +136,6 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "BrokerTrust",
     "PolicyViolationError",
-    "acts_as_broker",
     "parse_super_users",
     "protected_message",
     "refused_for",

@@ -1,8 +1,8 @@
 """The seam through which the broker reaches a remote tier (KIP-405), without knowing it.
 
-core never imports ``tiered``: the RemoteLogManager implements this Protocol and the
-composition root (``tierlog``) plugs it into the ReplicaManager when
-``remote.log.storage.system.enable=true``.
+core never imports ``tiered``: the composition root implements this Protocol
+(``tierlog.remote_tier.RemoteStorageSystem``, reading through tiered's RemoteLogManager)
+and plugs it into the ReplicaManager when ``remote.log.storage.system.enable=true``.
 """
 
 from __future__ import annotations

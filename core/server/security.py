@@ -60,6 +60,8 @@ class ListenerSecurity:
     protocol: str
     ssl_context: ssl.SSLContext | None = None
     sasl: SaslCredentials | None = None
+    # sasl.server.max.receive.size: the largest frame read before authentication completes.
+    sasl_max_receive_size: int = 524288
 
     @property
     def mechanisms(self) -> tuple[str, ...]:
@@ -131,8 +133,11 @@ def listener_security(config: BrokerConfig, listener: Listener) -> ListenerSecur
     protocol = listener.security_protocol
     lookup = _Lookup(config, listener)
     context = _ssl_context(lookup) if protocol in ("SSL", "SASL_SSL") else None
-    sasl = _sasl(lookup) if protocol in ("SASL_PLAINTEXT", "SASL_SSL") else None
-    return ListenerSecurity(protocol, context, sasl)
+    if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return ListenerSecurity(protocol, context)
+    return ListenerSecurity(
+        protocol, context, _sasl(lookup), lookup.get("sasl.server.max.receive.size")
+    )
 
 
 def principal_of_certificate(peercert: Mapping[str, Any] | None) -> str | None:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from core.errors import CoreError, InvalidConfigError
 from core.fs import atomic_write
+from core.kafka_uuid import uuid_from_base64, uuid_to_base64
 from core.log.config import LogConfig
 from core.log.files import PARTITION_METADATA
-from core.log.meta_properties import uuid_from_base64, uuid_to_base64
 from core.topic_name import InvalidTopicError, is_legal_topic_name, validate_topic_name
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kafka_clients import CLIENT_TIMEOUT_S, Got, Rec
+from tests.support.kafka_clients import CLIENT_TIMEOUT_S, Got, Rec
 
 JS_DIR = Path(__file__).parent / "js"
 SCRIPT = JS_DIR / "kafkajs_client.js"

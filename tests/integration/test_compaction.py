@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, restart, wait_until
+
+from tests.support.broker_process import BrokerProcess, restart
+from tests.support.waiting import wait_until
 
 TOPIC = "compacted"
 KEYS = 20

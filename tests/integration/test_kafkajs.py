@@ -8,9 +8,11 @@ they are not exercised here.
 
 from __future__ import annotations
 
-from broker_process import BrokerProcess, wait_until
-from kafka_clients import Rec
-from kafkajs_driver import GroupMember, admin_calls, produce_kafkajs
+from tests.support.broker_process import BrokerProcess
+from tests.support.kafka_clients import Rec
+from tests.support.waiting import wait_until
+
+from .kafkajs_driver import GroupMember, admin_calls, produce_kafkajs
 
 TOPIC_CONFIG_RESOURCE = 2  # KafkaJS's ConfigResourceTypes.TOPIC (Kafka's byte value)
 PARTITIONS = 4

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
@@ -11,13 +10,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from broker_process import BrokerProcess, start_broker
-from super_user import client_config, sasl_bootstrap, settings
-
 from rlmm.kafka_client import KafkaMetadataTopicClient
 from rlmm.manager import BOOTSTRAP_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
 from rlmm.topic_client import METADATA_TOPIC, MetadataTopicError
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.super_user import client_config, sasl_bootstrap, settings
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -25,6 +22,8 @@ from tiered.api import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+
+from .rlmm_contract import MakeRlmm, RemoteLogMetadataManagerContract
 
 PARTITIONS = 3
 
@@ -194,3 +193,27 @@ def test_the_manager_connects_with_bootstrap_servers(broker: BrokerProcess, tmp_
         assert found.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
     finally:
         reader.close()
+
+
+class TestTopicBasedOverKafka(RemoteLogMetadataManagerContract):
+    """The RLMM contract over a real broker's ``__remote_log_metadata``, through a Kafka
+    client (what ``configure`` builds without an attached client)."""
+
+    @pytest.fixture
+    def make_rlmm(self, broker: BrokerProcess, client: KafkaMetadataTopicClient) -> MakeRlmm:
+        def make() -> TopicBasedRemoteLogMetadataManager:
+            m = TopicBasedRemoteLogMetadataManager()
+            # A super user: only brokers and super users may write the internal topic.
+            m.configure(
+                {
+                    BOOTSTRAP_KEY: sasl_bootstrap(broker),
+                    NUM_PARTITIONS_KEY: str(PARTITIONS),
+                    **{
+                        f"remote.log.metadata.common.client.{k}": v
+                        for k, v in client_config().items()
+                    },
+                }
+            )
+            return m
+
+        return make

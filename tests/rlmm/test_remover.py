@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_manager import MemoryTopic, finish, manager, ready, segment
-
 from rlmm.remover import RemotePartitionRemover
+from tests.support.memory_metadata import MemoryTopic, finish, manager, ready, segment
 from tiered.api import (
     RemotePartitionDeleteState,
     RemoteResourceNotFoundError,
@@ -73,6 +69,7 @@ def test_marked_partition_is_deleted_segment_by_segment(tp):
     assert m.store.partition_delete_state(tp) is None  # FINISHED drops the partition
     with pytest.raises(RemoteResourceNotFoundError):
         m.store.cache(tp)
+    assert not m.is_ready(tp)  # the deleted partition's metadata is released
     m.close()
 
 

@@ -12,11 +12,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
-from segment_files import SegmentFiles
+from botocore.exceptions import EndpointConnectionError
 
 from rsm_plugins.s3 import S3RemoteStorageManager
-from tiered.api import IndexType, TopicIdPartition
+from tiered.api import IndexType, RetriableRemoteStorageError, TopicIdPartition
+
+from .contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
+from .segment_files import SegmentFiles
 
 MIB = 1024 * 1024
 
@@ -157,4 +159,31 @@ class TestS3(RemoteStorageManagerContract):
         log_key = next(k for k in self.segment_keys(backdoor, md) if k.endswith(".log"))
         s3_client.create_multipart_upload(Bucket=bucket, Key=log_key)
         rsm.delete_log_segment_data(md)
+        assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+    def test_a_failed_upload_aborts_its_multipart_upload(
+        self, make_rsm, big_segment, s3_client, bucket
+    ):
+        rsm = make_rsm(
+            {
+                "storage.s3.multipart.upload.part.size": str(5 * MIB),
+                "storage.s3.retry.max.attempts": "1",
+            }
+        )
+        events = rsm.store.client.meta.events
+        started: list[str] = []
+        events.register(
+            "after-call.s3.CreateMultipartUpload",
+            lambda parsed, **_: started.append(parsed["UploadId"]),
+        )
+
+        def fail_the_third_part(params, **_):
+            if params["PartNumber"] == 3:
+                raise EndpointConnectionError(endpoint_url="http://injected")
+
+        events.register("before-parameter-build.s3.UploadPart", fail_the_third_part)
+        md = big_segment.metadata(TopicIdPartition(uuid.uuid4(), "big", 0))
+        with pytest.raises(RetriableRemoteStorageError, match="injected"):
+            rsm.copy_log_segment_data(md, big_segment.data)
+        assert len(started) == 1  # the failure came mid-upload
         assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

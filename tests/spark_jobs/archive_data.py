@@ -38,7 +38,8 @@ class Archive:
     segments: list[RemoteLogSegmentMetadata]
 
 
-def write_archive(root: Path, *, epochs_split: bool = True) -> Archive:
+def write_archive(root: Path, *, epochs_split: bool = True, ts_step_ms: int = 1000) -> Archive:
+    """120 records (offsets 0..119), record ``n`` timestamped ``T0 + n * ts_step_ms``."""
     log = PartitionLog(root / "log" / "t-0", "t", 0, LogConfig(segment_bytes=1200))
     expected = []
     aborted: set[int] = set()
@@ -62,8 +63,8 @@ def write_archive(root: Path, *, epochs_split: bool = True) -> Archive:
             key = None if n % 5 == 0 else b"k%d" % n
             value = None if n % 7 == 0 else (b"value-%d-" % n) * 5
             headers = ((f"h{n % 3}", b"x" if n % 2 else None),) if n % 4 == 0 else ()
-            builder.append(value, key=key, headers=headers, timestamp=T0 + n * 1000)
-            rows.append((key, value, headers, T0 + n * 1000))
+            builder.append(value, key=key, headers=headers, timestamp=T0 + n * ts_step_ms)
+            rows.append((key, value, headers, T0 + n * ts_step_ms))
         info = log.append_as_leader(builder.build(), epoch)
         for i, (key, value, headers, ts) in enumerate(rows):
             expected.append((info.first_offset + i, key, value, headers, ts))

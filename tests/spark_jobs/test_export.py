@@ -13,12 +13,10 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
-from archive_data import write_archive
-from broker_process import wait_until
-
 from spark_jobs.export import STAGING, STATE_FILE, run_export, spark_session
+from tests.support.waiting import wait_until
+
+from .archive_data import write_archive
 
 HERE = Path(__file__).parent
 

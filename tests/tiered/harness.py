@@ -4,18 +4,15 @@ in-memory metadata topic, and an RSM (a dict-backed one, or the local-directory 
 from __future__ import annotations
 
 import io
-import sys
 import threading
 import uuid
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "rlmm"))
-from test_manager import MemoryTopic, manager
 
 from core.log.config import LogConfig
 from core.log.partition_log import PartitionLog
 from core.records.builder import RecordBatchBuilder
 from rsm_plugins.local import LocalDirRemoteStorageManager
+from tests.support.memory_metadata import MemoryTopic, manager
 from tiered.api import (
     IndexType,
     LogSegmentData,
@@ -26,6 +23,7 @@ from tiered.api import (
     TopicIdPartition,
 )
 from tiered.remote_log_manager import RemoteLogManager
+from tiered.rlm_tasks import CopyTask, ExpirationTask, RLMTask
 
 T0 = 1_700_000_000_000
 
@@ -150,6 +148,17 @@ class Env:
         rlm.on_leadership([(self.tp, self.plog)])
         assert self.rlmm.wait_ready(self.tp, 10)
         return rlm
+
+    def task(self, kind: type[RLMTask]) -> RLMTask:
+        return next(t for t in self.rlm.tasks(self.tp) if isinstance(t, kind))
+
+    def copy(self) -> int:
+        """One run of the partition's copy task, in this thread."""
+        return self.task(CopyTask).run_once()
+
+    def expire(self) -> int:
+        """One run of the partition's expiration task, in this thread."""
+        return self.task(ExpirationTask).run_once()
 
     def segments(self, state=None) -> list[RemoteLogSegmentMetadata]:
         return [

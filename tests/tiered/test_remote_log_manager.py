@@ -4,29 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import T0, Env, local_dir_rsm, produce, tiered_config
-
 from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
+from rlmm.remover import RemotePartitionRemover
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemotePartitionDeleteState,
     RemoteStorageError,
     TopicIdPartition,
 )
-from tiered.quota import REMOTE_COPY_ERRORS, REMOTE_COPY_REQUESTS, REMOTE_DELETE_REQUESTS
-from tiered.remote_log_manager import filtered_leader_epochs, is_within_lineage
+from tiered.lineage import filtered_leader_epochs, is_within_lineage
+from tiered.metrics import REMOTE_COPY_ERRORS, REMOTE_COPY_REQUESTS, REMOTE_DELETE_REQUESTS
+from tiered.rlm_tasks import FollowerTask
+
+from .harness import T0, Env, local_dir_rsm, produce, tiered_config
 
 S = RemoteLogSegmentState
 
@@ -48,7 +48,7 @@ def test_copy_picks_rolled_segments_up_to_the_high_watermark(env):
     # segment starts at or below it); the third's next base is above it.
     hw = segments[3].base_offset - 1
     env.plog.update_high_watermark(hw)
-    assert env.rlm.copy_once(env.tp, env.plog) == 2
+    assert env.copy() == 2
     copied = sorted((md.start_offset, md.end_offset) for md in env.segments())
     assert copied == [
         (segments[0].base_offset, segments[1].base_offset - 1),
@@ -59,19 +59,19 @@ def test_copy_picks_rolled_segments_up_to_the_high_watermark(env):
     assert all(md.custom_metadata == b"custom" for md in env.segments())
 
     env.plog.update_high_watermark(env.plog.log_end_offset)
-    copied_now = env.rlm.copy_once(env.tp, env.plog)
+    copied_now = env.copy()
     assert copied_now == len(segments) - 1 - 2  # never the active segment
     ends = {md.end_offset for md in env.segments()}
     assert env.plog.active_segment.base_offset - 1 in ends
     assert all(md.end_offset < env.plog.active_segment.base_offset for md in env.segments())
-    assert env.rlm.copy_once(env.tp, env.plog) == 0  # nothing new: idempotent runs
+    assert env.copy() == 0  # nothing new: idempotent runs
     assert env.rlm.metrics.get(REMOTE_COPY_REQUESTS) == len(segments) - 1
 
 
 def test_segment_metadata_and_files_shipped(env, memory_rsm):
     produce(env.plog, 12, epoch=0)
     produce(env.plog, 12, epoch=3)
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     cache = env.plog.leader_epoch_cache
     for md in env.segments():
         assert dict(md.segment_leader_epochs) == cache.entries_for_range(
@@ -91,7 +91,7 @@ def test_segment_metadata_and_files_shipped(env, memory_rsm):
 def test_local_retention_then_reads_below_local_start_come_from_remote(env, memory_rsm):
     produce(env.plog, 40)
     before = local_reads(env, env.plog.active_segment.base_offset, 700)
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     deleted = env.plog.delete_old_segments()
     assert deleted == len(env.segments())
     assert env.plog.local_log_start_offset == env.plog.active_segment.base_offset
@@ -119,12 +119,12 @@ def test_local_dir_rsm_end_to_end(tmp_path):
     try:
         produce(env.plog, 30)
         before = local_reads(env, env.plog.active_segment.base_offset, 1000)
-        env.rlm.copy_once(env.tp, env.plog)
+        env.copy()
         env.plog.delete_old_segments()
         for offset, expected in before.items():
             assert env.rlm.read_remote(env.tp, env.plog, offset, 1000) == expected
         env.plog.update_config(tiered_config(retention_bytes=0, local_retention_bytes=0))
-        env.rlm.expire_once(env.tp, env.plog)
+        env.expire()
         assert env.plog.log_start_offset == env.plog.local_log_start_offset
     finally:
         env.close()
@@ -134,12 +134,12 @@ def test_failed_copy_is_cleaned_up_and_retried(env, memory_rsm):
     produce(env.plog, 20)
     memory_rsm.fail_copies = 1
     with pytest.raises(RemoteStorageError):
-        env.rlm.copy_once(env.tp, env.plog)
+        env.copy()
     assert env.segments() == []  # DELETE_SEGMENT_FINISHED segments are forgotten
     assert memory_rsm.segment_ids() == set()  # the partial copy is gone
     assert env.plog.highest_offset_in_remote_storage == -1
     assert env.rlm.metrics.get(REMOTE_COPY_ERRORS, env.tp) == 1
-    copied = env.rlm.copy_once(env.tp, env.plog)
+    copied = env.copy()
     assert copied == len(env.plog.segments()) - 1
     finished = env.segments(S.COPY_SEGMENT_FINISHED)
     assert finished[0].start_offset == 0
@@ -161,7 +161,7 @@ def test_copy_left_started_by_a_crash_is_deleted_next_run(env, memory_rsm):
     )
     env.rlmm.add_remote_log_segment_metadata(leftover).result(10)
     memory_rsm.objects[(leftover.segment_id, "log")] = b"partial"
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     assert leftover.segment_id not in {md.segment_id for md in env.segments()}
     assert leftover.segment_id not in memory_rsm.segment_ids()
     assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
@@ -170,17 +170,17 @@ def test_copy_left_started_by_a_crash_is_deleted_next_run(env, memory_rsm):
 def test_copy_disabled_and_not_ready(env, memory_rsm):
     produce(env.plog, 20)
     env.plog.update_config(tiered_config(remote_log_copy_disable=True))
-    assert env.rlm.copy_once(env.tp, env.plog) == 0
+    assert env.copy() == 0
     assert memory_rsm.copies == 0
     env.rlmm.on_stop_partitions({env.tp})
     env.plog.update_config(tiered_config())
-    assert env.rlm.copy_once(env.tp, env.plog) == 0  # metadata not loaded: wait
+    assert env.copy() == 0  # metadata not loaded: wait
 
 
 def tier_everything(env: Env, batches: int = 40) -> list[RemoteLogSegmentMetadata]:
     for i in range(batches // 10):
         produce(env.plog, 10, ts=T0 + i * 10_000)
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     env.plog.delete_old_segments()
     return sorted(env.segments(), key=lambda m: m.start_offset)
 
@@ -190,7 +190,7 @@ def test_expiration_by_time_moves_log_start_and_deletes_objects(env, memory_rsm)
     cutoff = remote[1].max_timestamp_ms
     env.clock.now = cutoff + 60_000
     env.plog.update_config(tiered_config(retention_ms=60_000, local_retention_ms=1))
-    deleted = env.rlm.expire_once(env.tp, env.plog)
+    deleted = env.expire()
     gone = [md for md in remote if md.max_timestamp_ms <= cutoff]
     assert deleted == len(gone) >= 2
     assert env.plog.log_start_offset == gone[-1].end_offset + 1
@@ -212,7 +212,7 @@ def test_expiration_by_size_counts_remote_and_local_only_bytes(env, memory_rsm):
     )
     keep = sum(md.segment_size_in_bytes for md in remote[-2:])
     env.plog.update_config(tiered_config(retention_bytes=keep + local_only))
-    env.rlm.expire_once(env.tp, env.plog)
+    env.expire()
     left = env.segments(S.COPY_SEGMENT_FINISHED)
     assert [md.segment_id for md in left] == [md.segment_id for md in remote[-2:]]
     assert env.plog.log_start_offset == remote[-3].end_offset + 1
@@ -223,7 +223,7 @@ def test_delete_records_below_remote_segments(env, memory_rsm):
     remote = tier_everything(env)
     target = remote[2].start_offset + 1  # inside the third segment
     env.plog.maybe_increment_log_start_offset(target, "DeleteRecords")
-    env.rlm.expire_once(env.tp, env.plog)
+    env.expire()
     left = env.segments(S.COPY_SEGMENT_FINISHED)
     assert [md.segment_id for md in left] == [md.segment_id for md in remote[2:]]
     assert env.plog.log_start_offset == target
@@ -237,7 +237,7 @@ def test_delete_on_disable(env, memory_rsm):
     env.plog.update_config(
         tiered_config(remote_storage_enable=False, remote_log_delete_on_disable=True)
     )
-    env.rlm.expire_once(env.tp, env.plog)
+    env.expire()
     assert memory_rsm.segment_ids() == set()
 
 
@@ -247,7 +247,7 @@ def test_segments_outside_the_leader_epoch_lineage_are_deleted(env, memory_rsm):
     produce(env.plog, 10, epoch=0)
     diverge = env.plog.log_end_offset
     produce(env.plog, 20, epoch=2)
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     valid = {md.segment_id for md in env.segments()}
     stray = RemoteLogSegmentMetadata(
         RemoteLogSegmentId.generate_new(env.tp),
@@ -267,7 +267,7 @@ def test_segments_outside_the_leader_epoch_lineage_are_deleted(env, memory_rsm):
     ).result(10)
     memory_rsm.objects[(stray.segment_id, "log")] = b"x" * 10
     start = env.plog.log_start_offset
-    env.rlm.expire_once(env.tp, env.plog)
+    env.expire()
     assert {md.segment_id for md in env.segments(S.COPY_SEGMENT_FINISHED)} == valid
     assert stray.segment_id not in memory_rsm.segment_ids()
     assert env.plog.log_start_offset == start  # lineage deletions do not move it
@@ -327,7 +327,7 @@ def test_earliest_pending_upload(env):
     produce(env.plog, 20)
     first = env.rlm.earliest_pending_upload(env.tp, env.plog)
     assert first is not None and first.offset == 0
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     pending = asyncio.run(env.rlm.offset_for_timestamp(env.tp.topic_id, "t", 0, env.plog, -6))
     assert pending is not None
     assert pending.offset == env.plog.highest_offset_in_remote_storage + 1
@@ -422,12 +422,12 @@ def start_deleting(env: Env, md: RemoteLogSegmentMetadata) -> None:
 
 
 def test_a_deletion_no_rule_of_this_broker_decided_is_not_resumed(env, memory_rsm, caplog):
-    caplog.set_level(logging.WARNING, "tiered.remote_log_manager")
+    caplog.set_level(logging.WARNING, "tiered.rlm_tasks")
     remote = tier_everything(env)
     victim = remote[1]
     start_deleting(env, victim)
     for _ in range(2):
-        assert env.rlm.expire_once(env.tp, env.plog) == 0
+        assert env.expire() == 0
     assert victim.segment_id in memory_rsm.segment_ids()
     assert memory_rsm.segment_ids() == {md.segment_id for md in remote}
     warnings = [r.getMessage() for r in caplog.records if "remote_delete_refused" in r.getMessage()]
@@ -435,7 +435,7 @@ def test_a_deletion_no_rule_of_this_broker_decided_is_not_resumed(env, memory_rs
     # Once retention does expire it, the deletion goes ahead with the older segment.
     env.clock.now = victim.max_timestamp_ms + 60_000
     env.plog.update_config(tiered_config(retention_ms=60_000, local_retention_ms=1))
-    assert env.rlm.expire_once(env.tp, env.plog) >= 2
+    assert env.expire() >= 2
     assert victim.segment_id not in memory_rsm.segment_ids()
     assert env.plog.log_start_offset > victim.end_offset
 
@@ -456,6 +456,69 @@ def test_a_deletion_whose_offsets_are_in_finished_segments_is_resumed(env, memor
     env.rlmm.add_remote_log_segment_metadata(twin).result(10)
     memory_rsm.objects[(twin.segment_id, "log")] = b"partial"
     start_deleting(env, twin)
-    assert env.rlm.expire_once(env.tp, env.plog) == 1
+    assert env.expire() == 1
     assert memory_rsm.segment_ids() == {md.segment_id for md in remote}
     assert [md.segment_id for md in env.segments()] == [md.segment_id for md in remote]
+
+
+# -- leadership ----------------------------------------------------------------------------
+
+
+def kinds(env: Env) -> list[str]:
+    return [task.kind for task in env.rlm.tasks(env.tp)]
+
+
+def test_a_follower_tracks_the_leaders_copies_and_copies_nothing(env, memory_rsm):
+    produce(env.plog, 20)
+    env.copy()  # as the leader
+    copied_to = env.plog.highest_offset_in_remote_storage
+    produce(env.plog, 10)  # more rolled segments, which a follower must not copy
+    env.rlm.on_leadership_change({}, {env.tp: env.plog})
+    assert kinds(env) == ["follower"]
+    env.plog.highest_offset_in_remote_storage = -1  # a replica that has not caught up yet
+    copies = memory_rsm.copies
+    env.task(FollowerTask).run_once()
+    assert env.plog.highest_offset_in_remote_storage == copied_to
+    assert memory_rsm.copies == copies
+    env.rlm.on_leadership_change({env.tp: env.plog}, {})
+    assert kinds(env) == ["copy", "expiration"]
+    assert env.copy() > 0
+
+
+def test_leading_again_with_the_same_log_keeps_the_tasks(env):
+    before = env.rlm.tasks(env.tp)
+    env.rlm.on_leadership([(env.tp, env.plog)])
+    assert env.rlm.tasks(env.tp) == before
+    assert not any(task.cancelled for task in before)
+
+
+def test_stopping_a_partition_cancels_its_tasks_and_releases_its_metadata(env, memory_rsm):
+    produce(env.plog, 20)
+    tasks = env.rlm.tasks(env.tp)
+    env.rlm.on_stop_partitions({env.tp}, delete=False)
+    assert env.rlm.tasks(env.tp) == ()
+    assert all(task.cancelled for task in tasks)
+    assert not env.rlmm.is_ready(env.tp)
+    for task in tasks:  # a run the scheduler had already planned does nothing
+        task.run()
+    assert memory_rsm.copies == 0
+
+
+def test_deleting_a_partition_marks_it_and_the_remover_releases_it(env, memory_rsm):
+    produce(env.plog, 20)
+    env.copy()
+    assert memory_rsm.segment_ids()
+    env.rlm.on_stop_partitions({env.tp}, delete=True)
+    assert env.rlm.tasks(env.tp) == ()
+    marked = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+    assert env.rlmm.store.partition_delete_state(env.tp) == marked
+    assert env.rlmm.is_ready(env.tp)  # kept for the remover
+    assert RemotePartitionRemover(env.rlmm, memory_rsm, 1).run_once() == 1
+    assert memory_rsm.segment_ids() == set()
+    assert not env.rlmm.is_ready(env.tp)
+
+
+def test_shutdown_cancels_every_task(env):
+    tasks = env.rlm.tasks(env.tp)
+    env.rlm.shutdown()
+    assert tasks and all(task.cancelled for task in tasks)

@@ -3,26 +3,24 @@ transactions READ_COMMITTED fetches get from remote transaction indexes."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import uuid
 from concurrent.futures import Future
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 import pytest
-from harness import T0, Env, produce
 
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from tiered.api import TopicIdPartition
 from tiered.remote_reader import READ_AHEAD_MAX_ENTRIES, CorruptRemoteDataError, _ReadAhead
 
+from .harness import T0, Env, produce
+
 
 def test_sequential_reads_are_served_from_read_ahead_and_stay_identical(env, memory_rsm):
     produce(env.plog, 40, ts=T0)
     expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     env.plog.delete_old_segments()
     reader = env.rlm.reader
     # A consumer walking the remote tier with small fetches, as librdkafka does with
@@ -62,7 +60,7 @@ def test_read_committed_remote_fetch_returns_the_aborted_transactions_it_overlap
     active = env.plog.active_segment.base_offset
     local_txn = AbortedTxn(9, active - 1, active, active + 1)
     env.plog.active_segment.append_aborted_txn(local_txn)
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     env.plog.delete_old_segments()
     assert env.plog.local_log_start_offset == active
     reader = env.rlm.reader
@@ -108,7 +106,7 @@ def test_read_ahead_stays_bounded_and_evicting_a_pending_range_cancels_it():
 
 def test_a_batch_corrupted_in_the_remote_tier_is_never_served(env, memory_rsm):
     produce(env.plog, 40, ts=T0)
-    env.rlm.copy_once(env.tp, env.plog)
+    env.copy()
     env.plog.delete_old_segments()
     md = sorted(env.segments(), key=lambda m: m.start_offset)[1]
     key = (md.segment_id, "log")

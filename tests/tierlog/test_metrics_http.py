@@ -7,7 +7,7 @@ import uuid
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tiered.api import TopicIdPartition
-from tiered.quota import (
+from tiered.metrics import (
     REMOTE_COPY_BYTES,
     REMOTE_COPY_LAG_SEGMENTS,
     REMOTE_FETCH_ERRORS,

@@ -1,4 +1,4 @@
-"""Real broker processes for the integration tests: started, waited for, stopped or killed."""
+"""Real broker processes for the tests: started, waited for, stopped or killed."""
 
 from __future__ import annotations
 
@@ -59,11 +59,15 @@ def start_broker(
     *,
     port: int = 0,
     command_prefix: Sequence[str] = (),
+    program: Sequence[str] = (sys.executable, "-m", "tierlog"),
+    env: Mapping[str, str] | None = None,
 ) -> BrokerProcess:
     """Start a broker on 127.0.0.1 and wait for its "listening on" line.
 
     ``command_prefix`` runs the broker under another program that execs it (``fiu-run -x``
-    for disk faults), so the process id is still the broker's.
+    for disk faults), so the process id is still the broker's. ``program`` is the
+    ``tierlog`` command (another venv's, for one), ``env`` its environment (default this
+    process's).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     merged = {
@@ -72,11 +76,11 @@ def start_broker(
         "listeners": f"PLAINTEXT://127.0.0.1:{port}",
         **(settings or {}),
     }
-    args = [*command_prefix, sys.executable, "-m", "tierlog", "broker", "start"]
+    args = [*command_prefix, *program, "broker", "start"]
     for key, value in merged.items():
         args += ["--set", f"{key}={value}"]
     log_file = log_dir / f"broker-{time.monotonic_ns()}.log"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     with open(log_file, "w") as err:
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     assert proc.stdout is not None
@@ -104,13 +108,3 @@ def restart(broker: BrokerProcess) -> BrokerProcess:
     endpoints = broker.endpoints or {"PLAINTEXT": f"127.0.0.1:{port}"}
     settings["listeners"] = ",".join(f"{name}://{hp}" for name, hp in endpoints.items())
     return start_broker(broker.log_dir, settings, port=port)
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> None:
-    """Poll ``predicate`` until it is true or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")

@@ -1,0 +1,83 @@
+"""The leader-epoch lineage of a partition, as tiering reads it.
+
+A partition's lineage is its leader-epoch cache: epoch -> first offset written in it. A remote
+segment belongs to the partition only if its own epochs fit the lineage (an unclean
+election can leave copies from a former leader that do not), and the copy task resumes
+after the highest offset already remote along the lineage, newest epoch first.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from tiered.api import RemoteLogMetadataManager, RemoteLogSegmentMetadata, TopicIdPartition
+
+if TYPE_CHECKING:
+    from core.log.partition_log import PartitionLog
+
+
+def filtered_leader_epochs(epochs: Mapping[int, int]) -> dict[int, int]:
+    """Kafka's buildFilteredLeaderEpochMap: drop epochs that hold no records (an epoch
+    starting where the next one starts), keeping ascending order."""
+    items = sorted(epochs.items())
+    return {
+        epoch: start
+        for (epoch, start), nxt in itertools.zip_longest(items, items[1:])
+        if nxt is None or nxt[1] != start
+    }
+
+
+def is_within_lineage(
+    md: RemoteLogSegmentMetadata, log_end_offset: int, leader_epochs: Mapping[int, int]
+) -> bool:
+    """Kafka's isRemoteSegmentWithinLeaderEpochs.
+
+    ``leader_epochs`` is the partition's filtered lineage (epoch -> start offset). The
+    segment's epochs must all be in it, its inner epoch boundaries must be the lineage's,
+    its first epoch must not start before the lineage's start of that epoch, its end must
+    not pass the start of the lineage's next epoch, and it must end below the log end.
+    One deviation: the lineage's earliest epoch starts at the log start offset (the cache
+    is truncated when it moves), so a segment straddling the log start still belongs.
+    """
+    if not leader_epochs:
+        return True
+    seg = filtered_leader_epochs(md.segment_leader_epochs)
+    seg_epochs = list(seg)
+    lineage = sorted(leader_epochs.items())
+    first_lineage_epoch, last_lineage_epoch = lineage[0][0], lineage[-1][0]
+    if seg_epochs[0] < first_lineage_epoch or seg_epochs[-1] > last_lineage_epoch:
+        return False
+
+    def next_after(items: list[tuple[int, int]], epoch: int) -> tuple[int, int] | None:
+        return next(((e, o) for e, o in items if e > epoch), None)
+
+    seg_items = list(seg.items())
+    for epoch, start in seg_items:
+        if epoch not in leader_epochs:
+            return False
+        if epoch == seg_epochs[0] and epoch != first_lineage_epoch and start < leader_epochs[epoch]:
+            return False
+        if epoch == seg_epochs[-1]:
+            nxt = next_after(lineage, epoch)
+            if nxt is not None and md.end_offset > nxt[1] - 1:
+                return False
+        elif next_after(lineage, epoch) != next_after(seg_items, epoch):
+            return False
+    return md.end_offset < log_end_offset
+
+
+def highest_remote_offset(
+    rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, plog: PartitionLog
+) -> int:
+    """Kafka's findHighestRemoteOffset: newest epoch first, the highest remote offset of the
+    first epoch that has one, bounded by that epoch's end in this log; -1 if none."""
+    cache = plog.leader_epoch_cache
+    for entry in reversed(cache.entries()):
+        highest = rlmm.highest_offset_for_epoch(tp, entry.epoch)
+        if highest is None:
+            continue
+        _, end = cache.end_offset_for(entry.epoch, plog.log_end_offset)
+        return end - 1 if 0 <= end <= highest else highest
+    return -1

@@ -1,0 +1,494 @@
+"""The RemoteLogManager's tasks: one object per partition and kind (Kafka's RLMTask family).
+
+- ``CopyTask`` (Kafka's RLMCopyTask), on a leader. The highest offset already remote is
+  found along the leader-epoch lineage (newest epoch first, RLMM ``highest_offset_for_epoch``).
+  Candidates are the rolled segments after it whose next segment starts at or below the
+  last stable offset (the high watermark: no transactions yet). Each goes
+  COPY_SEGMENT_STARTED (fresh id) -> RSM copy -> COPY_SEGMENT_FINISHED ->
+  ``PartitionLog.highest_offset_in_remote_storage``, which is what lets local retention
+  delete the local copy. A failed copy is deleted through the usual deletion states; copies
+  left in COPY_SEGMENT_STARTED by a crash are deleted on the next run.
+- ``ExpirationTask`` (RLMExpirationTask), on a leader. FINISHED segments go, oldest first,
+  when past ``retention.ms`` (by their max timestamp), beyond ``retention.bytes`` (remote
+  bytes plus bytes only held locally), or wholly below the log start offset
+  (DeleteRecords); the log start offset moves past them first. Segments outside the current
+  leader-epoch lineage (an unclean election's leftovers) go too, without moving the log
+  start offset.
+- ``FollowerTask`` (RLMFollowerTask, Kafka 3.9), on a follower: keeps
+  ``highest_offset_in_remote_storage`` up with what the leader copied, so that the
+  follower's local retention may delete what is safely remote.
+
+A task holds its partition's state between runs: the log, whether it was cancelled, and
+its consecutive failures, from which ``run`` computes the delay before the next run (the
+task interval, or an exponential backoff with jitter after a failure). The
+RemoteLogManager schedules the runs, at most one at a time per task.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import tempfile
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from core.errors import KafkaStorageError
+from core.log.leader_epoch import LeaderEpochCheckpointFile
+from core.log.producer_state import encode_snapshot
+from tiered.api import (
+    LogSegmentData,
+    RemoteLogMetadataManager,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemoteStorageError,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
+from tiered.events import log_event
+from tiered.lineage import filtered_leader_epochs, highest_remote_offset, is_within_lineage
+from tiered.metrics import (
+    REMOTE_COPY_BYTES,
+    REMOTE_COPY_ERRORS,
+    REMOTE_COPY_LAG_BYTES,
+    REMOTE_COPY_LAG_SEGMENTS,
+    REMOTE_COPY_REQUESTS,
+    REMOTE_DELETE_ERRORS,
+    REMOTE_DELETE_LAG_BYTES,
+    REMOTE_DELETE_REQUESTS,
+    REMOTE_LOG_METADATA_COUNT,
+    REMOTE_LOG_SIZE_BYTES,
+    TieringMetrics,
+)
+from tiered.quota import TokenBucket
+from tiered.remote_index_cache import RemoteIndexCache
+from tiered.rlm_config import RemoteLogManagerConfig
+
+if TYPE_CHECKING:
+    from core.log.partition_log import PartitionLog
+    from core.log.segment import LogSegment
+
+log = logging.getLogger(__name__)
+
+RLMM_WRITE_TIMEOUT_S = 60.0
+_S = RemoteLogSegmentState
+
+
+@dataclass(slots=True)
+class TaskContext:
+    """What the tasks of one RemoteLogManager share."""
+
+    rsm: RemoteStorageManager
+    rlmm: RemoteLogMetadataManager
+    broker_id: int
+    config: RemoteLogManagerConfig
+    clock: Callable[[], int]
+    metrics: TieringMetrics
+    index_cache: RemoteIndexCache
+    copy_quota: TokenBucket | None
+    random: random.Random
+
+
+class RLMTask(ABC):
+    """One partition's periodic task. ``run_once`` does the work and raises on failure;
+    ``run`` is what the scheduler calls."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, ctx: TaskContext, tp: TopicIdPartition, plog: PartitionLog) -> None:
+        self.ctx = ctx
+        self.tp = tp
+        self.plog = plog
+        self.cancelled = False
+        self.failures = 0  # consecutive failed runs: the exponent of the retry backoff
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.tp})"
+
+    def cancel(self) -> None:
+        """No run starts after this; a run in progress finishes its current segment."""
+        self.cancelled = True
+
+    @abstractmethod
+    def run_once(self) -> int:
+        """One run in the calling thread; returns the number of segments it acted on.
+
+        Raises:
+            RemoteStorageError: a step failed (the next run resumes it).
+        """
+
+    def run(self) -> float:
+        """One run as scheduled: a failure is logged, never raised. Returns the delay in ms
+        before the next run: the task interval, or after a failure an exponential backoff
+        (``task.retry.backoff.ms`` doubling up to ``task.retry.backoff.max.ms``) with
+        ``task.retry.jitter``."""
+        cfg = self.ctx.config
+        if self.cancelled:
+            return cfg.remote_log_manager_task_interval_ms
+        try:
+            self.run_once()
+        except Exception:  # a task must survive any failure: log it and back off
+            log.exception("remote log manager: %s task of %s failed", self.kind, self.tp)
+            delay = min(
+                cfg.remote_log_manager_task_retry_backoff_ms * 2**self.failures,
+                cfg.remote_log_manager_task_retry_backoff_max_ms,
+            )
+            self.failures += 1
+            jitter = cfg.remote_log_manager_task_retry_jitter
+            return delay * (1 + self.ctx.random.uniform(-jitter, jitter))
+        self.failures = 0
+        return cfg.remote_log_manager_task_interval_ms
+
+    # -- helpers shared by the leader's tasks ---------------------------------------------
+    def delete_segment(self, md: RemoteLogSegmentMetadata, *, reason: str) -> None:
+        """DELETE_SEGMENT_STARTED -> RSM delete -> DELETE_SEGMENT_FINISHED (idempotent)."""
+        ctx = self.ctx
+        tp = md.topic_id_partition
+        ctx.metrics.inc(REMOTE_DELETE_REQUESTS, tp)
+        try:
+            if md.state != _S.DELETE_SEGMENT_STARTED:
+                self.wait(self.update(md, _S.DELETE_SEGMENT_STARTED))
+            ctx.rsm.delete_log_segment_data(md)
+            ctx.index_cache.remove(md.segment_id)
+            self.wait(self.update(md, _S.DELETE_SEGMENT_FINISHED))
+        except (RemoteStorageError, OSError):
+            ctx.metrics.inc(REMOTE_DELETE_ERRORS, tp)
+            raise
+        log_event(
+            log,
+            logging.INFO,
+            "remote_delete",
+            tp,
+            segment_id=md.segment_id,
+            start_offset=md.start_offset,
+            end_offset=md.end_offset,
+            reason=reason,
+        )
+
+    def update(self, md: RemoteLogSegmentMetadata, state: RemoteLogSegmentState) -> Future[None]:
+        return self.ctx.rlmm.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(
+                md.remote_log_segment_id, self.ctx.clock(), None, state, self.ctx.broker_id
+            )
+        )
+
+    @staticmethod
+    def wait(future: Future[None]) -> None:
+        future.result(timeout=RLMM_WRITE_TIMEOUT_S)
+
+
+class CopyTask(RLMTask):
+    """Copies the partition's rolled segments to the remote tier (see the module doc)."""
+
+    kind = "copy"
+
+    def run_once(self) -> int:
+        """One run; returns the number of segments copied.
+
+        Raises:
+            RemoteStorageError: a copy failed (it was cleaned up; the next run retries).
+        """
+        ctx, tp, plog = self.ctx, self.tp, self.plog
+        if not ctx.rlmm.is_ready(tp) or not plog.config.remote_storage_enable:
+            return 0
+        self._delete_dangling_copies()
+        highest = highest_remote_offset(ctx.rlmm, tp, plog)
+        plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, highest)
+        candidates = self.candidates(plog, highest)
+        self._update_copy_lag(candidates)
+        if plog.config.remote_log_copy_disable:
+            return 0
+        copied = 0
+        for segment, next_base in candidates:
+            if self.cancelled:
+                break  # no longer the leader: the next leader copies the rest
+            if ctx.copy_quota is not None and ctx.copy_quota.is_exceeded():
+                log.info("%s: copy quota exceeded; the next run continues", tp)
+                break
+            self._copy_segment(segment, next_base)
+            copied += 1
+        if copied:
+            self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
+        return copied
+
+    @staticmethod
+    def candidates(plog: PartitionLog, highest_remote: int) -> list[tuple[LogSegment, int]]:
+        """Rolled segments holding offsets above ``highest_remote`` whose next segment
+        starts at or below the last stable offset, with that next base offset."""
+        from_offset = max(highest_remote + 1, plog.local_log_start_offset)
+        lso = plog.high_watermark  # no transactions yet: the LSO is the high watermark
+        out = []
+        for segment, nxt in itertools.pairwise(plog.segments()):
+            if nxt.base_offset > lso:
+                break
+            if nxt.base_offset <= from_offset:
+                continue  # wholly copied already
+            out.append((segment, nxt.base_offset))
+        return out
+
+    def _update_copy_lag(self, candidates: list[tuple[Any, int]]) -> None:
+        self.ctx.metrics.set(REMOTE_COPY_LAG_SEGMENTS, self.tp, len(candidates))
+        self.ctx.metrics.set(REMOTE_COPY_LAG_BYTES, self.tp, sum(s.size for s, _ in candidates))
+
+    def _copy_segment(self, segment: LogSegment, next_base: int) -> None:
+        ctx, tp, plog = self.ctx, self.tp, self.plog
+        start, end = segment.base_offset, next_base - 1
+        cache = plog.leader_epoch_cache
+        epochs = cache.entries_for_range(start, end)
+        if not epochs:
+            raise KafkaStorageError(
+                f"{tp}: segment {start}..{end} has no leader epoch; it cannot be tiered"
+            )
+        checkpoint = LeaderEpochCheckpointFile.encode(cache.epoch_entries_in_range(-1, next_base))
+        md = RemoteLogSegmentMetadata(
+            RemoteLogSegmentId.generate_new(tp),
+            start,
+            end,
+            max_timestamp_ms=segment.largest_timestamp,
+            broker_id=ctx.broker_id,
+            event_timestamp_ms=ctx.clock(),
+            segment_size_in_bytes=segment.size,
+            segment_leader_epochs=epochs,
+            txn_index_empty=segment.txn_index.is_empty(),
+        )
+        self.wait(ctx.rlmm.add_remote_log_segment_metadata(md))
+        ctx.metrics.inc(REMOTE_COPY_REQUESTS, tp)
+        began = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="tierlog-copy-") as scratch:
+            snapshot = plog.producer_state.snapshot_file(next_base)
+            if snapshot is None or not snapshot.exists():
+                # No producer state changed in the segment, so no snapshot was written at the
+                # roll: ship an empty one, as Kafka does.
+                snapshot = Path(scratch) / f"{next_base:020d}.snapshot"
+                snapshot.write_bytes(encode_snapshot([]))
+            data = LogSegmentData(
+                log_segment=segment.log.path,
+                offset_index=segment.offset_index.path,
+                time_index=segment.time_index.path,
+                transaction_index=None if md.txn_index_empty else segment.txn_index.path,
+                producer_snapshot_index=snapshot,
+                leader_epoch_index=checkpoint,
+            )
+            try:
+                custom = ctx.rsm.copy_log_segment_data(md, data)
+            except (RemoteStorageError, OSError) as e:
+                ctx.metrics.inc(REMOTE_COPY_ERRORS, tp)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "remote_copy_failed",
+                    tp,
+                    segment_id=md.segment_id,
+                    start_offset=start,
+                    end_offset=end,
+                    error=f"{type(e).__name__}: {e}",
+                )
+                self.delete_segment(md, reason="failed copy")
+                raise RemoteStorageError(f"{tp}: copy of segment {start}..{end} failed") from e
+        self.wait(
+            ctx.rlmm.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(
+                    md.remote_log_segment_id, ctx.clock(), custom, _S.COPY_SEGMENT_FINISHED,
+                    ctx.broker_id,
+                )
+            )
+        )  # fmt: skip
+        with plog.lock:
+            plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, end)
+        ctx.metrics.inc(REMOTE_COPY_BYTES, tp, md.segment_size_in_bytes)
+        if ctx.copy_quota is not None:
+            ctx.copy_quota.record(md.segment_size_in_bytes)
+        log_event(
+            log,
+            logging.INFO,
+            "remote_copy",
+            tp,
+            segment_id=md.segment_id,
+            start_offset=start,
+            end_offset=end,
+            bytes=md.segment_size_in_bytes,
+            ms=round((time.monotonic() - began) * 1000),
+        )
+
+    def _delete_dangling_copies(self) -> None:
+        """Delete copies a crash (or a failed cleanup) left in COPY_SEGMENT_STARTED. Runs of
+        a task never overlap, so none of them is in progress now."""
+        for md in list(self.ctx.rlmm.list_remote_log_segments(self.tp)):
+            if md.state == _S.COPY_SEGMENT_STARTED:
+                self.delete_segment(md, reason="dangling copy")
+
+
+def _covered(md: RemoteLogSegmentMetadata, finished: list[RemoteLogSegmentMetadata]) -> bool:
+    """Whether every offset of ``md`` is in one of ``finished`` (sorted by start offset)."""
+    need = md.start_offset
+    for other in finished:
+        if other.segment_id == md.segment_id or other.end_offset < need:
+            continue
+        if other.start_offset > need:
+            return False
+        need = other.end_offset + 1
+        if need > md.end_offset:
+            return True
+    return False
+
+
+class ExpirationTask(RLMTask):
+    """Deletes the partition's remote segments past retention (see the module doc)."""
+
+    kind = "expiration"
+
+    def __init__(self, ctx: TaskContext, tp: TopicIdPartition, plog: PartitionLog) -> None:
+        super().__init__(ctx, tp, plog)
+        self._kept_warned: set[uuid.UUID] = set()  # segments _warn_kept already reported
+
+    def run_once(self) -> int:
+        """One run; returns the number of segments deleted.
+
+        Raises:
+            RemoteStorageError: a deletion failed (the next run resumes it).
+        """
+        ctx, tp, plog = self.ctx, self.tp, self.plog
+        if not ctx.rlmm.is_ready(tp):
+            return 0
+        cfg = plog.config
+        segments = list(ctx.rlmm.list_remote_log_segments(tp))
+        deleted = 0
+        if not cfg.remote_storage_enable:
+            if cfg.remote_log_delete_on_disable:  # KIP-950: tiering off, remote data goes
+                for md in segments:
+                    if md.state != _S.DELETE_SEGMENT_FINISHED:
+                        self.delete_segment(md, reason="tiering disabled")
+                        deleted += 1
+            return deleted
+        lineage = filtered_leader_epochs(
+            {e.epoch: e.start_offset for e in plog.leader_epoch_cache.entries()}
+        )
+        log_end = plog.log_end_offset
+        finished = sorted(
+            (md for md in segments if md.state == _S.COPY_SEGMENT_FINISHED),
+            key=lambda m: m.start_offset,
+        )
+        valid = [md for md in finished if is_within_lineage(md, log_end, lineage)]
+        orphans = [md for md in finished if not is_within_lineage(md, log_end, lineage)]
+        # Deletions a crash or a failure interrupted. A DELETE_SEGMENT_STARTED read from the
+        # metadata topic is not proof that this broker decided it (the metadata manager
+        # cannot tell a forged event replayed at start-up from its own), so one is resumed
+        # only when this broker's own rules delete the segment now: its offsets are all in
+        # finished segments (a failed copy done again), it is outside the lineage, or,
+        # counted as if still finished, retention or the log start offset expire it.
+        # Anything else is kept, with a warning: its remote data is not destroyed.
+        deleting = sorted(
+            (md for md in segments if md.state == _S.DELETE_SEGMENT_STARTED),
+            key=lambda m: m.start_offset,
+        )
+        redundant = [
+            md
+            for md in deleting
+            if not is_within_lineage(md, log_end, lineage) or _covered(md, valid)
+        ]
+        unfinished = {md.segment_id for md in deleting} - {md.segment_id for md in redundant}
+        candidates = sorted(
+            valid + [md for md in deleting if md.segment_id in unfinished],
+            key=lambda m: m.start_offset,
+        )
+        doomed, reason = self._expired(candidates)
+        doomed_ids = {md.segment_id for md in doomed}
+        if doomed:
+            new_start = min(doomed[-1].end_offset + 1, plog.high_watermark)
+            plog.maybe_increment_log_start_offset(new_start, f"remote {reason}")
+        for md in redundant:
+            self.delete_segment(md, reason="resumed deletion")
+        for md in doomed:
+            resumed = md.state == _S.DELETE_SEGMENT_STARTED
+            self.delete_segment(md, reason=f"resumed deletion ({reason})" if resumed else reason)
+        for md in orphans:
+            self.delete_segment(md, reason="outside the leader-epoch lineage")
+        deleted += len(redundant) + len(doomed) + len(orphans)
+        for md in deleting:
+            if md.segment_id in unfinished and md.segment_id not in doomed_ids:
+                self._warn_kept(md)
+
+        kept = [md for md in valid if md.segment_id not in doomed_ids]
+        ctx.metrics.set(REMOTE_LOG_SIZE_BYTES, tp, sum(m.segment_size_in_bytes for m in kept))
+        ctx.metrics.set(REMOTE_LOG_METADATA_COUNT, tp, len(kept))
+        ctx.metrics.set(REMOTE_DELETE_LAG_BYTES, tp, 0)
+        return deleted
+
+    def _warn_kept(self, md: RemoteLogSegmentMetadata) -> None:
+        """A segment left DELETE_SEGMENT_STARTED that no rule of this broker deletes."""
+        if md.segment_id in self._kept_warned:
+            return
+        self._kept_warned.add(md.segment_id)
+        log_event(
+            log,
+            logging.WARNING,
+            "remote_delete_refused",
+            md.topic_id_partition,
+            segment_id=md.segment_id,
+            start_offset=md.start_offset,
+            end_offset=md.end_offset,
+            broker=md.broker_id,
+            reason="DELETE_SEGMENT_STARTED in the metadata, but no rule of this broker deletes "
+            "the segment: its remote data is kept (its offsets are not served)",
+        )
+
+    def _expired(
+        self, valid: list[RemoteLogSegmentMetadata]
+    ) -> tuple[list[RemoteLogSegmentMetadata], str]:
+        """The oldest segments past retention, and the reason of the last one."""
+        plog = self.plog
+        cfg = plog.config
+        now = self.ctx.clock()
+        log_start = plog.log_start_offset
+        breach = 0
+        if cfg.retention_bytes >= 0:
+            remote = sum(m.segment_size_in_bytes for m in valid)
+            highest = plog.highest_offset_in_remote_storage
+            local_only = sum(s.size for s in plog.segments() if s.base_offset > highest)
+            breach = remote + local_only - cfg.retention_bytes
+        doomed: list[RemoteLogSegmentMetadata] = []
+        reason = ""
+        for md in valid:
+            if md.end_offset < log_start:
+                reason = "log start offset"
+            elif cfg.retention_ms >= 0 and md.max_timestamp_ms <= now - cfg.retention_ms:
+                reason = "retention.ms"
+            elif cfg.retention_bytes >= 0 and breach >= md.segment_size_in_bytes:
+                reason = "retention.bytes"
+            else:
+                break
+            breach -= md.segment_size_in_bytes
+            doomed.append(md)
+        return doomed, reason
+
+
+class FollowerTask(RLMTask):
+    """Follows the leader's copies: ``highest_offset_in_remote_storage`` of this replica's
+    log moves with the remote tier, so that local retention of a follower deletes only what
+    is safely remote (Kafka's RLMFollowerTask)."""
+
+    kind = "follower"
+
+    def run_once(self) -> int:
+        """One run; returns 0 (a follower copies and deletes nothing).
+
+        Raises:
+            RemoteStorageError: the metadata could not be read.
+        """
+        ctx, plog = self.ctx, self.plog
+        if not ctx.rlmm.is_ready(self.tp):
+            return 0
+        highest = highest_remote_offset(ctx.rlmm, self.tp, plog)
+        with plog.lock:
+            plog.highest_offset_in_remote_storage = max(
+                plog.highest_offset_in_remote_storage, highest
+            )
+        return 0
