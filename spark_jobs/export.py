@@ -150,12 +150,9 @@ def run_export(
         fs.rm(f"{root}/{STAGING}", recursive=True)  # a crashed run's leftovers
     splits = [s for s in TierlogReader(options).partitions() if isinstance(s, SegmentSplit)]
     state = state.migrated(s.range.segment for s in splits)
-    before = state
-    todo = pending_splits(splits, lambda s: before.done(_segment_id(s)))
+    todo = pending_splits(splits, lambda s: state.done(_segment_id(s)))
     skipped = sum(
-        1
-        for s in splits
-        if not before.done(_segment_id(s)).missing_from(s.range.start, s.range.end)
+        1 for s in splits if not state.done(_segment_id(s)).missing_from(s.range.start, s.range.end)
     )
     progress(f"{len(splits)} segment ranges selected, {len(todo)} ranges to export")
     run = uuid.uuid4().hex[:12]
@@ -175,7 +172,7 @@ def run_export(
     # Commit: staged files to their final names, then the state. Final names are fixed per
     # range dealt with, so redoing this after a crash rewrites the same files.
     rows = size = exported = 0
-    for split, (covered, files) in results:
+    for _, (covered, files) in results:
         for entry in files:
             final = f"{root}/{entry['rel']}"
             fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
@@ -183,7 +180,10 @@ def run_export(
             rows += entry["rows"]
             size += entry["bytes"]
         exported += bool(covered)
-        state = state.with_done(split.topic, split.partition, _segment_id(split), covered)
+    state = state.adding(
+        (split.topic, split.partition, _segment_id(split), covered)
+        for split, (covered, _) in results
+    )
     tmp = f"{state_path}.tmp"
     with fs.open(tmp, "w") as f:
         f.write(state.to_json())

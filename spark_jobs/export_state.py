@@ -51,30 +51,31 @@ class ExportState:
         entry = self.segments.get(segment_id)
         return entry.offsets if entry is not None else OffsetRanges()
 
-    def with_done(
-        self, topic: str, partition: int, segment_id: str, offsets: OffsetRanges
-    ) -> ExportState:
-        """This state with ``offsets`` of the segment added."""
-        if not offsets:
-            return self
+    def adding(self, done: Iterable[tuple[str, int, str, OffsetRanges]]) -> ExportState:
+        """This state with the ``(topic, partition, segment id, offsets)`` of ``done`` added."""
         out = dict(self.segments)
-        out[segment_id] = SegmentOffsets(topic, partition, self.done(segment_id).union(offsets))
+        for topic, partition, segment_id, offsets in done:
+            if offsets:
+                before = out.get(segment_id)
+                merged = offsets if before is None else before.offsets.union(offsets)
+                out[segment_id] = SegmentOffsets(topic, partition, merged)
         return ExportState(out, self.legacy)
 
     def migrated(self, segments: Iterable[RemoteLogSegmentMetadata]) -> ExportState:
         """Format-1 keys of ``segments`` turned into offsets; the others kept as they are."""
         by_id = {str(md.segment_id): md for md in segments}
-        state = ExportState(self.segments)
+        done = []
         kept = []
         for key in self.legacy:
             topic, partition, segment_id, first = key.split("/")
             md = by_id.get(segment_id)
             if md is None:
                 kept.append(key)
-                continue
-            offsets = OffsetRanges.of([(max(int(first), md.start_offset), md.end_offset)])
-            state = state.with_done(topic, int(partition), segment_id, offsets)
-        return ExportState(state.segments, tuple(kept))
+            elif int(first) <= md.end_offset:
+                first_offset = max(int(first), md.start_offset)
+                offsets = OffsetRanges(((first_offset, md.end_offset),))
+                done.append((topic, int(partition), segment_id, offsets))
+        return ExportState(self.segments, tuple(kept)).adding(done)
 
     def to_json(self) -> str:
         doc: dict[str, Any] = {

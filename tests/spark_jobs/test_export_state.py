@@ -39,9 +39,13 @@ def test_offsets_accumulate_per_segment_and_round_trip():
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
     state = (
         ExportState()
-        .with_done("orders", 0, a, OffsetRanges.of([(0, 9)]))
-        .with_done("orders", 0, a, OffsetRanges.of([(10, 19), (30, 39)]))
-        .with_done("orders", 1, b, OffsetRanges())  # nothing dealt with: nothing recorded
+        .adding([("orders", 0, a, OffsetRanges.of([(0, 9)]))])
+        .adding(
+            [
+                ("orders", 0, a, OffsetRanges.of([(10, 19), (30, 39)])),
+                ("orders", 1, b, OffsetRanges()),  # nothing dealt with: nothing recorded
+            ]
+        )
     )
     assert state.done(a) == OffsetRanges.of([(0, 19), (30, 39)])
     assert state.done(b) == OffsetRanges()
