@@ -53,6 +53,34 @@ class OffsetOutOfRangeError(CoreError):
     error_code = 1
 
 
+class UnexpectedAppendOffsetError(CoreError):
+    """A follower append whose first batch starts below the log end offset.
+
+    Kafka's UnexpectedAppendOffsetException: the fetched data overlaps what the follower
+    already has, so its fetch position and its log disagree. Not an error a client sees
+    (Kafka would answer UNKNOWN_SERVER_ERROR); the replica fetcher acts on it.
+
+    Attributes:
+        first_offset: base offset of the first batch of the append.
+        last_offset: last offset of the append.
+        log_end_offset: the follower's log end offset when the append was refused.
+    """
+
+    def __init__(self, message: str, first_offset: int, last_offset: int, log_end_offset: int):
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.log_end_offset = log_end_offset
+
+
+class OffsetsOutOfOrderError(CoreError):
+    """Replicated batches whose offsets do not increase (Kafka's OffsetsOutOfOrderException).
+
+    A follower takes offsets as the leader assigned them; a batch not wholly above the one
+    before it would break every index. Not an error a client sees.
+    """
+
+
 class KafkaStorageError(CoreError):
     """A log dir or file could not be read or written (KAFKA_STORAGE_ERROR)."""
 

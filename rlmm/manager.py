@@ -7,8 +7,8 @@ own consumer has read the event back and applied it to the cache, so a caller se
 write in every later read.
 
 Reads: a consumer thread reads the metadata partitions of the user partitions this broker
-hosts and applies each event to the cache (``rlmm.cache``). ``is_ready(tp)`` turns true
-once the cache has caught up to the end offset seen when the partition was assigned.
+hosts and applies each event to the cache (``rlmm.metadata_cache``). ``is_ready(tp)`` turns
+true once the cache has caught up to the end offset seen when the partition was assigned.
 
 Which events apply. Kafka's rules first: an update for a segment id never added, or a state
 that does not follow the current one (``RemoteLogSegmentState``), is refused. Then
@@ -44,7 +44,8 @@ from pathlib import Path
 
 from core.clock import now_ms
 from core.kafka_uuid import uuid_to_base64
-from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
+from rlmm.metadata_cache import RemoteLogMetadataCache
+from rlmm.partition_store import RemotePartitionMetadataStore
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import RemoteLogSegmentMetadataSnapshot, deserialize, serialize
 from rlmm.snapshot import (
@@ -268,7 +269,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _mark_ready(self, tp: TopicIdPartition) -> None:
         self._ready_at.pop(tp, None)
-        self.store.get_or_create(tp).mark_initialized()
+        # A ready partition has a cache even before its first segment: reads answer "none"
+        # rather than "unknown partition".
+        self.store.get_or_create(tp)
 
     # -- writes ----------------------------------------------------------------------------
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> Future[None]:

@@ -43,10 +43,10 @@ from core.errors import CoreError
 from core.kafka_uuid import uuid_from_base64, uuid_to_base64
 from core.log.file_records import FileRecords
 from core.server.topics import read_partition_metadata
-from rlmm.cache import RemoteLogMetadataCache
-from rlmm.cache import decode_cursor as decode_cache_cursor
-from rlmm.cache import encode_cursor as encode_cache_cursor
 from rlmm.formatter import FormatterConfig, RemoteLogMetadataFormatter
+from rlmm.metadata_cache import RemoteLogMetadataCache
+from rlmm.metadata_cache import decode_cursor as decode_cache_cursor
+from rlmm.metadata_cache import encode_cursor as encode_cache_cursor
 from rlmm.partitioner import metadata_partition
 from rlmm.replay import Replay, TracedEvent, partition_key, replay
 from rlmm.serde import MetadataSerdeError, RemoteLogSegmentMetadataSnapshot, decode

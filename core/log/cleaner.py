@@ -279,6 +279,19 @@ class LogCleaner:
             if offsets.pop((topic, partition), None) is not None:
                 checkpoint.write(offsets)
 
+    def maybe_truncate_checkpoint(
+        self, topic: str, partition: int, log_dir: Path, offset: int
+    ) -> None:
+        """Lower the log's cleaner checkpoint to ``offset`` if it is above (Kafka's
+        maybeTruncateCheckpoint): after a truncation, offsets from there on hold new data that
+        was never cleaned."""
+        with self._checkpoint_lock:
+            checkpoint = OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT)
+            offsets = _read_checkpoint(checkpoint)
+            if offsets.get((topic, partition), 0) > offset:
+                offsets[(topic, partition)] = offset
+                checkpoint.write(offsets)
+
     # -- choosing a log --------------------------------------------------------------------
     def cleanable_range(self, plog: PartitionLog, now: int | None = None) -> CleanableRange:
         """The dirty section of ``plog`` and the sizes behind its dirty ratio."""
