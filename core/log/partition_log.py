@@ -54,7 +54,7 @@ from core.log.files import (
     segment_file,
 )
 from core.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCheckpointFile, LeaderEpochFileCache
-from core.log.producer_state import ProducerStateManager, read_txn_marker
+from core.log.producer_state import ProducerStateEntry, ProducerStateManager, read_txn_marker
 from core.log.replicated_batches import scan_replicated_batches
 from core.log.segment import AppendedBatch, FetchDataInfo, LogOffsetMetadata, LogSegment
 from core.log.txn_index import AbortedTxn
@@ -1143,6 +1143,14 @@ class PartitionLog:
             excess -= segment.size
             out.append(segment)
         return out
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """The state of every producer the partition remembers, by producer id (Kafka's
+        activeProducers, for DescribeProducers); under the log's lock, as expiration
+        changes it from the scheduler's threads."""
+        with self.lock:
+            producers = self.producer_state.active_producers
+        return [producers[pid] for pid in sorted(producers)]
 
     def remove_expired_producers(self, now: int | None = None) -> int:
         """Forget producers idle for ``producer.id.expiration.ms`` without an open

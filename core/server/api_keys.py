@@ -36,9 +36,16 @@ class ApiKey(enum.IntEnum):
     CREATE_ACLS = 30
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
 
 
 # Inclusive version ranges. The upper bounds stop before versions whose semantics tierlog
@@ -74,6 +81,14 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    # v0 left in Kafka 4.0; v5 (cordoned log dirs, KIP-1066) is newer than Kafka 4.0.
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 

@@ -19,10 +19,13 @@ from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
 from core.server.handler_support import (
     NO_THROTTLE,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
     BrokerServices,
     Handler,
     allowed,
+    authorized_operations,
     cluster_allowed,
+    cluster_authorized_operations,
     error_code,
     error_of,
 )
@@ -48,9 +51,6 @@ class TooManyPartitionsError(CoreError):
     ``max.partitions.per.request`` (Kafka's controller answers it so)."""
 
     error_code = 44
-
-
-UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 # -- Metadata ---------------------------------------------------------------------------------
@@ -151,7 +151,11 @@ async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: 
             topic_id=info.topic_id,
             is_internal=info.is_internal,
             partitions=tuple(partitions),
-            topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+            topic_authorized_operations=authorized_operations(
+                broker, ctx, ResourceType.TOPIC, info.name
+            )
+            if getattr(request, "include_topic_authorized_operations", False)
+            else UNKNOWN_AUTHORIZED_OPERATIONS,
         )
         topics.append(topic)
     return make(
@@ -163,7 +167,10 @@ async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: 
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
-        cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+        # Metadata v8-v10 (librdkafka's describe_cluster and describe_topics ask here).
+        cluster_authorized_operations=cluster_authorized_operations(broker, ctx)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else UNKNOWN_AUTHORIZED_OPERATIONS,
         error_code=ErrorCode.none,
     )
 
