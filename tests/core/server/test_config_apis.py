@@ -14,49 +14,12 @@ from kio.schema.errors import ErrorCode
 from core.server.api_keys import ApiKey
 from core.server.authorizer import AclAuthorizer
 from core.server.handlers import ADVERTISED_VERSIONS
+from tests.support.kafka_topic_configs import KAFKA_4_TOPIC_CONFIGS
 
 from .fake_broker import FakeBroker, call, schema
 
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC, STATIC_BROKER, DEFAULT = 1, 4, 5
-
-# Kafka 4.0's topic configs, in the order its DescribeConfigs lists them (the iteration
-# order of the Scala HashMap its ConfigHelper gathers them in).
-KAFKA_4_TOPIC_CONFIGS = [
-    "compression.type",
-    "remote.log.delete.on.disable",
-    "leader.replication.throttled.replicas",
-    "remote.storage.enable",
-    "min.insync.replicas",
-    "segment.jitter.ms",
-    "remote.log.copy.disable",
-    "local.retention.ms",
-    "cleanup.policy",
-    "flush.ms",
-    "follower.replication.throttled.replicas",
-    "compression.lz4.level",
-    "segment.bytes",
-    "retention.ms",
-    "compression.gzip.level",
-    "flush.messages",
-    "compression.zstd.level",
-    "max.compaction.lag.ms",
-    "file.delete.delay.ms",
-    "max.message.bytes",
-    "min.compaction.lag.ms",
-    "message.timestamp.type",
-    "local.retention.bytes",
-    "preallocate",
-    "min.cleanable.dirty.ratio",
-    "index.interval.bytes",
-    "unclean.leader.election.enable",
-    "retention.bytes",
-    "delete.retention.ms",
-    "message.timestamp.after.max.ms",
-    "message.timestamp.before.max.ms",
-    "segment.ms",
-    "segment.index.bytes",
-]
 
 
 @pytest.fixture
