@@ -33,6 +33,7 @@ from core.server.internal_topics import (
     refused_for,
 )
 from core.server.kio_build import make, nested, nested_optional
+from core.server.produce_validation import produce_records_refusal
 from core.server.protocol import RequestContext
 from core.server.replica_manager import (
     FetchParams,
@@ -202,6 +203,8 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
+                elif refusal := produce_records_refusal(ctx.api_version, pdata.records):
+                    error, message = refusal
                 else:
                     info = broker.replica_manager.append(partition, bytearray(pdata.records))
                     base_offset, start = info.first_offset, info.log_start_offset

@@ -6,7 +6,9 @@ Requests are framed, decoded and answered as a client sees them (``fake_broker.c
 from __future__ import annotations
 
 import datetime
+import struct
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,7 +118,7 @@ def test_only_the_first_three_errors_are_in_the_message(broker: FakeBroker) -> N
 
 
 def test_compressed_batches_are_checked_record_by_record(broker: FakeBroker) -> None:
-    from core.records.codec import Compression
+    from core.records.batch import Compression
 
     broker.make_topic("c", 1, {"cleanup.policy": "compact"})
     now = now_ms()
@@ -223,3 +225,61 @@ def test_other_partitions_of_the_request_are_appended(broker: FakeBroker) -> Non
     assert accepted.partition_responses[0].error_code == ErrorCode.none
     assert accepted.partition_responses[0].record_errors == ()
     assert (log_end(broker, "c"), log_end(broker, "plain")) == (0, 1)
+
+
+# -- Kafka's ProduceRequest rules: one batch of format v2 per partition ----------------------
+def legacy_message(magic: int) -> bytes:
+    """One message of the formats Kafka 4 removed (v0, v1): a key-less value "x"."""
+    timestamp = struct.pack(">q", now_ms()) if magic == 1 else b""
+    body = bytes([magic, 0]) + timestamp + struct.pack(">i", -1) + struct.pack(">i", 1) + b"x"
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", 0, len(message)) + message
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_message_formats_v0_and_v1_are_refused_as_kafka_4_does(
+    broker: FakeBroker, magic: int
+) -> None:
+    broker.make_topic("t", 1)
+    answer = produce(broker, 9, "t", legacy_message(magic))
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.invalid_record,
+        "Produce requests with version 9 are only allowed to contain record batches with "
+        "magic version 2",
+    )
+    assert log_end(broker, "t") == 0
+
+
+def test_an_unknown_magic_is_corrupt(broker: FakeBroker) -> None:
+    broker.make_topic("t", 1)
+    records = bytearray(batch([(b"k", now_ms())]))
+    records[16] = 3  # the magic byte
+    answer = produce(broker, 11, "t", bytes(records))
+    assert answer.error_code == ErrorCode.corrupt_message
+    assert answer.error_message == "Invalid magic found in record: 3"
+
+
+def test_one_batch_per_partition(broker: FakeBroker) -> None:
+    broker.make_topic("t", 1)
+    now = now_ms()
+    answer = produce(broker, 11, "t", batch([(b"a", now)]) + batch([(b"b", now)]))
+    assert (answer.error_code, answer.error_message) == (
+        ErrorCode.invalid_record,
+        "Produce requests with version 11 are only allowed to contain exactly one record batch "
+        "per partition",
+    )
+    assert log_end(broker, "t") == 0
+
+
+def test_zstd_needs_produce_v7(broker: FakeBroker) -> None:
+    from core.records.batch import Compression
+
+    broker.make_topic("t", 1)
+    records = batch([(b"a", now_ms())], compression=Compression.ZSTD)
+    for version in (3, 6):  # no error_message before v8: the code alone tells
+        assert produce(broker, version, "t", records).error_code == (
+            ErrorCode.unsupported_compression_type
+        )
+    assert log_end(broker, "t") == 0
+    assert produce(broker, 7, "t", records).error_code == ErrorCode.none
+    assert log_end(broker, "t") == 1
