@@ -44,8 +44,7 @@ def produce_records_refusal(version: int, records: bytes) -> tuple[ErrorCode, st
     if version < _FIRST_ZSTD_VERSION and codec == Compression.ZSTD:
         return (
             ErrorCode.unsupported_compression_type,
-            f"Produce requests with version {version} are not allowed to use ZStandard "
-            "compression",
+            f"Produce requests with version {version} are not allowed to use ZStandard compression",
         )
     second = peek_batch_size(records, size)
     if second is not None and size + second <= len(records):
