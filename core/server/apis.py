@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from core.errors import CoreError, KafkaStorageError
+from core.errors import CoreError, KafkaStorageError, RecordValidationError
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
 from core.server.handler_support import (
@@ -36,6 +36,7 @@ from core.server.internal_topics import (
     refused_for,
 )
 from core.server.kio_build import make, nested, nested_optional
+from core.server.produce_validation import produce_records_refusal
 from core.server.protocol import RequestContext
 from core.server.replica_manager import (
     FetchParams,
@@ -182,6 +183,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "TopicProduceResponse")
     partition_cls = nested(response_type, "PartitionProduceResponse")
+    record_error_cls = nested_optional(response_type, "BatchIndexAndErrorMessage")
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     topics = []
@@ -192,6 +194,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
         results = []
         for pdata in topic_data.partition_data:
             error, message, base_offset, start, append_time = ErrorCode.none, None, -1, -1, None
+            record_errors: tuple[Any, ...] = ()
             partition = broker.replica_manager.partition(name, pdata.index)
             try:
                 if acks not in (0, 1, -1):
@@ -207,6 +210,8 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
+                elif refusal := produce_records_refusal(ctx.api_version, pdata.records):
+                    error, message = refusal
                 else:
                     info = broker.replica_manager.append(partition, bytearray(pdata.records))
                     base_offset, start = info.first_offset, info.log_start_offset
@@ -215,6 +220,21 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                         append_time = datetime.datetime.fromtimestamp(
                             info.log_append_time / 1000, tz=datetime.UTC
                         )
+            except RecordValidationError as e:
+                # KIP-467: the batch is refused whole, its bad records named (v8+), and the
+                # partition's log start offset given, as Kafka's ReplicaManager does.
+                error, message = error_of(e), str(e)
+                start = partition.log.log_start_offset if partition is not None else -1
+                if record_error_cls is not None:
+                    record_errors = tuple(
+                        make(
+                            record_error_cls,
+                            batch_index=r.batch_index,
+                            batch_index_error_message=r.message,
+                        )
+                        for r in e.record_errors
+                    )
+                log.debug("produce to %s-%d refused: %s", name, pdata.index, e)
             except CoreError as e:
                 error, message = error_of(e), str(e)
                 if isinstance(e, KafkaStorageError):
@@ -230,7 +250,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     base_offset=base_offset,
                     log_append_time=append_time,
                     log_start_offset=start,
-                    record_errors=(),
+                    record_errors=record_errors,
                     error_message=message,
                 )
             )

@@ -447,8 +447,6 @@ _COMPATIBILITY_DOCS = {
     "__share_group_state. tierlog has no share groups.",
     "share.coordinator.state.topic.min.isr": "Kafka 4 (KIP-932): min.insync.replicas of "
     "__share_group_state. tierlog has no share groups.",
-    "log.preallocate": "Kafka: preallocate new segment files. tierlog's segment files grow as "
-    "they are written.",
     "max.connections.per.ip": "Kafka: a connection limit per client address. tierlog bounds "
     "only the total (max.connections).",
     "background.threads": "Kafka: threads for background tasks. tierlog's background tasks run "
