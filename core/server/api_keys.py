@@ -39,6 +39,8 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
 
 
 # Inclusive version ranges. The upper bounds stop before versions whose semantics tierlog
@@ -60,6 +62,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     # v0 continues with bare SASL tokens, v1 with SaslAuthenticate; librdkafka needs v0 in
     # the advertised range to believe that the broker speaks SASL at all.
     ApiKey.SASL_HANDSHAKE: (0, 1),

@@ -29,6 +29,7 @@ from core.server.group_coordinator import GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore
 from core.server.internal_topics import BrokerTrust
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
 from core.server.topics import TopicInfo, TopicRegistry
 
@@ -101,6 +102,11 @@ class BrokerServices(Protocol):
     @property
     def broker_trust(self) -> BrokerTrust:
         """Who acts as a broker: may write the internal topics (``internal_topics``)."""
+        ...
+
+    @property
+    def quotas(self) -> ClientQuotas:
+        """Client quota configs and their enforcement: throttle times (``quotas``)."""
         ...
 
     # -- groups ----------------------------------------------------------------------------------
