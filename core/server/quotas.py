@@ -376,14 +376,19 @@ class ClientQuotas:
 
     @classmethod
     def open(
-        cls, store: ClientQuotaStore, *, samples: int = 11, window_seconds: int = 1
+        cls,
+        store: ClientQuotaStore,
+        *,
+        samples: int = 11,
+        window_seconds: int = 1,
+        clock: Callable[[], int] = monotonic_ms,
     ) -> ClientQuotas:
         """Load the stored configs (blocking: call it off the event loop).
 
         Raises:
             QuotaStoreError: the store cannot be read.
         """
-        quotas = cls(store, samples=samples, window_seconds=window_seconds)
+        quotas = cls(store, samples=samples, window_seconds=window_seconds, clock=clock)
         for entity, values in store.load().items():
             quotas.apply(entity, values)
         return quotas
