@@ -18,9 +18,10 @@ time it spends waiting (for a long poll, an fsync on a thread, a replication wai
 other requests run. 100% is the whole event loop, one second per second; the quota is a
 percentage of that single "thread" (the decoding and encoding of frames are not counted).
 
-Exempt, as in Kafka: ApiVersions and the SASL exchange (which also run before a client is
-authenticated) and the controller's inter-broker apis; produce with acks=0, which has no
-answer to carry a throttle time.
+Not counted: ApiVersions and the SASL exchange (Kafka does not count them before a client
+is authenticated, which is when tierlog serves them too; after it, tierlog does not either:
+they cost little), the controller's inter-broker apis (Kafka exempts cluster actions), and
+produce with acks=0 (Kafka's rule: no answer to carry a throttle time).
 
 After the handler, the larger of its own throttle (a produce or fetch byte-rate quota,
 in its response's ``throttle_time``) and the request quota's becomes the response's
