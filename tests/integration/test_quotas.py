@@ -6,7 +6,8 @@ survive a restart; a producer and a consumer over their byte rates are throttled
 (librdkafka reports the throttle times it is sent) while the broker's own measure of their
 rate, scraped from its Prometheus endpoint, stays near the quota; a client over its
 request_percentage gets throttle times; clients without a quota never do; principals
-without ALTER_CONFIGS / DESCRIBE_CONFIGS on the cluster are refused.
+without ALTER_CONFIGS / DESCRIBE_CONFIGS on the cluster are refused, and a user quota holds
+for that SASL-authenticated user whatever its client id.
 
 The broker runs with ``quota.window.num=5`` so that an idle client's burst allowance (four
 windows' worth) and the tests stay short. Kafka's rate pads its span to ``num - 1`` windows
@@ -141,8 +142,10 @@ class Scraper:
 
 
 # -- clients ------------------------------------------------------------------------------------
-def produce(bootstrap: str, topic: str, client_id: str) -> list[float]:
-    """Send RECORDS records of 1 KiB; the throttle times (ms) the producer was sent."""
+def produce(
+    bootstrap: str, topic: str, client_id: str, records: int = RECORDS, **config: Any
+) -> list[float]:
+    """Send ``records`` records of 1 KiB; the throttle times (ms) the producer was sent."""
     from confluent_kafka import Producer
 
     throttles: list[float] = []
@@ -156,9 +159,10 @@ def produce(bootstrap: str, topic: str, client_id: str) -> list[float]:
             # One request at a time: the broker measures each before the next is sent.
             "max.in.flight.requests.per.connection": 1,
             "throttle_cb": lambda event: throttles.append(event.throttle_time * 1000),
+            **config,
         }
     )
-    for i in range(RECORDS):
+    for i in range(records):
         while True:
             try:
                 producer.produce(
@@ -321,7 +325,34 @@ def sasl(user: str) -> dict[str, str]:
     }
 
 
-def test_only_principals_allowed_cluster_configs_alter_or_describe_quotas(
+def grant_write(bootstrap: str, topic: str, principal: str, admin_config: dict) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    client = AdminClient({"bootstrap.servers": bootstrap, **admin_config})
+    bindings = [
+        AclBinding(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            principal,
+            "*",
+            operation,
+            AclPermissionType.ALLOW,
+        )
+        for operation in (AclOperation.WRITE, AclOperation.DESCRIBE)
+    ]
+    for future in client.create_acls(bindings).values():
+        future.result(30)
+
+
+def test_only_principals_allowed_cluster_configs_alter_or_describe_quotas_and_a_user_quota_holds(
     tmp_path: Path,
 ) -> None:
     b = start_broker(
@@ -333,10 +364,11 @@ def test_only_principals_allowed_cluster_configs_alter_or_describe_quotas(
             "sasl.jaas.config": JAAS,
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:admin",
+            "quota.window.num": "2",
         },
     )
     try:
-        entry = ((("user", "alice"),), "producer_byte_rate", 1e15)
+        entry = ((("user", "alice"),), "producer_byte_rate", 64 * 1024.0)
         (denied,) = alter_quotas(b.bootstrap, entry, **sasl("alice"))
         assert denied.error_code == ErrorCode.cluster_authorization_failed
         refused = describe_quotas(b.bootstrap, **sasl("alice"))
@@ -346,7 +378,21 @@ def test_only_principals_allowed_cluster_configs_alter_or_describe_quotas(
         (allowed,) = alter_quotas(b.bootstrap, entry, **sasl("admin"))
         assert allowed.error_code == 0
         assert as_table(describe_quotas(b.bootstrap, **sasl("admin"))) == {
-            (("user", "alice"),): {"producer_byte_rate": 1e15}
+            (("user", "alice"),): {"producer_byte_rate": 64 * 1024.0}
         }
+
+        # The quota follows the authenticated principal, whatever its client id.
+        def librdkafka(user: str) -> dict[str, str]:
+            return {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": user,
+                "sasl.password": USERS[user],
+            }
+
+        assert produce(b.bootstrap, "by-user", "any-client", 256, **librdkafka("admin")) == []
+        grant_write(b.bootstrap, "by-user", "User:alice", librdkafka("admin"))
+        throttled = produce(b.bootstrap, "by-user", "any-client", 256, **librdkafka("alice"))
+        assert throttled and max(throttled) > 0
     finally:
         assert b.stop() == 0, b.log_tail()
