@@ -38,10 +38,12 @@ from core.server.internal_topics import (
 from core.server.kio_build import make, nested, nested_optional
 from core.server.produce_validation import produce_records_refusal
 from core.server.protocol import RequestContext
+from core.server.quota_enforcement import fetch_quota_bytes, fetch_throttle_ms, produce_throttle_ms
 from core.server.replica_manager import (
     FetchParams,
     FetchRequestPartition,
 )
+from core.server.throttle import ThrottledResponse
 from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -287,12 +289,16 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     record_errors=(),
                     error_message=None,
                 )
+    # producer_byte_rate counts the request once it is answered (acks=0 too: Kafka mutes
+    # the connection of a throttled acks=0 producer though it sends no answer).
+    throttle_ms = produce_throttle_ms(broker, ctx)
     if acks == 0:
-        return None
+        return ThrottledResponse(None, throttle_ms) if throttle_ms else None
     responses = tuple(
         make(topic_cls, name=name, partition_responses=tuple(results)) for name, results in topics
     )
-    return make(response_type, responses=responses, throttle_time=NO_THROTTLE)
+    throttle = datetime.timedelta(milliseconds=throttle_ms)
+    return make(response_type, responses=responses, throttle_time=throttle)
 
 
 # -- Fetch ------------------------------------------------------------------------------------
@@ -302,10 +308,16 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
     partition_cls = nested(response_type, "PartitionData")
     aborted_cls = nested(response_type, "AbortedTransaction")
     by_id = ctx.api_version >= 13
+    # Kafka bounds a fetch by what consumer_byte_rate allows in one quota span.
+    max_bytes = min(
+        getattr(request, "max_bytes", 2**31 - 1),
+        broker.config.fetch_max_bytes,
+        fetch_quota_bytes(broker, ctx, request),
+    )
     params = FetchParams(
         max_wait_ms=int(request.max_wait.total_seconds() * 1000),
-        min_bytes=request.min_bytes,
-        max_bytes=min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes),
+        min_bytes=min(request.min_bytes, max_bytes),
+        max_bytes=max_bytes,
         isolation_level=getattr(request, "isolation_level", 0),
     )
     unknown_ids: list[tuple[Any, int]] = []
@@ -341,6 +353,19 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
         if name is not None and may_read:
             layout.append((topic.topic_id if by_id else name, indexes))
     results = await broker.replica_manager.fetch(params)
+    size = sum(len(r.records) for r in results if r.records is not None)
+    throttle_ms = fetch_throttle_ms(broker, ctx, request, size)
+    if throttle_ms:
+        # Over consumer_byte_rate: no data, only the throttle time (Kafka's throttled
+        # fetch response); the client fetches the same offsets again after it.
+        return make(
+            response_type,
+            throttle_time=datetime.timedelta(milliseconds=throttle_ms),
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=(),
+            node_endpoints=(),
+        )
 
     def partition_data(index: int, result: Any) -> Any:
         aborted = None

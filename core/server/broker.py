@@ -29,6 +29,9 @@ from core.server.internal_topics import BrokerTrust
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.quota_enforcement import handle_with_quotas
+from core.server.quota_store import LocalQuotaStore
+from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
 from core.server.sasl import ScramCredentialSource
 from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
@@ -100,6 +103,7 @@ class Broker:
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS, SERVED_INTER_BROKER_VERSIONS)
         self._group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        self.quotas: ClientQuotas  # loaded with the storage
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
         self._group_coordinator: GroupCoordinator | None = None
@@ -230,6 +234,11 @@ class Broker:
             self.config.get("offsets.topic.num.partitions"),
             self.config.get("offsets.topic.segment.bytes"),
         )
+        self.quotas = ClientQuotas.open(
+            LocalQuotaStore(first_dir),
+            samples=self.config.get("quota.window.num"),
+            window_seconds=self.config.get("quota.window.size.seconds"),
+        )
         if self.config.get("authorizer.class.name"):
             self.authorizer = AclAuthorizer(
                 first_dir,
@@ -286,7 +295,7 @@ class Broker:
         handler = self.handlers.get(context.api_key)
         if handler is None:  # advertised but not wired: a bug, logged by the network layer
             raise RuntimeError(f"no handler for api key {context.api_key}")
-        return await handler(self, context, request)
+        return await handle_with_quotas(self, handler, context, request)
 
     def _unsupported_version(self, context: RequestContext) -> Any:
         response_type = self.codec.response_type(ApiKey.API_VERSIONS, 0)

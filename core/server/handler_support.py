@@ -30,6 +30,7 @@ from core.server.group_coordinator import GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore
 from core.server.internal_topics import BrokerTrust
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
 from core.server.scram_credentials import ScramCredentialStore
 from core.server.topics import TopicInfo, TopicRegistry
@@ -116,6 +117,11 @@ class BrokerServices(Protocol):
     @property
     def scram_credentials(self) -> ScramCredentialStore:
         """SCRAM credentials managed at run time (Describe/AlterUserScramCredentials)."""
+        ...
+
+    @property
+    def quotas(self) -> ClientQuotas:
+        """Client quota configs and their enforcement: throttle times (``quotas``)."""
         ...
 
     # -- groups ----------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from core.server import (
     membership_apis,
     partition_apis,
     producer_apis,
+    quota_apis,
     sasl_apis,
     scram_apis,
 )
@@ -126,6 +127,7 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
             "producer_apis": producer_apis.HANDLERS,
             "cluster_apis": cluster_apis.HANDLERS,
             "scram_apis": scram_apis.HANDLERS,
+            "quota_apis": quota_apis.HANDLERS,
         },
         SUPPORTED_VERSIONS,
         INTER_BROKER_VERSIONS,

@@ -28,6 +28,8 @@ from core.server.handler_support import BrokerServices
 from core.server.handlers import HANDLERS
 from core.server.internal_topics import BrokerTrust
 from core.server.protocol import ProtocolCodec
+from core.server.quota_store import LocalQuotaStore
+from core.server.quotas import ClientQuotas
 from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo
@@ -72,6 +74,7 @@ class FakeBroker:
         self.broker_trust = BrokerTrust()
         self.scram_cache = ScramCredentialCache()
         self.scram_credentials = LocalScramCredentialStore(directory, self.scram_cache)
+        self.quotas = ClientQuotas.open(LocalQuotaStore(directory))
         # A member added to the Protocol and not here fails every handler test at once.
         assert isinstance(self, BrokerServices)
 
