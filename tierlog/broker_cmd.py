@@ -62,6 +62,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 def run_start(args: argparse.Namespace) -> int:
     from core.errors import CoreError
     from core.server.config import load_broker_config
+    from tierlog.allocator import pad_heap_top
     from tierlog.assembly import build_broker
 
     logging.basicConfig(
@@ -69,6 +70,7 @@ def run_start(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    pad_heap_top()
     overrides = parse_overrides(args.set)
     try:
         config = load_broker_config(args.config, overrides)

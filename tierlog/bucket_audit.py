@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import CoreError
+from core.kafka_uuid import uuid_to_base64
 from core.log.leader_epoch import LeaderEpochCheckpointFile
-from core.log.meta_properties import uuid_to_base64
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
 from rsm_plugins.layout import (
     ObjectSuffix,

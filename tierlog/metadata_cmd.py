@@ -34,27 +34,21 @@ import struct
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import CoreError
-from core.log.file_records import FileRecords
-from core.log.meta_properties import uuid_from_base64
-from core.server.topics import read_partition_metadata
-from rlmm.cache import RemoteLogMetadataCache
-from rlmm.cache import decode_cursor as decode_cache_cursor
-from rlmm.cache import encode_cursor as encode_cache_cursor
-from rlmm.formatter import FormatterConfig, RemoteLogMetadataFormatter, kafka_uuid
+from core.kafka_uuid import uuid_from_base64, uuid_to_base64
+from rlmm.formatter import FormatterConfig, RemoteLogMetadataFormatter
+from rlmm.metadata_cache import RemoteLogMetadataCache
+from rlmm.metadata_cache import decode_cursor as decode_cache_cursor
+from rlmm.metadata_cache import encode_cursor as encode_cache_cursor
 from rlmm.partitioner import metadata_partition
 from rlmm.replay import Replay, TracedEvent, partition_key, replay
 from rlmm.serde import MetadataSerdeError, RemoteLogSegmentMetadataSnapshot, decode
 from rlmm.topic_client import (
     METADATA_TOPIC,
-    LogDirMetadataTopicReader,
-    MetadataTopicClient,
-    MetadataTopicError,
 )
 from tiered.api import (
     RemoteLogSegmentMetadata,
@@ -64,6 +58,7 @@ from tiered.api import (
     RemoteStorageError,
     TopicIdPartition,
 )
+from tierlog import verify_cmd
 from tierlog.cli import (
     EXIT_BAD_DATA,
     EXIT_OK,
@@ -72,10 +67,9 @@ from tierlog.cli import (
     Subparsers,
     positive_int,
 )
+from tierlog.metadata_source import open_source, print_warnings, read_records
 
 DEFAULT_COUNT = 10_000
-READ_BATCH = 10_000  # records per read of a metadata partition
-MAX_WARNINGS_SHOWN = 50
 DONE_CURSOR = "0"
 
 LIST_EPILOG = """\
@@ -240,125 +234,7 @@ def register(subparsers: Subparsers) -> None:
     )
     p.set_defaults(handler=run_summary)
 
-    from tierlog import verify_cmd  # it imports this module: registered once both are loaded
-
     verify_cmd.register(actions, source)
-
-
-# -- the source --------------------------------------------------------------------------------
-
-
-@dataclass
-class Source:
-    client: MetadataTopicClient
-    num_partitions: int
-    log_dirs: list[Path] | None
-    end_offset_of: Callable[[TopicIdPartition], int | None]
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def open_source(args: argparse.Namespace) -> Source:
-    """The metadata-topic client named by the arguments.
-
-    Raises:
-        CommandError: the source cannot be opened or the topic does not exist there.
-    """
-    client: MetadataTopicClient
-    try:
-        if args.bootstrap_server:
-            from rlmm.kafka_client import KafkaMetadataTopicClient
-
-            settings = client_properties(args.command_config) if args.command_config else {}
-            kafka = KafkaMetadataTopicClient(
-                args.bootstrap_server, timeout_s=args.timeout, **settings
-            )
-            client = kafka
-            log_dirs = None
-
-            def end_offset_of(tp: TopicIdPartition) -> int | None:
-                try:
-                    return kafka.high_watermark(tp.topic, tp.partition)
-                except MetadataTopicError:
-                    return None  # the topic is gone or unreachable: lag unknown
-
-        else:
-            log_dirs = list(args.log_dirs)
-            client = LogDirMetadataTopicReader(log_dirs)
-
-            def end_offset_of(tp: TopicIdPartition) -> int | None:
-                return _log_dir_end_offset(log_dirs, tp)
-
-        num = args.num_partitions or client.partition_count()
-    except RemoteStorageError as e:
-        raise CommandError(str(e)) from e
-    return Source(client, num, log_dirs, end_offset_of)
-
-
-def _log_dir_end_offset(log_dirs: Sequence[Path], tp: TopicIdPartition) -> int | None:
-    """The log end offset of a user partition from its ``.log`` files, if a log dir has them
-    (and, when it says so, for the same topic id)."""
-    for log_dir in log_dirs:
-        directory = Path(log_dir) / f"{tp.topic}-{tp.partition}"
-        logs = sorted(directory.glob("*.log"))
-        if not logs:
-            continue
-        try:
-            topic_id = read_partition_metadata(directory)
-        except (OSError, ValueError, CoreError):
-            topic_id = None
-        if topic_id is not None and topic_id != tp.topic_id:
-            continue  # a topic of the same name, created again
-        for path in reversed(logs):
-            last = -1
-            records = FileRecords(path, create=False, writable=False)
-            try:
-                size = records.size
-                for position, header in records.batch_headers():
-                    if position + header.size_in_bytes > size:
-                        break  # a torn tail: the batches before it count
-                    last = header.last_offset
-            except CoreError:
-                pass  # an unreadable header: the batches before it count
-            finally:
-                records.close()
-            if last >= 0:
-                return last + 1
-        return int(logs[-1].name.split(".", 1)[0])  # empty segments: the newest base offset
-    return None
-
-
-def read_records(source: Source) -> Iterator[tuple[int, int, bytes]]:
-    """``(partition, offset, value)`` of every record, partition by partition, in offset order.
-
-    Raises:
-        CommandError: a partition cannot be read.
-    """
-    client = source.client
-    for partition in range(source.num_partitions):
-        try:
-            end = client.end_offset(partition)
-            offset = 0
-            while offset < end:
-                batch = client.read(partition, offset, READ_BATCH)
-                if not batch:
-                    break
-                for record in batch:
-                    yield partition, record.offset, record.value
-                offset = batch[-1].offset + 1
-        except RemoteStorageError as e:
-            raise CommandError(f"{METADATA_TOPIC}-{partition}: {e}") from e
-
-
-def print_warnings(warnings: Sequence[str]) -> None:
-    for w in warnings[:MAX_WARNINGS_SHOWN]:
-        print(f"tierlog: warning: {w}", file=sys.stderr)
-    if len(warnings) > MAX_WARNINGS_SHOWN:
-        print(
-            f"tierlog: warning: ... and {len(warnings) - MAX_WARNINGS_SHOWN} more",
-            file=sys.stderr,
-        )
 
 
 def _load(args: argparse.Namespace, trace: uuid.UUID | None = None) -> Replay:
@@ -378,9 +254,9 @@ def segment_json(md: RemoteLogSegmentMetadata) -> dict[str, Any]:
     tp = md.topic_id_partition
     return {
         "topic": tp.topic,
-        "topic_id": kafka_uuid(tp.topic_id),
+        "topic_id": uuid_to_base64(tp.topic_id),
         "partition": tp.partition,
-        "segment_id": kafka_uuid(md.segment_id),
+        "segment_id": uuid_to_base64(md.segment_id),
         "state": md.state.name,
         "start_offset": md.start_offset,
         "end_offset": md.end_offset,
@@ -403,9 +279,9 @@ def event_json(event: object) -> dict[str, Any]:
         tp = event.topic_id_partition
         out.update(
             topic=tp.topic,
-            topic_id=kafka_uuid(tp.topic_id),
+            topic_id=uuid_to_base64(tp.topic_id),
             partition=tp.partition,
-            segment_id=kafka_uuid(event.remote_log_segment_id.id),
+            segment_id=uuid_to_base64(event.remote_log_segment_id.id),
             state=event.state.name,
             event_timestamp_ms=event.event_timestamp_ms,
             broker_id=event.broker_id,
@@ -415,7 +291,7 @@ def event_json(event: object) -> dict[str, Any]:
         tp = event.topic_id_partition
         out.update(
             topic=tp.topic,
-            topic_id=kafka_uuid(tp.topic_id),
+            topic_id=uuid_to_base64(tp.topic_id),
             partition=tp.partition,
             state=event.state.name,
             event_timestamp_ms=event.event_timestamp_ms,
@@ -423,7 +299,7 @@ def event_json(event: object) -> dict[str, Any]:
         )
     elif isinstance(event, RemoteLogSegmentMetadataSnapshot):
         out.update(
-            segment_id=kafka_uuid(event.segment_id),
+            segment_id=uuid_to_base64(event.segment_id),
             state=event.state.name,
             start_offset=event.start_offset,
             end_offset=event.end_offset,
@@ -656,7 +532,7 @@ def run_list(args: argparse.Namespace) -> int:
                 (
                     md.topic_id_partition.topic,
                     md.topic_id_partition.partition,
-                    kafka_uuid(md.segment_id),
+                    uuid_to_base64(md.segment_id),
                     md.state.name,
                     md.start_offset,
                     md.end_offset,
@@ -723,7 +599,7 @@ def run_describe(args: argparse.Namespace) -> int:
     segment_id = parse_segment_id(args.segment_id)
     replayed = _load(args, trace=segment_id)
     if not replayed.traced:
-        raise CommandError(f"segment {kafka_uuid(segment_id)} ({segment_id}) not found")
+        raise CommandError(f"segment {uuid_to_base64(segment_id)} ({segment_id}) not found")
     md = None
     for tp in replayed.partitions():
         cache = replayed.cache(tp)
@@ -734,7 +610,7 @@ def run_describe(args: argparse.Namespace) -> int:
         md = _fold(replayed.traced)
     if md is None:
         raise CommandError(
-            f"segment {kafka_uuid(segment_id)}: updates were found but no "
+            f"segment {uuid_to_base64(segment_id)}: updates were found but no "
             "COPY_SEGMENT_STARTED event"
         )
     tp = md.topic_id_partition
@@ -877,7 +753,7 @@ def partition_summary(
     delete_state = replayed.delete_states.get(tp)
     out: dict[str, Any] = {
         "topic": tp.topic,
-        "topic_id": kafka_uuid(tp.topic_id),
+        "topic_id": uuid_to_base64(tp.topic_id),
         "partition": tp.partition,
         "metadata_partition": metadata_partition(tp, replayed.num_partitions),
         "segments": segments,
@@ -939,33 +815,3 @@ def run_summary(args: argparse.Namespace) -> int:
         table.append(row)
     print_table(headers, table)
     return EXIT_OK
-
-
-def client_properties(path: Path) -> dict[str, str]:
-    """Kafka client properties from a ``--command-config`` file, for librdkafka.
-
-    Kafka's Java tools take SASL credentials as a JAAS entry (``sasl.jaas.config=...
-    PlainLoginModule required username="u" password="p";``); librdkafka takes
-    ``sasl.username`` / ``sasl.password``: the entry is translated.
-
-    Raises:
-        CommandError: the file cannot be read, or its JAAS entry cannot be parsed.
-    """
-    from core.properties import PropertiesFileError, read_properties
-    from core.server.sasl import JaasConfigError, parse_jaas
-
-    try:
-        props = read_properties(path)
-    except PropertiesFileError as e:
-        raise CommandError(str(e)) from e
-    jaas = props.pop("sasl.jaas.config", None)
-    if jaas is not None:
-        try:
-            _, options = parse_jaas(jaas)
-        except JaasConfigError as e:
-            raise CommandError(f"{path}: sasl.jaas.config: {e}") from e
-        if "username" in options:
-            props.setdefault("sasl.username", options["username"])
-        if "password" in options:
-            props.setdefault("sasl.password", options["password"])
-    return props

@@ -56,7 +56,7 @@ class InProcessMetadataTopicClient:
 
     async def _create(self, num_partitions: int) -> None:
         try:
-            self.broker.create_topic(METADATA_TOPIC, num_partitions, METADATA_TOPIC_CONFIGS)
+            await self.broker.create_topic(METADATA_TOPIC, num_partitions, METADATA_TOPIC_CONFIGS)
         except CoreError as e:
             raise MetadataTopicError(f"cannot create {METADATA_TOPIC}: {e}") from e
 

@@ -224,7 +224,7 @@ def run_restore(args: argparse.Namespace) -> int:
 
 
 def _topic_json(plan: Any) -> dict[str, Any]:
-    from core.log.meta_properties import uuid_to_base64
+    from core.kafka_uuid import uuid_to_base64
 
     return {
         "topic": plan.topic,

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 
 from core.errors import CoreError
 from core.fs import atomic_write
+from core.kafka_uuid import uuid_to_base64
 from core.log.leader_epoch import EpochEntry, LeaderEpochCheckpointFile
-from core.log.meta_properties import uuid_to_base64
 from core.log.partition_log import PartitionLog
 from core.log.producer_state import CorruptSnapshotError, decode_snapshot, snapshot_path
 from core.server.topics import TopicInfo

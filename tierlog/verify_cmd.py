@@ -29,8 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core.log.meta_properties import uuid_to_base64
-from rlmm.formatter import kafka_uuid
+from core.kafka_uuid import uuid_to_base64
 from rlmm.manager import BROKER_ID_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
 from rlmm.replay import replay
 from tiered.api import RemoteLogSegmentState, RemoteStorageError, TopicIdPartition
@@ -141,7 +140,7 @@ class ProgressLine:
 
 def run_verify(args: argparse.Namespace) -> int:
     from core.properties import PropertiesFileError, read_properties
-    from tierlog.metadata_cmd import Source, open_source, print_warnings, read_records
+    from tierlog.metadata_source import Source, open_source, print_warnings, read_records
     from tierlog.offline_storage import OfflineBrokerStorage, OfflineStorageError
     from tierlog.remote_storage_config import open_object_store_rsm
 
@@ -255,7 +254,7 @@ def _drop_segments_gone_since(
 ) -> None:
     """Read the metadata again and drop the findings about segments that are no longer
     COPY_SEGMENT_FINISHED: the broker deleted them while the bucket was being read."""
-    from tierlog.metadata_cmd import open_source, read_records
+    from tierlog.metadata_source import open_source, read_records
 
     source = open_source(args)
     try:
@@ -318,7 +317,7 @@ def finding_json(f: Finding) -> dict[str, Any]:
         "topic_id": uuid_to_base64(f.topic_id),
         "partition": f.partition,
         "key": f.key,
-        "segment_id": None if f.segment_id is None else kafka_uuid(f.segment_id),
+        "segment_id": None if f.segment_id is None else uuid_to_base64(f.segment_id),
         "state": None if f.segment is None else f.segment.state.name,
         "message": f.message,
     }
@@ -354,7 +353,9 @@ def report_json(report: AuditReport, result: RepairResult | None) -> dict[str, A
             "dry_run": result.dry_run,
             "complete": result.complete,
             "deleted_objects": result.deleted_objects,
-            "finished_deletions": [kafka_uuid(md.segment_id) for md in result.finished_deletions],
+            "finished_deletions": [
+                uuid_to_base64(md.segment_id) for md in result.finished_deletions
+            ],
             "not_repaired": [
                 {**finding_json(f), "reason": reason} for f, reason in result.not_repaired
             ],
@@ -374,7 +375,7 @@ def print_report(report: AuditReport, result: RepairResult | None) -> None:
         + (f", {report.objects_read} objects read" if report.objects_read else "")
     )
     for f in report.findings:
-        what = f.key if f.key is not None else f"segment {kafka_uuid(f.segment_id)}"
+        what = f.key if f.key is not None else f"segment {uuid_to_base64(f.segment_id)}"
         print(f"{_where(f)}: {f.kind.value}: {what}: {f.message}")
     for n in report.notes:
         where = (
@@ -404,9 +405,9 @@ def print_report(report: AuditReport, result: RepairResult | None) -> None:
     print(f"  {finish} {len(result.finished_deletions)} stuck deletions")
     for md in result.finished_deletions:
         tp = md.topic_id_partition
-        print(f"    segment {kafka_uuid(md.segment_id)} of {tp.topic}-{tp.partition}")
+        print(f"    segment {uuid_to_base64(md.segment_id)} of {tp.topic}-{tp.partition}")
     if result.not_repaired:
         print(f"  not repaired: {len(result.not_repaired)} findings")
         for f, reason in result.not_repaired:
-            what = f.key if f.key is not None else f"segment {kafka_uuid(f.segment_id)}"
+            what = f.key if f.key is not None else f"segment {uuid_to_base64(f.segment_id)}"
             print(f"    {_where(f)}: {f.kind.value}: {what}: {reason}")

@@ -15,13 +15,16 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.clock import now_ms
 from core.errors import CoreError, KafkaStorageError, LogDirNotUsableError
 from core.fs import atomic_write, fsync_dir
+from core.kafka_uuid import uuid_to_base64
 from core.log import meta_properties
 from core.log.checkpoints import OffsetCheckpointFile
 from core.log.cleaner import CleanerConfig, LogCleaner
@@ -38,7 +41,7 @@ from core.log.files import (
     parse_partition_dir,
     partition_dir_name,
 )
-from core.log.partition_log import PartitionLog, now_ms
+from core.log.partition_log import PartitionLog
 from core.scheduler import Scheduler
 from core.topic_name import validate_topic_name
 
@@ -170,7 +173,10 @@ class LogManager:
                             clean,
                             recovery.get(tp, 0),
                             starts.get(tp, 0),
-                            hws.get(tp),
+                            # No checkpointed high watermark: 0 (the log start), as Kafka's
+                            # Partition does, never the log end, which may hold offsets no
+                            # other replica has.
+                            hws.get(tp, 0),
                         )
                     )
             for job in jobs:
@@ -266,46 +272,131 @@ class LogManager:
         """The log of a partition, created in the least-loaded log dir if it does not exist.
 
         Raises:
+            As ``get_or_create_logs``.
+        """
+        return self.get_or_create_logs(topic, [partition], config)[0]
+
+    def get_or_create_logs(
+        self, topic: str, partitions: Iterable[int], config: LogConfig | None = None
+    ) -> list[PartitionLog]:
+        """The logs of several partitions of a topic, each created where missing in the
+        least-loaded log dir. Each log dir that received one is fsynced once at the end.
+
+        Raises:
             InvalidTopicError: ``topic`` is not a legal topic name. Checked here too, the one
                 place partition directories are made: a directory the loader would not
                 recognise must never be created, nor a name that cannot be written to the
                 offset checkpoints.
-            ValueError: ``partition`` is not in 0..2^31-1.
-            KafkaStorageError: the directory could not be created.
+            ValueError: a partition is not in 0..2^31-1.
+            KafkaStorageError: a partition directory could not be created (the logs created
+                before it are kept).
         """
         validate_topic_name(topic)
-        if not 0 <= partition <= MAX_PARTITION:
-            raise ValueError(f"partition {partition} of {topic} is out of range")
+        partitions = list(partitions)
+        for partition in partitions:
+            if not 0 <= partition <= MAX_PARTITION:
+                raise ValueError(f"partition {partition} of {topic} is out of range")
         with self._lock:
-            existing = self._logs.get((topic, partition))
-            if existing is not None:
-                return existing
-            directory = self._next_log_dir() / partition_dir_name(topic, partition)
+            counts = self._logs_per_dir()
+            created_in: set[Path] = set()
+            out = []
             try:
-                directory.mkdir(parents=True, exist_ok=False)
-                fsync_dir(directory.parent)
-            except OSError as e:
-                raise KafkaStorageError(f"cannot create {directory}: {e}") from e
-            plog = PartitionLog(
-                directory,
-                topic,
-                partition,
-                config or self._topic_config(topic),
-                scheduler=self.scheduler,
-                had_clean_shutdown=True,
-                producer_id_expiration_ms=self.config.producer_id_expiration_ms,
-                clock=self.clock,
-            )
-            self._logs[(topic, partition)] = plog
-            return plog
+                for partition in partitions:
+                    existing = self._logs.get((topic, partition))
+                    if existing is not None:
+                        out.append(existing)
+                        continue
+                    parent = min(self.log_dirs, key=lambda d: (counts[d], str(d)))
+                    directory = parent / partition_dir_name(topic, partition)
+                    try:
+                        directory.mkdir(parents=True, exist_ok=False)
+                    except OSError as e:
+                        raise KafkaStorageError(f"cannot create {directory}: {e}") from e
+                    created_in.add(parent)
+                    plog = PartitionLog(
+                        directory,
+                        topic,
+                        partition,
+                        config or self._topic_config(topic),
+                        scheduler=self.scheduler,
+                        had_clean_shutdown=True,
+                        producer_id_expiration_ms=self.config.producer_id_expiration_ms,
+                        clock=self.clock,
+                    )
+                    self._logs[(topic, partition)] = plog
+                    counts[parent] += 1
+                    out.append(plog)
+            finally:
+                for parent in sorted(created_in):
+                    try:
+                        fsync_dir(parent)
+                    except OSError as e:
+                        raise KafkaStorageError(f"cannot fsync {parent}: {e}") from e
+            return out
 
-    def _next_log_dir(self) -> Path:
+    def _logs_per_dir(self) -> dict[Path, int]:
         counts = {d: 0 for d in self.log_dirs}
         for plog in self._logs.values():
             parent = plog.dir.parent
             if parent in counts:
                 counts[parent] += 1
-        return min(self.log_dirs, key=lambda d: (counts[d], str(d)))
+        return counts
+
+    def truncate_to(self, topic: str, partition: int, offset: int) -> bool:
+        """Truncate a partition's log to ``offset`` (a follower after a leader change) and
+        write its log dir's recovery-point and high-watermark checkpoints at once.
+
+        Kafka's LogManager.truncateTo: cleaning of the log is stopped while segments go
+        (and its cleaner checkpoint lowered to the new active segment), and the recovery
+        points are checkpointed, so that a crash right after cannot start recovery above data
+        that replaced what was truncated (and the log start offsets, if the truncation
+        lowered one). tierlog also checkpoints the high watermarks here:
+        a high watermark only ever goes down by truncation, and a stale checkpoint naming a
+        higher one would, after a restart, count as committed offsets that the new leader's
+        lineage never committed.
+
+        Returns:
+            True if any batch was removed (``PartitionLog.truncate_to``).
+
+        Raises:
+            KeyError: no log for the partition.
+            ValueError, KafkaStorageError: as ``PartitionLog.truncate_to``.
+        """
+        plog = self._logs[(topic, partition)]
+        start = plog.log_start_offset
+        # The cleaner never touches the active segment: only a truncation reaching below it
+        # must stop a cleaning in progress (Kafka's rule).
+        below_active = offset < plog.active_segment.base_offset
+        with self.cleaner.paused(topic, partition) if below_active else nullcontext():
+            truncated = plog.truncate_to(offset)
+            if truncated and below_active:
+                self.cleaner.maybe_truncate_checkpoint(
+                    topic, partition, plog.dir.parent, plog.active_segment.base_offset
+                )
+        if truncated:
+            self.checkpoint_recovery_points()
+            self.checkpoint_high_watermarks()
+            if plog.log_start_offset != start:
+                self.checkpoint_log_start_offsets()
+        return truncated
+
+    def truncate_fully_and_start_at(self, topic: str, partition: int, offset: int) -> None:
+        """Empty a partition's log and restart it at ``offset`` (a follower whose fetch
+        offset is out of the leader's range), then checkpoint recovery points, log start
+        offsets and high watermarks, as ``truncate_to`` does (Kafka's
+        LogManager.truncateFullyAndStartAt).
+
+        Raises:
+            KeyError: no log for the partition.
+            ValueError, KafkaStorageError: as ``PartitionLog.truncate_fully_and_start_at``.
+        """
+        plog = self._logs[(topic, partition)]
+        with self.cleaner.paused(topic, partition):
+            plog.truncate_fully_and_start_at(offset)
+            self.cleaner.maybe_truncate_checkpoint(topic, partition, plog.dir.parent, offset)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
 
     def delete_log(self, topic: str, partition: int) -> bool:
         with self._lock:
@@ -356,7 +447,11 @@ class LogManager:
     def _checkpoint(self, name: str, value: Callable[[PartitionLog], int]) -> None:
         by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         for plog in self.all_logs():
-            by_dir.setdefault(plog.dir.parent, {})[(plog.topic, plog.partition)] = value(plog)
+            # Under the log's lock: a truncation lowers the log end offset, then the offsets
+            # kept with it, and a checkpoint must never see the first without the second.
+            with plog.lock:
+                offset = value(plog)
+            by_dir.setdefault(plog.dir.parent, {})[(plog.topic, plog.partition)] = offset
         for directory, offsets in by_dir.items():
             OffsetCheckpointFile(directory / name).write(offsets)
 
@@ -434,7 +529,7 @@ def _partition_dirs(directory: Path) -> list[tuple[Path, TopicPartition]]:
 
 
 def _new_cluster_id() -> str:
-    return meta_properties.uuid_to_base64(uuid.uuid4())
+    return uuid_to_base64(uuid.uuid4())
 
 
 def _rmtree(path: Path) -> None:

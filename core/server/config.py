@@ -169,6 +169,10 @@ _BROKER_KEYS = [
     ConfigKey("sasl.jaas.config", P, None,
               "JAAS login module entry with the accounts (user_<name>=\"<password>\"), for "
               "every SASL listener and mechanism without a listener.name.* one."),
+    ConfigKey("sasl.server.max.receive.size", I, 524288,
+              "Largest frame a SASL listener reads before authentication completes "
+              "(ApiVersions, SaslHandshake, SaslAuthenticate); a larger size prefix closes the "
+              "connection at once, as in Kafka.", at_least(1)),
     # -- authorization (core/server/authorizer.py) -------------------------------------------
     ConfigKey("authorizer.class.name", S, "",
               "Enables ACLs: org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "
@@ -207,10 +211,39 @@ _BROKER_KEYS = [
     ConfigKey("socket.listen.backlog.size", I, 50,
               "Connections each listener queues before they are accepted (the listen backlog; "
               "the OS caps it at net.core.somaxconn).", at_least(1)),
-    ConfigKey("connections.max.idle.ms", L, 600000, "Close connections idle this long."),
+    ConfigKey("connections.max.idle.ms", L, 600000,
+              "Close connections idle this long (negative: never). A request body must also "
+              "arrive in full within this time of its size prefix (tierlog's rule, against "
+              "clients that trickle a large frame)."),
     ConfigKey("max.connections", I, INT32_MAX, "Connections accepted at once.", at_least(0)),
-    ConfigKey("queued.max.requests", I, 500, "Requests queued before reads pause.",
+    ConfigKey("queued.max.requests", I, 500,
+              "Kafka: requests read and waiting for a request handler thread before the "
+              "network threads stop reading. tierlog has no such queue (a handler starts on "
+              "the event loop as soon as its request is read); reading pauses at 64 requests "
+              "in progress per connection and while queued.max.request.bytes is reached.",
+              at_least(1), inert=True),
+    ConfigKey("queued.max.request.bytes", L, 104857600,
+              "Bytes of request frames being read or served, all connections together. "
+              "While it is reached, frames over 256 KiB wait unread (smaller ones are still "
+              "read, and counted); a frame admitted below it may go past it. At least "
+              "socket.request.max.bytes; 0 or less: unbounded (Kafka's default is -1; "
+              "tierlog bounds it by default)."),
+    # -- client quotas (core/server/quotas.py) -----------------------------------------------
+    ConfigKey("quota.window.num", I, 11,
+              "Samples of a client quota's rate (producer_byte_rate, consumer_byte_rate, "
+              "request_percentage): the rate is measured over this many windows, and an idle "
+              "client may send quota x (num - 1) x window in a burst before it is throttled.",
               at_least(1)),
+    ConfigKey("quota.window.size.seconds", I, 1,
+              "Length of each sample of a client quota's rate; also the longest throttle for "
+              "request_percentage.", at_least(1)),
+    ConfigKey("controller.quota.window.num", I, 11,
+              "Kafka: samples of the controller_mutation_rate quota (KIP-599). tierlog stores "
+              "and describes controller_mutation_rate but does not enforce it.",
+              at_least(1), inert=True),
+    ConfigKey("controller.quota.window.size.seconds", I, 1,
+              "Kafka: length of each sample of the controller_mutation_rate quota. Not "
+              "enforced by tierlog.", at_least(1), inert=True),
     # -- connections to other brokers (core/server/node_client.py) ---------------------------
     ConfigKey("request.timeout.ms", I, 30000,
               "How long a broker waits for another broker's response before it closes the "
@@ -259,6 +292,12 @@ _BROKER_KEYS = [
     ConfigKey("auto.create.topics.enable", B, True,
               "Create a topic on a Metadata request for it."),
     ConfigKey("delete.topic.enable", B, True, "Allow DeleteTopics."),
+    ConfigKey("max.partitions.per.request", I, 10000,
+              "Most partitions one CreateTopics request may create, summed over its topics "
+              "(num.partitions for those asking for the default); a larger request is "
+              "refused whole with POLICY_VIOLATION before anything is created. tierlog's own "
+              "key: Kafka's KRaft controller has this limit fixed at 10000 "
+              "(MAX_PARTITIONS_PER_BATCH).", at_least(1)),
     # -- controller and controlled shutdown (ZooKeeper mode) --------------------------------
     # Read by the ZooKeeper-mode controller (core/server/controller) and, for the
     # controlled.shutdown.* keys, by a broker stopping in a cluster. Inert until brokers run
@@ -424,8 +463,6 @@ _COMPATIBILITY_DOCS = {
     "__share_group_state. tierlog has no share groups.",
     "share.coordinator.state.topic.min.isr": "Kafka 4 (KIP-932): min.insync.replicas of "
     "__share_group_state. tierlog has no share groups.",
-    "log.preallocate": "Kafka: preallocate new segment files. tierlog's segment files grow as "
-    "they are written.",
     "max.connections.per.ip": "Kafka: a connection limit per client address. tierlog bounds "
     "only the total (max.connections).",
     "background.threads": "Kafka: threads for background tasks. tierlog's background tasks run "
@@ -530,6 +567,7 @@ class BrokerConfig:
     connections_max_idle_ms: int
     max_connections: int
     queued_max_requests: int
+    queued_max_request_bytes: int
     log_dirs: tuple[Path, ...]
     num_recovery_threads_per_data_dir: int
     log_retention_check_interval_ms: int
@@ -587,6 +625,7 @@ class BrokerConfig:
         advertised = _advertised_listeners(values, listeners, protocol_map, controller_names)
         inter_broker = _inter_broker_listener(values, props, advertised)
         _check_replica_timeouts(values)
+        _check_request_memory(values)
         config = cls(
             node_id=node_id,
             process_roles=roles,
@@ -605,6 +644,7 @@ class BrokerConfig:
             connections_max_idle_ms=values["connections.max.idle.ms"],
             max_connections=values["max.connections"],
             queued_max_requests=values["queued.max.requests"],
+            queued_max_request_bytes=values["queued.max.request.bytes"],
             log_dirs=_log_dirs(values),
             num_recovery_threads_per_data_dir=values["num.recovery.threads.per.data.dir"],
             log_retention_check_interval_ms=values["log.retention.check.interval.ms"],
@@ -1024,6 +1064,18 @@ def _check_replica_timeouts(values: Mapping[str, Any]) -> None:
     key, value, millis = _retention_source(values)
     if millis == 0:
         raise _invalid(key, value, "retention must be unlimited (-1) or at least 1 ms")
+
+
+def _check_request_memory(values: Mapping[str, Any]) -> None:
+    """Kafka's rule: a bounded request memory pool holds at least one largest request."""
+    pool = values["queued.max.request.bytes"]
+    largest = values["socket.request.max.bytes"]
+    if 0 < pool < largest:
+        raise _invalid(
+            "queued.max.request.bytes",
+            pool,
+            f"must be at least socket.request.max.bytes ({largest}), or -1 for no bound",
+        )
 
 
 def _retention_source(values: Mapping[str, Any]) -> tuple[str, int, int]:

@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
+# Partitions whose logs one executor step opens or deletes when a topic is created or
+# deleted while the broker serves (the event loop registers each step's in between).
+PARTITIONS_PER_STEP = 100
+
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 REQUEST_TIMED_OUT = 7
@@ -143,6 +147,7 @@ class ReplicaManager:
         self.topics = topics
         self.timer = timer
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.stopping = False  # the broker is shutting down: topic creations stop early
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory(
             "Fetch", timer
         )
@@ -155,33 +160,85 @@ class ReplicaManager:
 
     # -- partitions ------------------------------------------------------------------------
     def open_topic(self, info: TopicInfo) -> list[Partition]:
-        """Open (creating where needed) the logs of every partition of a topic."""
-        created = []
-        for index in range(info.partitions):
-            tp = (info.name, index)
-            partition = self.partitions.get(tp)
-            if partition is None:
-                plog = self.log_manager.get_or_create_log(
-                    info.name, index, self.topics.log_config(info.name)
-                )
-                write_partition_metadata(plog.dir, info.topic_id)
-                epoch = info.leader_epochs[index] if index < len(info.leader_epochs) else 0
-                plog.inline_flush = False  # fsyncs go to a thread: see append()
-                # Becoming leader with an ISR of one: the high watermark is the log end at
-                # once (Kafka's maybeIncrementHighWatermark), not the last checkpoint, or
-                # records acknowledged after that checkpoint stay invisible after a crash
-                # until the next produce.
-                plog.update_high_watermark(plog.log_end_offset)
-                partition = Partition(info, index, plog, epoch)
-                self.partitions[tp] = partition
-            created.append(partition)
-        return created
+        """Open (creating where needed) the logs of every partition of a topic, blocking:
+        for start-up, before the broker serves. ``open_topic_in_steps`` is the serving
+        broker's way."""
+        self.register(info, self.open_logs(info, self._not_open(info, range(info.partitions))))
+        return [self.partitions[(info.name, index)] for index in range(info.partitions)]
+
+    async def open_topic_in_steps(self, info: TopicInfo) -> bool:
+        """Open the logs of a topic's partitions on executor threads, ``PARTITIONS_PER_STEP``
+        at a time, each step registered on the event loop as it completes, so that the loop
+        serves other requests meanwhile. A partition not yet open is absent from
+        ``partitions`` (Metadata answers LEADER_NOT_AVAILABLE for it, as Kafka does while a
+        leader is being elected). Returns False if ``stopping`` cut it short (the next
+        start opens the rest)."""
+        loop = asyncio.get_running_loop()
+        for first in range(0, info.partitions, PARTITIONS_PER_STEP):
+            if self.stopping:
+                return False
+            step = range(first, min(first + PARTITIONS_PER_STEP, info.partitions))
+            logs = await loop.run_in_executor(
+                None, self.open_logs, info, self._not_open(info, step)
+            )
+            self.register(info, logs)
+        return True
+
+    def _not_open(self, info: TopicInfo, indexes: range) -> list[int]:
+        return [i for i in indexes if (info.name, i) not in self.partitions]
+
+    def open_logs(self, info: TopicInfo, indexes: Iterable[int]) -> list[PartitionLog]:
+        """Open or create the logs of some partitions of a topic (blocking disk work,
+        thread-safe): the logs, in the order of ``indexes``."""
+        logs = self.log_manager.get_or_create_logs(
+            info.name, indexes, self.topics.log_config(info.name)
+        )
+        for plog in logs:
+            write_partition_metadata(plog.dir, info.topic_id)
+            # Becoming leader with an ISR of one: the high watermark is the log end at
+            # once (Kafka's maybeIncrementHighWatermark), not the last checkpoint, or
+            # records acknowledged after that checkpoint stay invisible after a crash
+            # until the next produce.
+            plog.update_high_watermark(plog.log_end_offset)
+        return logs
+
+    def register(self, info: TopicInfo, logs: Iterable[PartitionLog]) -> None:
+        """Lead the partitions of opened logs (on the event loop)."""
+        for plog in logs:
+            tp = (info.name, plog.partition)
+            if tp in self.partitions:
+                continue
+            index = plog.partition
+            epoch = info.leader_epochs[index] if index < len(info.leader_epochs) else 0
+            plog.inline_flush = False  # fsyncs go to a thread: see append()
+            self.partitions[tp] = Partition(info, index, plog, epoch)
 
     def remove_topic(self, name: str) -> None:
-        for tp in [tp for tp in self.partitions if tp[0] == name]:
+        """Stop leading a topic's partitions and delete their logs, blocking."""
+        for tp in self.forget_topic(name):
+            self.log_manager.delete_log(*tp)
+
+    async def remove_topic_in_steps(self, info: TopicInfo) -> None:
+        """Stop leading a topic's partitions at once, then delete their logs on executor
+        threads, ``PARTITIONS_PER_STEP`` at a time (also logs never registered, such as
+        those of a creation cut short)."""
+        self.forget_topic(info.name)
+        loop = asyncio.get_running_loop()
+        for first in range(0, info.partitions, PARTITIONS_PER_STEP):
+            indexes = range(first, min(first + PARTITIONS_PER_STEP, info.partitions))
+            await loop.run_in_executor(None, self._delete_logs, info.name, indexes)
+
+    def _delete_logs(self, name: str, indexes: range) -> None:
+        for index in indexes:
+            self.log_manager.delete_log(name, index)
+
+    def forget_topic(self, name: str) -> list[TopicPartition]:
+        """Drop a topic's partitions from those led; fetches waiting on them complete."""
+        gone = [tp for tp in self.partitions if tp[0] == name]
+        for tp in gone:
             del self.partitions[tp]
             self.fetch_purgatory.check_and_complete(tp)
-            self.log_manager.delete_log(*tp)
+        return gone
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))

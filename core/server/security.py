@@ -25,6 +25,7 @@ mechanism's JAAS entry.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import ssl
 import tempfile
@@ -39,6 +40,7 @@ from core.server.sasl import (
     SUPPORTED_MECHANISMS,
     JaasConfigError,
     SaslCredentials,
+    ScramCredentialSource,
     parse_jaas,
     users_from_jaas,
 )
@@ -60,6 +62,8 @@ class ListenerSecurity:
     protocol: str
     ssl_context: ssl.SSLContext | None = None
     sasl: SaslCredentials | None = None
+    # sasl.server.max.receive.size: the largest frame read before authentication completes.
+    sasl_max_receive_size: int = 524288
 
     @property
     def mechanisms(self) -> tuple[str, ...]:
@@ -131,8 +135,14 @@ def listener_security(config: BrokerConfig, listener: Listener) -> ListenerSecur
     protocol = listener.security_protocol
     lookup = _Lookup(config, listener)
     context = _ssl_context(lookup) if protocol in ("SSL", "SASL_SSL") else None
-    sasl = _sasl(lookup) if protocol in ("SASL_PLAINTEXT", "SASL_SSL") else None
-    return ListenerSecurity(protocol, context, sasl)
+    if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        return ListenerSecurity(protocol, context)
+    return ListenerSecurity(
+        protocol,
+        context,
+        _sasl(lookup),
+        lookup.get("sasl.server.max.receive.size"),
+    )
 
 
 def principal_of_certificate(peercert: Mapping[str, Any] | None) -> str | None:
@@ -383,6 +393,18 @@ def _sasl(lookup: _Lookup) -> SaslCredentials:
             raise InvalidConfigError(f"Invalid value [hidden] for configuration {name}: {e}") from e
         jaas[mechanism] = value
     return SaslCredentials.from_jaas(jaas)
+
+
+def with_runtime_scram(
+    security: ListenerSecurity, source: ScramCredentialSource
+) -> ListenerSecurity:
+    """The listener's security with the SCRAM credentials managed at run time
+    (AlterUserScramCredentials) among its SCRAM accounts; a listener without SASL as it is."""
+    if security.sasl is None:
+        return security
+    return dataclasses.replace(
+        security, sasl=dataclasses.replace(security.sasl, runtime_scram=source)
+    )
 
 
 def _bad(lookup: _Lookup, name: str, value: object, reason: str) -> InvalidConfigError:

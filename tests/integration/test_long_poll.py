@@ -27,9 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, wait_until
-from kafka_clients import unique_group
-from kafka_wire import pipeline
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v9.request import (
     PartitionProduceData,
@@ -43,6 +40,10 @@ from core.records.batch import iter_batches
 from core.records.builder import RecordBatchBuilder
 from core.records.record import decode_records
 from core.server.api_keys import ApiKey
+from tests.support.broker_process import BrokerProcess
+from tests.support.kafka_clients import unique_group
+from tests.support.kafka_wire import pipeline
+from tests.support.waiting import wait_until
 
 TOPIC = "long-poll"
 CLIENT_FETCH_WAIT_MS = 120_000

@@ -12,7 +12,7 @@ as the ``tierlog`` command in child processes, real clients:
 3. a bucket holding a branch an unclean election left: verify notes it, restore takes the
    canonical lineage, and the branch, now an orphan, is repaired away. The branch is written
    directly (two replicas' logs copied in turn through the RSM and RLMM, as
-   tests/tierlog/tiered_data.py does): unclean elections need the cluster mode that is not
+   tests/support/tiered_data.py does): unclean elections need the cluster mode that is not
    part of the broker yet; a version with a real election comes with it.
 
 The broker's config file is passed to the tools as it is (``--rsm-config`` and ``--config``).
@@ -30,15 +30,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, restart, start_broker, wait_until
-from kafka_clients import Got, consume_confluent, consume_kcat
-from kafka_wire import call
-from s3_harness import Bucket, local_segment_bases, metadata_segments, tiering_settings
 
 from core.records.builder import RecordBatchBuilder
 from core.server.api_keys import ApiKey
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tierlog"))
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.kafka_clients import Got, consume_confluent, consume_kcat
+from tests.support.kafka_wire import call
+from tests.support.s3_harness import (
+    Bucket,
+    local_segment_bases,
+    metadata_segments,
+    tiering_settings,
+)
+from tests.support.waiting import wait_until
 
 KIB = 1024
 VALUE_BYTES = 1000
@@ -289,7 +293,7 @@ def test_verify_names_a_deleted_object_and_an_orphan_and_repair_removes_the_orph
 
 
 def _kafka_uuid() -> str:
-    from core.log.meta_properties import uuid_to_base64
+    from core.kafka_uuid import uuid_to_base64
 
     return uuid_to_base64(uuid.uuid4())
 
@@ -394,7 +398,7 @@ def test_a_broker_that_lost_its_disks_is_restored_from_the_bucket(
 def test_a_diverged_branch_is_verified_and_restore_takes_the_canonical_lineage(
     tmp_path: Path, s3_endpoint: Any, bucket: Bucket, brokers: list[BrokerProcess]
 ) -> None:
-    from tiered_data import TierWriter, write_diverged
+    from tests.support.tiered_data import TierWriter, write_diverged
 
     settings = tiering_settings(s3_endpoint.url, s3_endpoint, bucket.name)
     settings["rlmm.config.remote.log.metadata.topic.num.partitions"] = "3"
@@ -438,7 +442,7 @@ def test_a_diverged_branch_is_verified_and_restore_takes_the_canonical_lineage(
 
 
 def _b64(value: uuid.UUID) -> str:
-    from core.log.meta_properties import uuid_to_base64
+    from core.kafka_uuid import uuid_to_base64
 
     return uuid_to_base64(value)
 

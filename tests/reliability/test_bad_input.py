@@ -1,12 +1,19 @@
-"""Hostile input: slow-loris clients, connection floods, idle sockets, hostile topic names
-and stray directories do not take the broker's service or memory away from real clients;
-clients (even a super user) forging internal records or trimming internal topics lose nothing.
+"""Hostile input: slow-loris clients, connection floods, idle sockets, large frames, huge
+admin requests, hostile topic names and stray directories do not take the broker's service
+or memory away from real clients; clients (even a super user) forging internal records or
+trimming internal topics lose nothing.
 
 Protocol fuzzing of a live broker (random, mutated, oversize, truncated frames) is in
 tests/integration/test_protocol_fuzz.py; this suite adds what fuzzing does not: connections
 that send a frame's length and then trickle (or never send) the rest, more connections than
-``max.connections``, and sockets that stay idle past ``connections.max.idle.ms``. Throughout,
+``max.connections``, sockets that stay idle past ``connections.max.idle.ms``, unauthenticated
+connections announcing 100 MB frames to a SASL listener (``sasl.server.max.receive.size``),
+and many connections pushing large frames at once (``queued.max.request.bytes``). Throughout,
 a real client produces and consumes, and the broker's resident memory stays bounded.
+
+Huge admin requests: a 3,000-partition CreateTopics and its DeleteTopics do not stop the
+broker answering others, and one asking for more than ``max.partitions.per.request`` is
+refused before anything is created.
 
 Topic names: Metadata requests (with auto-creation on, as by default, and no authorizer) for
 names with a trailing newline, a carriage return, a tab, a NUL, or non-ASCII look-alikes of
@@ -23,18 +30,31 @@ partition its broker leads that it did not write (rlmm/manager.py).
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import socket
 import struct
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-import super_user
-from broker_process import BrokerProcess, restart, start_broker, wait_until
-from internal_writes import (
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
+
+from core.log.checkpoints import OffsetCheckpointFile
+from core.server.api_keys import ApiKey
+from rlmm.partitioner import metadata_partition
+from rlmm.serde import serialize
+from tests.support import super_user
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.internal_writes import (
     INTERNAL,
     TIERED,
     admin_errors,
@@ -43,14 +63,9 @@ from internal_writes import (
     manifests,
     produce_raw,
 )
-from kafka_clients import Rec, consume_confluent, produce_confluent
-from kafka_wire import metadata_errors
-from kio.schema.errors import ErrorCode
-from soak import SOAK
-
-from core.log.checkpoints import OffsetCheckpointFile
-from rlmm.partitioner import metadata_partition
-from rlmm.serde import serialize
+from tests.support.kafka_clients import Rec, consume_confluent, produce_confluent, unique_group
+from tests.support.kafka_wire import SIZE, metadata_errors
+from tests.support.waiting import wait_until
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -59,6 +74,8 @@ from tiered.api import (
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
 )
+
+from .soak import SOAK
 
 S = RemoteLogSegmentState
 
@@ -151,6 +168,327 @@ def test_slow_loris_floods_and_idle_sockets_leave_real_clients_served(
     print(
         f"\n{SLOW_CLIENTS} slow-loris connections: real client served; RSS {rss_before:.0f} -> "
         f"{rss_during:.0f} MB; idle socket closed after {idle_closed_after:.1f}s"
+    )
+
+
+# -- large frames -------------------------------------------------------------------------------
+SASL_PASSWORD = "carol-pw-5d1e"
+SASL_CLIENT = {
+    "security.protocol": "SASL_PLAINTEXT",
+    "sasl.mechanism": "PLAIN",
+    "sasl.username": "carol",
+    "sasl.password": SASL_PASSWORD,
+}
+HUGE_FRAME = 100_000_000  # under socket.request.max.bytes (104857600)
+SASL_MAX_RECEIVE = 524_288  # sasl.server.max.receive.size, Kafka's default
+
+
+def push(sock: socket.socket, total: int, stop_after_s: float) -> tuple[int, bool]:
+    """Send up to ``total`` zero bytes; returns (bytes sent, whether the broker closed the
+    connection). Stops when the broker stops reading for ``stop_after_s``."""
+    chunk = b"\0" * (1 << 16)
+    sent = 0
+    sock.settimeout(stop_after_s)
+    while sent < total:
+        try:
+            sent += sock.send(chunk[: min(len(chunk), total - sent)])
+        except TimeoutError:
+            return sent, False
+        except OSError:  # EPIPE / ECONNRESET: the broker closed it
+            return sent, True
+    return sent, closed_by_peer(sock)
+
+
+def test_unauthenticated_huge_frames_are_refused_at_the_size_prefix(
+    tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    broker = start_broker(
+        tmp_path / "b",
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'user_carol="{SASL_PASSWORD}";'
+            ),
+        },
+    )
+    brokers.append(broker)
+    sasl = broker.endpoints["SASL_PLAINTEXT"]
+    rss_before = rss_mb(broker.pid)
+    results: list[tuple[int, bool]] = []
+
+    def attack() -> None:
+        with connect(sasl) as sock:
+            sock.sendall(struct.pack(">i", HUGE_FRAME))
+            results.append(push(sock, HUGE_FRAME, stop_after_s=20))
+
+    attackers = [threading.Thread(target=attack) for _ in range(8)]
+    for t in attackers:
+        t.start()
+    for t in attackers:
+        t.join()
+    rss_after = rss_mb(broker.pid)
+    # Every connection was closed long before its 100 MB frame was through: what it could
+    # send is what the two kernels' socket buffers took before the reset.
+    assert len(results) == 8
+    assert all(closed for _, closed in results), results
+    assert max(sent for sent, _ in results) < HUGE_FRAME // 4, results
+    assert rss_after - rss_before < 40, f"broker RSS {rss_before:.0f} -> {rss_after:.0f} MB"
+
+    # A frame just over the cap is refused too; one at the cap is read (and, not being a
+    # request, closes the connection as a malformed frame would).
+    with connect(sasl) as sock:
+        sock.sendall(struct.pack(">i", SASL_MAX_RECEIVE + 1))
+        wait_until(lambda: closed_by_peer(sock), 10, what="a frame over the cap refused")
+
+    # A real SASL client authenticates and then sends frames larger than the cap: the cap
+    # holds before authentication only.
+    big = Rec(b"big", b"x" * 700_000)
+    sent = [Rec(b"k%d" % i, b"v%d" % i) for i in range(50)] + [big]
+    assert produce_confluent(sasl, "after-attack", sent, SASL_CLIENT) == list(range(51))
+    got = consume_confluent(sasl, "after-attack", config=SASL_CLIENT)
+    assert [g.value for g in got] == [r.value for r in sent]
+    print(
+        f"\n8 unauthenticated 100 MB frames: closed after at most "
+        f"{max(s for s, _ in results) / 1e6:.1f} MB sent; RSS {rss_before:.0f} -> "
+        f"{rss_after:.0f} MB"
+    )
+
+
+POOL_MB = 32  # queued.max.request.bytes in the test below
+FRAME_MB = 16  # socket.request.max.bytes in the test below
+PUSHERS = 24
+
+
+def test_many_large_frames_at_once_stay_within_the_request_memory_pool(
+    tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    broker = start_broker(
+        tmp_path / "b",
+        {
+            "socket.request.max.bytes": str(FRAME_MB << 20),
+            "queued.max.request.bytes": str(POOL_MB << 20),
+            # The pushers hold their connections for the whole test.
+            "connections.max.idle.ms": "300000",
+        },
+    )
+    brokers.append(broker)
+    rss_before = rss_mb(broker.pid)
+    socks = [connect(broker.bootstrap) for _ in range(PUSHERS)]
+    pushed: list[int] = []
+    peak = [rss_before]
+    try:
+        # Each announces a 16 MB frame and sends all of it but the last byte, as fast as
+        # the broker reads; without a bound the broker would buffer 24 x 16 MB.
+        def push_frame(sock: socket.socket) -> None:
+            sock.sendall(struct.pack(">i", FRAME_MB << 20))
+            pushed.append(push(sock, (FRAME_MB << 20) - 1, stop_after_s=5)[0])
+
+        pushers = [threading.Thread(target=push_frame, args=(s,)) for s in socks]
+        for t in pushers:
+            t.start()
+        for t in pushers:
+            t.join()
+        peak[0] = max(peak[0], rss_mb(broker.pid))
+        # A real client is served while the pool is full: its requests are small.
+        sent = [Rec(b"k%d" % i, b"v%d" % i) for i in range(200)]
+        assert produce_confluent(broker.bootstrap, "served", sent) == list(range(200))
+        got = consume_confluent(broker.bootstrap, "served")
+        assert [g.value for g in got] == [r.value for r in sent]
+        peak[0] = max(peak[0], rss_mb(broker.pid))
+    finally:
+        for sock in socks:
+            sock.close()
+    # Frames admitted: reservations below the pool admit one more frame, so at most
+    # POOL + FRAME bytes of bodies; every other connection holds at most its read buffer.
+    bound = POOL_MB + FRAME_MB + PUSHERS * 1 + 40
+    assert peak[0] - rss_before < bound, (
+        f"broker RSS {rss_before:.0f} -> {peak[0]:.0f} MB with {PUSHERS} x {FRAME_MB} MB "
+        f"frames pushed ({sum(pushed) / 1e6:.0f} MB sent)"
+    )
+    # The closed pushers gave their memory back: a real client still produces.
+    assert produce_confluent(broker.bootstrap, "served", [Rec(b"x", b"after")]) == [200]
+    print(
+        f"\n{PUSHERS} x {FRAME_MB} MB frames ({sum(pushed) / 1e6:.0f} MB accepted by the "
+        f"sockets), queued.max.request.bytes={POOL_MB} MB: RSS {rss_before:.0f} -> "
+        f"{peak[0]:.0f} MB; real client served"
+    )
+
+
+# -- huge admin requests ------------------------------------------------------------------------
+MANY_PARTITIONS = 3000
+ANSWER_DEADLINE_S = 2.0  # far above a normal ApiVersions round trip (milliseconds)
+
+
+def api_versions_frame(correlation_id: int) -> bytes:
+    request_cls = load_request_schema(ApiKey.API_VERSIONS, 0)
+    header_cls = request_cls.__header_schema__
+    out = io.BytesIO()
+    header = header_cls(
+        request_api_key=i16(ApiKey.API_VERSIONS),
+        request_api_version=i16(0),
+        correlation_id=i32(correlation_id),
+        client_id="probe",
+    )
+    entity_writer(header_cls)(out, header)
+    entity_writer(request_cls)(out, request_cls())
+    body = out.getvalue()
+    return SIZE.pack(len(body)) + body
+
+
+class ApiVersionsProbe:
+    """Asks ApiVersions on its own connection again and again; each answer must come within
+    ``ANSWER_DEADLINE_S`` (the socket's timeout), or the probe records the failure."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.sock = connect(bootstrap)
+        self.sock.settimeout(ANSWER_DEADLINE_S)
+        self.answered = 0
+        self.slowest = 0.0
+        self.failure: str | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self) -> None:
+        correlation_id = 0
+        try:
+            while not self._done.is_set():
+                correlation_id += 1
+                asked = time.monotonic()
+                self.sock.sendall(api_versions_frame(correlation_id))
+                (size,) = SIZE.unpack(self._read(4))
+                self._read(size)
+                self.answered += 1
+                self.slowest = max(self.slowest, time.monotonic() - asked)
+                # Paced, not hammering: about 20 questions a second.
+                self._done.wait(max(0.0, 0.05 - (time.monotonic() - asked)))
+        except TimeoutError:
+            self.failure = f"ApiVersions #{correlation_id} not answered in {ANSWER_DEADLINE_S}s"
+        except OSError as e:
+            self.failure = f"ApiVersions #{correlation_id}: {e}"
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def create(admin: AdminClient, *topics: NewTopic) -> dict[str, KafkaError | None]:
+    """Create topics in one request; each topic's error (None when created)."""
+    futures = admin.create_topics(list(topics), request_timeout=120, operation_timeout=120)
+    errors: dict[str, KafkaError | None] = {}
+    for name, future in futures.items():
+        try:
+            future.result()
+            errors[name] = None
+        except KafkaException as e:
+            errors[name] = e.args[0]
+    return errors
+
+
+def produce_and_read_back(bootstrap: str, topic: str, partition: int) -> None:
+    value = f"{topic}-{partition}".encode()
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    delivered: list[object] = []
+    producer.produce(
+        topic, value=value, partition=partition, on_delivery=lambda e, m: delivered.append(e)
+    )
+    assert producer.flush(60) == 0 and delivered == [None], delivered
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_group()})
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                assert (msg.partition(), msg.offset(), msg.value()) == (partition, 0, value)
+                return
+        raise AssertionError(f"nothing read back from {topic}-{partition}")
+    finally:
+        consumer.close()
+
+
+def test_a_huge_create_topics_leaves_the_broker_answering_and_a_too_large_one_is_refused(
+    tmp_path: Path, brokers: list[BrokerProcess]
+) -> None:
+    broker = start_broker(tmp_path / "b")
+    brokers.append(broker)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    data = Path(broker.settings["log.dirs"])
+
+    # Refused whole, before anything is created: one topic over the limit, and two that
+    # are each under it but not together.
+    refused = create(admin, NewTopic("too-many", 10_001, 1))
+    assert refused["too-many"].code() == KafkaError.POLICY_VIOLATION
+    assert "max.partitions.per.request=10000" in refused["too-many"].str()
+    refused = create(admin, NewTopic("half-a", 6000, 1), NewTopic("half-b", 5000, 1))
+    assert {e.code() for e in refused.values()} == {KafkaError.POLICY_VIOLATION}
+    topics = admin.list_topics(timeout=30).topics
+    assert not {"too-many", "half-a", "half-b"} & set(topics)
+    assert not [d for d in data.iterdir() if d.name.startswith(("too-many-", "half-"))]
+
+    # 3,000 partitions: the broker keeps answering another connection throughout.
+    probe = ApiVersionsProbe(broker.bootstrap)
+    try:
+        before = probe.answered
+        began = time.monotonic()
+        assert create(admin, NewTopic("wide", MANY_PARTITIONS, 1)) == {"wide": None}
+        created_in = time.monotonic() - began
+        during = probe.answered - before
+        slowest = probe.slowest
+    finally:
+        probe.stop()
+    assert probe.failure is None, probe.failure
+    assert during > 0
+    for partition in (0, MANY_PARTITIONS - 1):
+        produce_and_read_back(broker.bootstrap, "wide", partition)
+
+    # A concurrent creation of the same name: exactly one wins.
+    outcomes: list[KafkaError | None] = []
+
+    def race() -> None:
+        outcomes.append(create(admin, NewTopic("raced", 200, 1))["raced"])
+
+    racers = [threading.Thread(target=race) for _ in range(2)]
+    for t in racers:
+        t.start()
+    for t in racers:
+        t.join()
+    assert sorted(str(o and o.code()) for o in outcomes) == [
+        str(KafkaError.TOPIC_ALREADY_EXISTS),
+        "None",
+    ]
+
+    # Deleting the 3,000 partitions does not stop the answers either.
+    probe = ApiVersionsProbe(broker.bootstrap)
+    try:
+        began = time.monotonic()
+        for future in admin.delete_topics(["wide"], operation_timeout=120).values():
+            future.result()
+        deleted_in = time.monotonic() - began
+    finally:
+        probe.stop()
+    assert probe.failure is None, probe.failure
+    wait_until(
+        lambda: not [d for d in data.iterdir() if d.name.startswith("wide-")],
+        60,
+        what="the partition dirs of the deleted topic gone",
+    )
+    print(
+        f"\n{MANY_PARTITIONS} partitions created in {created_in:.1f}s and deleted in "
+        f"{deleted_in:.1f}s; {during} ApiVersions answered during the creation, the slowest "
+        f"in {slowest * 1000:.0f} ms"
     )
 
 

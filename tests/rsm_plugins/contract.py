@@ -28,9 +28,8 @@ from typing import Protocol
 
 import crc32c
 import pytest
-from segment_files import SegmentFiles
 
-from core.log.meta_properties import uuid_to_base64
+from core.kafka_uuid import uuid_to_base64
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
 from rsm_plugins.layout import SegmentManifest, TopicManifest, parse_key
 from tiered.api import (
@@ -42,6 +41,8 @@ from tiered.api import (
     TopicIdPartition,
     from_kafka_end_position,
 )
+
+from .segment_files import SegmentFiles
 
 KEY_PREFIX = "tierlog-test/"
 SUFFIXES = ("log", "index", "timeindex", "snapshot", "leader-epoch-checkpoint", "manifest.json")

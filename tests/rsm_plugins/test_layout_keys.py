@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from core.log.meta_properties import uuid_to_base64
+from core.kafka_uuid import uuid_to_base64
 from rsm_plugins.layout import (
     ManifestError,
     ObjectSuffix,

@@ -46,10 +46,6 @@ from tiered.rlm_config import RLM_CONFIG
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT_PACKAGES = ("core", "tiered", "rlmm", "rsm_plugins", "spark_jobs", "tierlog")
 
-# Made real by the network work happening alongside (core/server/network.py); remove from
-# here when that work is merged.
-PENDING_ELSEWHERE = frozenset({"queued.max.requests"})
-
 
 def _declarations(tree: ast.AST) -> set[int]:
     """ids of the string literals that declare or write keys (see rule 1)."""
@@ -108,11 +104,7 @@ def test_every_declared_key_is_read_or_declared_inert():
     read = read_names(product_sources(), {k.name for k in keys})
     # Rule 3: a topic key that is read reads its broker-wide default key too.
     read |= {k.server_default_property for k in TOPIC_CONFIG if k.name in read}
-    unread = sorted(
-        k.name
-        for k in keys
-        if not k.inert and k.name not in read and k.name not in PENDING_ELSEWHERE
-    )
+    unread = sorted(k.name for k in keys if not k.inert and k.name not in read)
     assert not unread, (
         "declared keys nothing reads: make them work, or declare them inert=True with a doc "
         f"saying what Kafka does with them: {unread}"

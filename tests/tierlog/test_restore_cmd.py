@@ -11,7 +11,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,13 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tiered_data import (
+from core.kafka_uuid import uuid_to_base64
+from core.log.log_manager import LOCK_FILE
+from core.server.config import load_broker_config
+from core.server.topics import TopicRegistry
+from rlmm.replay import replay
+from rlmm.topic_client import LogDirMetadataTopicReader
+from tests.support.tiered_data import (
     BROKER_ID,
     METADATA_PARTITIONS,
     Producer,
@@ -30,16 +34,9 @@ from tiered_data import (
     write_diverged,
     write_tiered_topic,
 )
-
-from core.log.log_manager import LOCK_FILE
-from core.log.meta_properties import uuid_to_base64
-from core.server.config import load_broker_config
-from core.server.topics import TopicRegistry
-from rlmm.replay import replay
-from rlmm.topic_client import LogDirMetadataTopicReader
 from tiered.api import RemoteLogSegmentState
 from tierlog.cli import main
-from tierlog.metadata_cmd import Source, read_records
+from tierlog.metadata_source import Source, read_records
 from tierlog.offline_storage import OfflineBrokerStorage
 
 S = RemoteLogSegmentState

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,8 +20,11 @@ from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from tiered_data import (
+from core.kafka_uuid import uuid_to_base64
+from core.log.log_manager import LOCK_FILE
+from rlmm.topic_client import LogDirMetadataTopicReader
+from rsm_plugins.layout import ObjectSuffix, SegmentManifest, object_key
+from tests.support.tiered_data import (
     METADATA_PARTITIONS,
     Producer,
     TieredTopic,
@@ -31,11 +33,6 @@ from tiered_data import (
     write_diverged,
     write_tiered_topic,
 )
-
-from core.log.log_manager import LOCK_FILE
-from core.log.meta_properties import uuid_to_base64
-from rlmm.topic_client import LogDirMetadataTopicReader
-from rsm_plugins.layout import ObjectSuffix, SegmentManifest, object_key
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -352,7 +349,7 @@ def test_repair_over_kafka_leaves_stuck_deletions_and_says_why(tier: Tier, capsy
     _stick(tier, tp, age_s=2 * HOUR_S)
     reader = LogDirMetadataTopicReader([tier.broker_dir])
     from rlmm.replay import replay
-    from tierlog.metadata_cmd import Source, read_records
+    from tierlog.metadata_source import Source, read_records
 
     replayed = replay(read_records(Source(reader, reader.partition_count(), None, lambda t: None)),
                       reader.partition_count())  # fmt: skip
@@ -567,18 +564,18 @@ def test_over_kafka_a_segment_deleted_during_the_audit_is_not_reported(
     from core.log.log_manager import LogManagerConfig
     from rlmm.manager import BROKER_ID_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
     from rlmm.replay import replay
-    from tierlog import metadata_cmd
+    from tierlog import metadata_source
     from tierlog.bucket_audit import AuditOptions, audit
     from tierlog.offline_storage import OfflineBrokerStorage
     from tierlog.remote_storage_config import open_object_store_rsm
     from tierlog.verify_cmd import _drop_segments_gone_since
 
-    def source() -> metadata_cmd.Source:
+    def source() -> metadata_source.Source:
         reader = LogDirMetadataTopicReader([tier.broker_dir])
-        return metadata_cmd.Source(reader, reader.partition_count(), None, lambda tp: None)
+        return metadata_source.Source(reader, reader.partition_count(), None, lambda tp: None)
 
     before = source()
-    replayed = replay(metadata_cmd.read_records(before), before.num_partitions)
+    replayed = replay(metadata_source.read_records(before), before.num_partitions)
     metadata = {tp: list(replayed.cache(tp).entries()) for tp in replayed.partitions()}
     oldest, kept = tier.topic.segments[0][0], tier.topic.segments[1][0]
     tier.path(tier.key(kept, ObjectSuffix.LOG)).unlink()  # really missing
@@ -605,6 +602,6 @@ def test_over_kafka_a_segment_deleted_during_the_audit_is_not_reported(
         rsm.close()
     missing = {f.segment_id for f in report.findings if f.kind.value == "missing_object"}
     assert missing == {oldest.segment_id, kept.segment_id}
-    monkeypatch.setattr(metadata_cmd, "open_source", lambda args: source())
+    monkeypatch.setattr(metadata_source, "open_source", lambda args: source())
     _drop_segments_gone_since(report, argparse.Namespace(), lambda message: None)
     assert {f.segment_id for f in report.findings} == {kept.segment_id}

@@ -40,6 +40,31 @@ def test_partitions_spread_over_log_dirs_and_reload(tmp_path, batch):
     again.shutdown()
 
 
+def test_partitions_created_together_spread_and_existing_ones_are_kept(tmp_path, batch):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    lm = manager(dirs)
+    first = lm.get_or_create_log("wide", 0)
+    first.append_as_leader(batch([b"kept"]), 0)
+    logs = lm.get_or_create_logs("wide", range(5))
+    assert [p.partition for p in logs] == [0, 1, 2, 3, 4]
+    assert logs[0] is first and logs[0].log_end_offset == 1
+    assert sorted(c.name for c in dirs[0].iterdir() if c.is_dir()) == ["wide-0", "wide-2", "wide-4"]
+    assert sorted(c.name for c in dirs[1].iterdir() if c.is_dir()) == ["wide-1", "wide-3"]
+    lm.shutdown()
+
+
+def test_a_log_without_a_checkpointed_high_watermark_starts_at_zero(tmp_path, batch):
+    """Kafka's rule: no checkpointed high watermark means 0. Taking the log end instead
+    would count offsets no other replica may have as committed after a crash."""
+    lm = manager([tmp_path / "d"])
+    lm.get_or_create_log("t", 0).append_as_leader(batch([b"a", b"b"]), 0)
+    lm.close_without_marker()  # a crash before the first high-watermark checkpoint
+    again = manager([tmp_path / "d"])
+    plog = again.get_log("t", 0)
+    assert (plog.log_end_offset, plog.high_watermark) == (2, 0)
+    again.shutdown()
+
+
 def test_checkpoints_hold_recovery_points_log_start_and_high_watermarks(tmp_path, batch):
     lm = manager([tmp_path / "d"])
     plog = lm.get_or_create_log("t", 0)

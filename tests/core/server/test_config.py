@@ -194,6 +194,16 @@ def test_bad_value_names_key(key: str, value: str) -> None:
     assert f"for configuration {key}" in message and value in message
 
 
+def test_the_request_memory_pool_holds_one_largest_request() -> None:
+    # Kafka's rule: a bounded queued.max.request.bytes is at least socket.request.max.bytes.
+    assert build({}).queued_max_request_bytes == 104857600
+    message = error({"queued.max.request.bytes": "1000", "socket.request.max.bytes": "1001"})
+    assert "Invalid value 1000 for configuration queued.max.request.bytes" in message
+    assert "socket.request.max.bytes (1001)" in message
+    assert build({"queued.max.request.bytes": "-1"}).queued_max_request_bytes == -1
+    assert build({"socket.request.max.bytes": "1000", "queued.max.request.bytes": "1000"})
+
+
 def test_values_are_trimmed() -> None:
     assert build({"num.partitions": " 4  "}).num_partitions == 4
 

@@ -45,6 +45,20 @@ def test_sasl_listener_with_accounts_serves_the_enabled_mechanisms():
     assert security.mechanisms == ("PLAIN",) and security.ssl_context is None
 
 
+def test_the_pre_authentication_frame_cap_may_be_set_per_listener():
+    cfg = config(
+        listeners="SASL_PLAINTEXT://127.0.0.1:0,OTHER://127.0.0.1:0",
+        **{
+            "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,OTHER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.jaas.config": JAAS,
+            "listener.name.other.sasl.server.max.receive.size": "4096",
+        },
+    )
+    default, other = (listener_security(cfg, x) for x in cfg.broker_listeners)
+    assert (default.sasl_max_receive_size, other.sasl_max_receive_size) == (524288, 4096)
+
+
 def test_sasl_jaas_config_is_the_fallback_for_every_listener():
     cfg = config(
         listeners="SASL_PLAINTEXT://127.0.0.1:0",
