@@ -15,6 +15,9 @@ rounds:
 
 * baseline: a boto3 client (from a warm session) listing every object of the bucket with
   ``list_objects_v2`` pages;
+* floor (no target): the same listing, then a GET of every segment manifest on 8 threads,
+  the requests both tools cannot do without (restore needs each segment's metadata, verify
+  each manifest's object sizes);
 * restore: ``tierlog restore --config F --topic T`` into an empty log dir (the dir is
   recreated, untimed, before each round);
 * verify: ``tierlog metadata verify --log-dirs D --rsm-config F`` (without ``--deep``).
@@ -61,6 +64,7 @@ BUCKET = "tierlog-bench-tools"
 RESTORE_TARGET = 3.0
 VERIFY_TARGET = 2.0
 OFFSETS_PER_SEGMENT = 100
+READ_THREADS = 8  # the tools' default --threads
 
 
 def _launcher() -> ModuleType:
@@ -182,6 +186,22 @@ def main(argv: list[str] | None = None) -> int:
             assert n >= 6 * args.segments, n
             c.close()
 
+        def listing_and_manifests() -> None:
+            # The floor of both tools: the listing, plus a GET of every segment manifest on
+            # as many threads as the tools use (reported, no target).
+            c = endpoint.client()
+            pages = c.get_paginator("list_objects_v2").paginate(Bucket=BUCKET)
+            keys = [o["Key"] for p in pages for o in p.get("Contents", [])]
+            manifests = [k for k in keys if k.endswith(".manifest.json")]
+            assert len(manifests) == args.segments, len(manifests)
+
+            def get(key: str) -> bytes:
+                return c.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+            with ThreadPoolExecutor(READ_THREADS) as pool:
+                assert all(pool.map(get, manifests))
+            c.close()
+
         def restore() -> None:
             run_tool(["restore", "--config", str(config), "--topic", TOPIC])
 
@@ -191,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
         sides: list[tuple[str, Callable[[], None], Callable[[], None] | None]] = [
             ("list", listing, None),
+            ("list+get", listing_and_manifests, None),
             ("restore", restore, lambda: shutil.rmtree(restored_dir, ignore_errors=True)),
             ("verify", verify, None),
         ]
@@ -218,6 +239,11 @@ def report(times: dict[str, list[float]], segments: int) -> None:
     print("| operation | seconds per 1,000 segments | vs boto3 listing | target | result |")
     print("|---|---:|---:|---:|---|")
     print(f"| boto3 list_objects_v2 (baseline) | {base * per_k:.2f} | 1.00 | - | - |")
+    floor = statistics.median(times["list+get"])
+    print(
+        f"| boto3 listing + GET of every segment manifest ({READ_THREADS} threads; no target) "
+        f"| {floor * per_k:.2f} | {floor / base:.2f} | - | - |"
+    )
     for name, label, target in (
         ("restore", "tierlog restore", RESTORE_TARGET),
         ("verify", "tierlog metadata verify (no --deep)", VERIFY_TARGET),
