@@ -359,10 +359,10 @@ def test_a_broker_that_lost_its_disks_is_restored_from_the_bucket(
         got = consume_confluent(new.bootstrap, topic, partition=p)
         want = [(o, *produced[p][o]) for o in range(ends[p])]
         assert [(g.offset, g.key, g.value) for g in got] == want, f"partition {p} differs"
-    kcat = consume_kcat(new.bootstrap, topic)
-    assert [(g.offset, g.key, g.value) for g in kcat] == [
-        (o, *produced[0][o]) for o in range(ends[0])
-    ]
+    for p in range(PARTITIONS):
+        kcat = consume_kcat(new.bootstrap, topic, partition=p)
+        want = [(o, *produced[p][o]) for o in range(ends[p])]
+        assert [(g.offset, g.key, g.value) for g in kcat] == want, f"kcat: partition {p} differs"
 
     # The idempotent producer carries on: its last batch again is a duplicate (answered with
     # its original offset), the next sequence is appended, a gap is refused.
