@@ -467,8 +467,9 @@ class Connection:
                 # Cancelled because the client went away, whether the handler let the
                 # cancellation through or not; the task itself carries on.
                 self._cancel_sent = False
-                task.uncancel()
                 cut_short = True
+                if task.uncancel():
+                    raise asyncio.CancelledError  # the task was also cancelled from outside
         if cut_short or response is None:
             return None
         return self.server.codec.encode_response(context, response)

@@ -4,9 +4,13 @@ A fetch at the log end with ``min_bytes`` 1 waits up to its ``max_wait`` (Kafka'
 DelayedFetch); an append to its partition completes it at once. Nothing here measures time:
 
 - on the wire: a Fetch at the log end with a 10-minute wait on one connection, and a
-  Produce on another connection sent after it. Its answer must hold the record produced
-  after it: a broker that answered at once would answer empty, and one that ignored appends
-  would answer after 10 minutes (the test gives up after one);
+  Produce on another connection sent once the fetch is on the wire. Its answer must hold
+  the record produced after it: a broker that answered at once would answer empty, and one
+  that ignored appends would answer after 10 minutes (the test gives up after one). Nothing
+  on the wire says when the fetch has parked (its connection answers nothing before it),
+  but the broker has read it long before the second connection's Produce arrives; were
+  it the other way round, the fetch would find the record at once and the test would pass
+  without having tested the wake-up;
 - on the wire, one connection: a Fetch parked as above, with a Metadata and a ListOffsets
   request pipelined behind it. Kafka handles one request of a connection at a time, so the
   two wait for the fetch: released by a Produce on another connection, the fetch is answered

@@ -11,6 +11,9 @@ Some handlers apply their change before their first ``await`` (produce, offset c
 config changes); a broker that started every request on arrival would still get a read
 right behind them right, but not one behind a slower change. Those cases pipeline the
 creation of their topic first: the change and the read must both wait for it.
+
+Clients that keep several produce requests in flight on one connection (librdkafka,
+idempotent or not, and kafka-python) still get every record acknowledged, in order.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 import pytest
 from broker_process import BrokerProcess, start_broker
+from kafka_clients import Rec, consume_confluent, produce_confluent
 from kafka_wire import Connection, call, list_offsets_request, metadata_request, pipeline
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.delete_records.v2.request import (
@@ -326,3 +330,61 @@ def test_unanswered_produce_then_list_offsets(broker: BrokerProcess) -> None:
         create, _, _, listed = connection.send_all(requests)
         created(connection.receive(*requests[0][:2], create))
         assert listed_offset(connection.receive(*requests[3][:2], listed)) == 3
+
+
+# -- real clients that pipeline produce requests ----------------------------------------------
+PIPELINED_RECORDS = 2000
+
+
+def produce_kafka_python_pipelined(bootstrap: str, topic: str, records: list[Rec]) -> list[int]:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks=1,
+        linger_ms=0,
+        batch_size=1024,  # small batches: many produce requests, several in flight
+        max_in_flight_requests_per_connection=5,
+    )
+    try:
+        futures = [producer.send(topic, value=r.value, key=r.key, partition=0) for r in records]
+        producer.flush(60)
+        return [f.get(timeout=60).offset for f in futures]
+    finally:
+        producer.close(timeout=10)
+
+
+PIPELINING_PRODUCERS = {
+    # Idempotent: librdkafka keeps up to 5 requests in flight and checks their sequence
+    # numbers, so a reordering would fail the produce (OUT_OF_ORDER_SEQUENCE_NUMBER).
+    "confluent-idempotent": lambda bootstrap, topic, records: produce_confluent(
+        bootstrap,
+        topic,
+        records,
+        {
+            "enable.idempotence": True,
+            "linger.ms": 0,
+            "batch.num.messages": 10,
+            "max.in.flight.requests.per.connection": 5,
+        },
+    ),
+    "confluent-acks1": lambda bootstrap, topic, records: produce_confluent(
+        bootstrap,
+        topic,
+        records,
+        {"acks": 1, "linger.ms": 0, "batch.num.messages": 10},
+    ),
+    "kafka-python": produce_kafka_python_pipelined,
+}
+
+
+@pytest.mark.parametrize("client", list(PIPELINING_PRODUCERS))
+def test_clients_that_pipeline_produce_requests_get_every_record_in_order(
+    broker: BrokerProcess, client: str
+) -> None:
+    name = new_topic(broker, f"pipelined-{client}")
+    records = [Rec(b"k%d" % i, b"v%d" % i) for i in range(PIPELINED_RECORDS)]
+    offsets = PIPELINING_PRODUCERS[client](broker.bootstrap, name, records)
+    assert offsets == list(range(PIPELINED_RECORDS))
+    got = consume_confluent(broker.bootstrap, name)
+    assert [(g.offset, g.value) for g in got] == [(i, r.value) for i, r in enumerate(records)]
