@@ -38,7 +38,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
-from rlmm.cache import RemoteLogMetadataCache
+from rlmm.metadata_cache import RemoteLogMetadataCache
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,

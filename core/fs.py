@@ -6,6 +6,9 @@ import contextlib
 import os
 from pathlib import Path
 
+# The suffix of atomic_write's temp file: a leftover of an interrupted write, safe to delete.
+TMP_SUFFIX = ".tmp"
+
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """fsync a directory so that creations, renames and deletions in it are durable."""
@@ -26,7 +29,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, durable: bool = T
         OSError: the write, fsync or rename failed; ``path`` is then unchanged.
     """
     target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
+    tmp = target.with_name(target.name + TMP_SUFFIX)
     try:
         with open(tmp, "wb") as f:
             f.write(data)

@@ -23,11 +23,10 @@ Properties (ours; Kafka's formatter has none), all optional:
 
 from __future__ import annotations
 
-import base64
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from core.kafka_uuid import uuid_to_base64
 from rlmm.serde import (
     DecodedRecord,
     RemoteLogSegmentMetadataSnapshot,
@@ -80,21 +79,16 @@ class FormatterConfig:
         return cls(**values)  # type: ignore[arg-type]
 
 
-def kafka_uuid(value: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString()``: URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
-
-
 # -- Kafka's toString() of the public types --------------------------------------------------
 
 
 def _tip(tp: TopicIdPartition) -> str:
-    return f"{kafka_uuid(tp.topic_id)}:{tp.topic}-{tp.partition}"
+    return f"{uuid_to_base64(tp.topic_id)}:{tp.topic}-{tp.partition}"
 
 
 def _segment_id(sid: RemoteLogSegmentId) -> str:
     tip = _tip(sid.topic_id_partition)
-    return f"RemoteLogSegmentId{{topicIdPartition={tip}, id={kafka_uuid(sid.id)}}}"
+    return f"RemoteLogSegmentId{{topicIdPartition={tip}, id={uuid_to_base64(sid.id)}}}"
 
 
 def _epochs(epochs: Mapping[int, int]) -> str:
@@ -138,7 +132,7 @@ def kafka_to_string(event: object) -> str:
         )
     if isinstance(event, RemoteLogSegmentMetadataSnapshot):
         return (
-            f"RemoteLogSegmentMetadataSnapshot{{segmentId={kafka_uuid(event.segment_id)}"
+            f"RemoteLogSegmentMetadataSnapshot{{segmentId={uuid_to_base64(event.segment_id)}"
             f", startOffset={event.start_offset}, endOffset={event.end_offset}"
             f", maxTimestampMs={event.max_timestamp_ms}"
             f", segmentLeaderEpochs={_epochs(event.segment_leader_epochs)}"
@@ -161,7 +155,7 @@ def _java_bytes(data: bytes | None) -> str:
 
 def _tip_entry(tp: TopicIdPartition) -> str:
     return (
-        f"TopicIdPartitionEntry(name='{tp.topic}', id={kafka_uuid(tp.topic_id)}"
+        f"TopicIdPartitionEntry(name='{tp.topic}', id={uuid_to_base64(tp.topic_id)}"
         f", partition={tp.partition})"
     )
 
@@ -169,7 +163,7 @@ def _tip_entry(tp: TopicIdPartition) -> str:
 def _segment_id_entry(sid: RemoteLogSegmentId) -> str:
     return (
         f"RemoteLogSegmentIdEntry(topicIdPartition={_tip_entry(sid.topic_id_partition)}"
-        f", id={kafka_uuid(sid.id)})"
+        f", id={uuid_to_base64(sid.id)})"
     )
 
 
@@ -209,7 +203,7 @@ def record_to_string(event: object) -> str:
         )
     if isinstance(event, RemoteLogSegmentMetadataSnapshot):
         return (
-            f"RemoteLogSegmentMetadataSnapshotRecord(segmentId={kafka_uuid(event.segment_id)}"
+            f"RemoteLogSegmentMetadataSnapshotRecord(segmentId={uuid_to_base64(event.segment_id)}"
             f", startOffset={event.start_offset}, endOffset={event.end_offset}"
             f", brokerId={event.broker_id}, maxTimestampMs={event.max_timestamp_ms}"
             f", eventTimestampMs={event.event_timestamp_ms}"

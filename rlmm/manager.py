@@ -7,8 +7,8 @@ own consumer has read the event back and applied it to the cache, so a caller se
 write in every later read.
 
 Reads: a consumer thread reads the metadata partitions of the user partitions this broker
-hosts and applies each event to the cache (``rlmm.cache``). ``is_ready(tp)`` turns true
-once the cache has caught up to the end offset seen when the partition was assigned.
+hosts and applies each event to the cache (``rlmm.metadata_cache``). ``is_ready(tp)`` turns
+true once the cache has caught up to the end offset seen when the partition was assigned.
 
 Which events apply. Kafka's rules first: an update for a segment id never added, or a state
 that does not follow the current one (``RemoteLogSegmentState``), is refused. Then
@@ -42,8 +42,10 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
-from rlmm.formatter import kafka_uuid
+from core.clock import now_ms
+from core.kafka_uuid import uuid_to_base64
+from rlmm.metadata_cache import RemoteLogMetadataCache
+from rlmm.partition_store import RemotePartitionMetadataStore
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import RemoteLogSegmentMetadataSnapshot, deserialize, serialize
 from rlmm.snapshot import (
@@ -104,7 +106,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self,
         client: MetadataTopicClient | None = None,
         *,
-        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.client = client
         self.clock = clock
@@ -267,7 +269,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def _mark_ready(self, tp: TopicIdPartition) -> None:
         self._ready_at.pop(tp, None)
-        self.store.get_or_create(tp).mark_initialized()
+        # A ready partition has a cache even before its first segment: reads answer "none"
+        # rather than "unknown partition".
+        self.store.get_or_create(tp)
 
     # -- writes ----------------------------------------------------------------------------
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> Future[None]:
@@ -526,7 +530,7 @@ def _segment_of(event: object) -> str:
     """The segment id an event is about, as Kafka prints it (``tierlog metadata describe``
     takes it); ``-`` for a partition deletion event."""
     if isinstance(event, RemoteLogSegmentMetadata):
-        return kafka_uuid(event.segment_id)
+        return uuid_to_base64(event.segment_id)
     if isinstance(event, RemoteLogSegmentMetadataUpdate):
-        return kafka_uuid(event.remote_log_segment_id.id)
+        return uuid_to_base64(event.remote_log_segment_id.id)
     return "-"

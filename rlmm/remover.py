@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable
 
+from core.clock import now_ms
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from tiered.api import (
     RemoteLogSegmentMetadataUpdate,
@@ -53,7 +53,7 @@ class RemotePartitionRemover:
         broker_id: int,
         *,
         interval_ms: int = DEFAULT_INTERVAL_MS,
-        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], int] = now_ms,
         topic_exists: Callable[[uuid.UUID], bool] = lambda topic_id: False,
     ) -> None:
         self.rlmm = rlmm

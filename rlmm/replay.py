@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from rlmm.cache import RemoteLogMetadataCache, RemotePartitionMetadataStore
+from rlmm.metadata_cache import RemoteLogMetadataCache
+from rlmm.partition_store import RemotePartitionMetadataStore
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import MetadataSerdeError, RemoteLogSegmentMetadataSnapshot, decode
 from rlmm.topic_client import METADATA_TOPIC

@@ -45,7 +45,7 @@ from typing import Any
 
 import crc32c
 
-from core.log.meta_properties import uuid_from_base64, uuid_to_base64
+from core.kafka_uuid import uuid_from_base64, uuid_to_base64
 from tiered.api import (
     IndexType,
     RemoteLogSegmentId,

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.extras import requires_extra
-from core.log.meta_properties import uuid_from_base64
+from core.kafka_uuid import uuid_from_base64
 from spark_jobs.archive import (
     ArchiveConfig,
     plan_partition,

@@ -28,7 +28,6 @@ Index layouts (Kafka's, big-endian)::
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import threading
 import uuid
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from core.fs import TMP_SUFFIX, atomic_write
 from core.log.files import REMOTE_LOG_INDEX_CACHE_DIR
 from core.log.txn_index import TransactionIndex
 from tiered.api import (
@@ -54,7 +54,6 @@ OFFSET_SUFFIX = ".index"
 TIME_SUFFIX = ".timeindex"
 TXN_SUFFIX = ".txnindex"
 SUFFIXES = (OFFSET_SUFFIX, TIME_SUFFIX, TXN_SUFFIX)
-TMP_SUFFIX = ".tmp"
 # Written by close(); a cache directory without it after a restart may hold files whose
 # data a crash lost (they are not fsynced), so it is emptied instead of trusted.
 CLEAN_MARKER = ".clean-shutdown"
@@ -171,19 +170,12 @@ def _parse_stem(name: str) -> tuple[int, uuid.UUID] | None:
         return None
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _write_cached(path: Path, data: bytes) -> None:
     """Temp file, then rename: readers never see a half-written file. No fsync: this is a
     cache, and a file a crash may have left unwritten is never trusted (see
     ``CLEAN_MARKER``); six fsyncs per downloaded segment made first reads of many
     partitions at once miss remote.fetch.max.wait.ms."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    atomic_write(path, data, durable=False)
 
 
 def _loaded_txn_index(path: Path, start_offset: int) -> TransactionIndex:
@@ -339,9 +331,9 @@ class RemoteIndexCache:
             txn_bytes = b""  # no aborted transaction in the segment (Kafka's contract)
         with self._lock:
             # Files are written under the lock so that an eviction never races a write.
-            _atomic_write(offset_path, offset_bytes)
-            _atomic_write(time_path, time_bytes)
-            _atomic_write(txn_path, txn_bytes)
+            _write_cached(offset_path, offset_bytes)
+            _write_cached(time_path, time_bytes)
+            _write_cached(txn_path, txn_bytes)
             entry = _Entry(
                 md.start_offset,
                 len(offset_bytes) + len(time_bytes) + len(txn_bytes),

@@ -23,12 +23,12 @@ import asyncio
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.clock import now_ms
 from core.errors import CoreError, KafkaStorageError
 from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
 from core.scheduler import Scheduler
@@ -63,10 +63,6 @@ log = logging.getLogger(__name__)
 
 LEADER_TASKS: tuple[type[RLMTask], ...] = (CopyTask, ExpirationTask)
 FOLLOWER_TASKS: tuple[type[RLMTask], ...] = (FollowerTask,)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class RemoteLogManager:

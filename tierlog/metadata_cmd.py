@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import CoreError
+from core.kafka_uuid import uuid_from_base64, uuid_to_base64
 from core.log.file_records import FileRecords
-from core.log.meta_properties import uuid_from_base64
 from core.server.topics import read_partition_metadata
-from rlmm.cache import RemoteLogMetadataCache
-from rlmm.cache import decode_cursor as decode_cache_cursor
-from rlmm.cache import encode_cursor as encode_cache_cursor
-from rlmm.formatter import FormatterConfig, RemoteLogMetadataFormatter, kafka_uuid
+from rlmm.formatter import FormatterConfig, RemoteLogMetadataFormatter
+from rlmm.metadata_cache import RemoteLogMetadataCache
+from rlmm.metadata_cache import decode_cursor as decode_cache_cursor
+from rlmm.metadata_cache import encode_cursor as encode_cache_cursor
 from rlmm.partitioner import metadata_partition
 from rlmm.replay import Replay, TracedEvent, partition_key, replay
 from rlmm.serde import MetadataSerdeError, RemoteLogSegmentMetadataSnapshot, decode
@@ -374,9 +374,9 @@ def segment_json(md: RemoteLogSegmentMetadata) -> dict[str, Any]:
     tp = md.topic_id_partition
     return {
         "topic": tp.topic,
-        "topic_id": kafka_uuid(tp.topic_id),
+        "topic_id": uuid_to_base64(tp.topic_id),
         "partition": tp.partition,
-        "segment_id": kafka_uuid(md.segment_id),
+        "segment_id": uuid_to_base64(md.segment_id),
         "state": md.state.name,
         "start_offset": md.start_offset,
         "end_offset": md.end_offset,
@@ -399,9 +399,9 @@ def event_json(event: object) -> dict[str, Any]:
         tp = event.topic_id_partition
         out.update(
             topic=tp.topic,
-            topic_id=kafka_uuid(tp.topic_id),
+            topic_id=uuid_to_base64(tp.topic_id),
             partition=tp.partition,
-            segment_id=kafka_uuid(event.remote_log_segment_id.id),
+            segment_id=uuid_to_base64(event.remote_log_segment_id.id),
             state=event.state.name,
             event_timestamp_ms=event.event_timestamp_ms,
             broker_id=event.broker_id,
@@ -411,7 +411,7 @@ def event_json(event: object) -> dict[str, Any]:
         tp = event.topic_id_partition
         out.update(
             topic=tp.topic,
-            topic_id=kafka_uuid(tp.topic_id),
+            topic_id=uuid_to_base64(tp.topic_id),
             partition=tp.partition,
             state=event.state.name,
             event_timestamp_ms=event.event_timestamp_ms,
@@ -419,7 +419,7 @@ def event_json(event: object) -> dict[str, Any]:
         )
     elif isinstance(event, RemoteLogSegmentMetadataSnapshot):
         out.update(
-            segment_id=kafka_uuid(event.segment_id),
+            segment_id=uuid_to_base64(event.segment_id),
             state=event.state.name,
             start_offset=event.start_offset,
             end_offset=event.end_offset,
@@ -652,7 +652,7 @@ def run_list(args: argparse.Namespace) -> int:
                 (
                     md.topic_id_partition.topic,
                     md.topic_id_partition.partition,
-                    kafka_uuid(md.segment_id),
+                    uuid_to_base64(md.segment_id),
                     md.state.name,
                     md.start_offset,
                     md.end_offset,
@@ -719,7 +719,7 @@ def run_describe(args: argparse.Namespace) -> int:
     segment_id = parse_segment_id(args.segment_id)
     replayed = _load(args, trace=segment_id)
     if not replayed.traced:
-        raise CommandError(f"segment {kafka_uuid(segment_id)} ({segment_id}) not found")
+        raise CommandError(f"segment {uuid_to_base64(segment_id)} ({segment_id}) not found")
     md = None
     for tp in replayed.partitions():
         cache = replayed.cache(tp)
@@ -730,7 +730,7 @@ def run_describe(args: argparse.Namespace) -> int:
         md = _fold(replayed.traced)
     if md is None:
         raise CommandError(
-            f"segment {kafka_uuid(segment_id)}: updates were found but no "
+            f"segment {uuid_to_base64(segment_id)}: updates were found but no "
             "COPY_SEGMENT_STARTED event"
         )
     tp = md.topic_id_partition
@@ -873,7 +873,7 @@ def partition_summary(
     delete_state = replayed.delete_states.get(tp)
     out: dict[str, Any] = {
         "topic": tp.topic,
-        "topic_id": kafka_uuid(tp.topic_id),
+        "topic_id": uuid_to_base64(tp.topic_id),
         "partition": tp.partition,
         "metadata_partition": metadata_partition(tp, replayed.num_partitions),
         "segments": segments,

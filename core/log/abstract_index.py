@@ -25,6 +25,7 @@ import itertools
 import mmap
 import operator
 import os
+import struct
 import sys
 import threading
 from abc import ABC, abstractmethod
@@ -32,7 +33,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
-from core.errors import CorruptIndexError
+from core.errors import CorruptIndexError, InvalidOffsetError
 
 E = TypeVar("E")  # the entry type: OffsetPosition or TimestampOffset
 
@@ -211,6 +212,41 @@ class AbstractIndex(ABC, Generic[E]):
     def can_append_offset(self, offset: int) -> bool:
         """True when ``offset`` fits the int32 relative offset of an entry."""
         return 0 <= offset - self.base_offset <= 2**31 - 1
+
+    # -- entries ------------------------------------------------------------------------
+
+    def _unpack(self, layout: struct.Struct, slot: int) -> tuple[int, ...]:
+        """The fields ``layout`` reads at the start of ``slot``."""
+        assert self._mmap is not None
+        return layout.unpack_from(self._mmap, slot * self.ENTRY_SIZE)
+
+    def _relative_offset(self, offset: int) -> int:
+        """``offset`` as an entry stores it: relative to the base offset.
+
+        Raises:
+            InvalidOffsetError: it does not fit an int32 (Kafka's
+                IndexOffsetOverflowException).
+        """
+        if not self.can_append_offset(offset):
+            raise InvalidOffsetError(
+                f"offset {offset} does not fit a relative offset of index {self._path} "
+                f"(base offset {self.base_offset})"
+            )
+        return offset - self.base_offset
+
+    def _refuse_when_full(self) -> None:
+        """Raises InvalidOffsetError when ``is_full``: no room for an ordinary append."""
+        if self.is_full():
+            raise InvalidOffsetError(
+                f"attempt to append to the full index {self._path} ({self._entries} entries)"
+            )
+
+    def _write_next(self, layout: struct.Struct, *fields: int) -> None:
+        """Write the entry after the last one and count it (the caller holds the lock and
+        checked that a slot is free)."""
+        assert self._mmap is not None
+        layout.pack_into(self._mmap, self._entries * self.ENTRY_SIZE, *fields)
+        self._entries += 1
 
     # -- searching ----------------------------------------------------------------------
 
@@ -394,6 +430,14 @@ class AbstractIndex(ABC, Generic[E]):
     @abstractmethod
     def _check_entries(self) -> None:
         """Subclass checks of the entries themselves (Kafka's per-index sanity rules)."""
+
+    def _check_last_offset(self, last_offset: int) -> None:
+        """The check both of Kafka's indexes make: no entry lies below the base offset."""
+        if self._entries and last_offset < self.base_offset:
+            raise CorruptIndexError(
+                f"index file {self._path} is corrupt: its last offset {last_offset} is "
+                f"below the base offset {self.base_offset}"
+            )
 
     # -- lifecycle ----------------------------------------------------------------------
 

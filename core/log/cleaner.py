@@ -46,10 +46,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.clock import now_ms
 from core.errors import CoreError
 from core.log.checkpoints import OffsetCheckpointFile
 from core.log.files import CLEANED_SUFFIX
-from core.log.partition_log import PartitionLog, now_ms
+from core.log.partition_log import PartitionLog
 from core.log.segment import AppendedBatch, LogSegment
 from core.log.txn_index import AbortedTxn
 from core.records.batch import RecordBatchHeader, TimestampType
@@ -276,6 +277,19 @@ class LogCleaner:
             checkpoint = OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT)
             offsets = _read_checkpoint(checkpoint)
             if offsets.pop((topic, partition), None) is not None:
+                checkpoint.write(offsets)
+
+    def maybe_truncate_checkpoint(
+        self, topic: str, partition: int, log_dir: Path, offset: int
+    ) -> None:
+        """Lower the log's cleaner checkpoint to ``offset`` if it is above (Kafka's
+        maybeTruncateCheckpoint): after a truncation, offsets from there on hold new data that
+        was never cleaned."""
+        with self._checkpoint_lock:
+            checkpoint = OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT)
+            offsets = _read_checkpoint(checkpoint)
+            if offsets.get((topic, partition), 0) > offset:
+                offsets[(topic, partition)] = offset
                 checkpoint.write(offsets)
 
     # -- choosing a log --------------------------------------------------------------------

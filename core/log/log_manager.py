@@ -17,11 +17,14 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.clock import now_ms
 from core.errors import CoreError, KafkaStorageError, LogDirNotUsableError
 from core.fs import atomic_write, fsync_dir
+from core.kafka_uuid import uuid_to_base64
 from core.log import meta_properties
 from core.log.checkpoints import OffsetCheckpointFile
 from core.log.cleaner import CleanerConfig, LogCleaner
@@ -38,7 +41,7 @@ from core.log.files import (
     parse_partition_dir,
     partition_dir_name,
 )
-from core.log.partition_log import PartitionLog, now_ms
+from core.log.partition_log import PartitionLog
 from core.scheduler import Scheduler
 from core.topic_name import validate_topic_name
 
@@ -170,7 +173,10 @@ class LogManager:
                             clean,
                             recovery.get(tp, 0),
                             starts.get(tp, 0),
-                            hws.get(tp),
+                            # No checkpointed high watermark: 0 (the log start), as Kafka's
+                            # Partition does, never the log end, which may hold offsets no
+                            # other replica has.
+                            hws.get(tp, 0),
                         )
                     )
             for job in jobs:
@@ -336,6 +342,62 @@ class LogManager:
                 counts[parent] += 1
         return counts
 
+    def truncate_to(self, topic: str, partition: int, offset: int) -> bool:
+        """Truncate a partition's log to ``offset`` (a follower after a leader change) and
+        write its log dir's recovery-point and high-watermark checkpoints at once.
+
+        Kafka's LogManager.truncateTo: cleaning of the log is stopped while segments go
+        (and its cleaner checkpoint lowered to the new active segment), and the recovery
+        points are checkpointed, so that a crash right after cannot start recovery above data
+        that replaced what was truncated (and the log start offsets, if the truncation
+        lowered one). tierlog also checkpoints the high watermarks here:
+        a high watermark only ever goes down by truncation, and a stale checkpoint naming a
+        higher one would, after a restart, count as committed offsets that the new leader's
+        lineage never committed.
+
+        Returns:
+            True if any batch was removed (``PartitionLog.truncate_to``).
+
+        Raises:
+            KeyError: no log for the partition.
+            ValueError, KafkaStorageError: as ``PartitionLog.truncate_to``.
+        """
+        plog = self._logs[(topic, partition)]
+        start = plog.log_start_offset
+        # The cleaner never touches the active segment: only a truncation reaching below it
+        # must stop a cleaning in progress (Kafka's rule).
+        below_active = offset < plog.active_segment.base_offset
+        with self.cleaner.paused(topic, partition) if below_active else nullcontext():
+            truncated = plog.truncate_to(offset)
+            if truncated and below_active:
+                self.cleaner.maybe_truncate_checkpoint(
+                    topic, partition, plog.dir.parent, plog.active_segment.base_offset
+                )
+        if truncated:
+            self.checkpoint_recovery_points()
+            self.checkpoint_high_watermarks()
+            if plog.log_start_offset != start:
+                self.checkpoint_log_start_offsets()
+        return truncated
+
+    def truncate_fully_and_start_at(self, topic: str, partition: int, offset: int) -> None:
+        """Empty a partition's log and restart it at ``offset`` (a follower whose fetch
+        offset is out of the leader's range), then checkpoint recovery points, log start
+        offsets and high watermarks, as ``truncate_to`` does (Kafka's
+        LogManager.truncateFullyAndStartAt).
+
+        Raises:
+            KeyError: no log for the partition.
+            ValueError, KafkaStorageError: as ``PartitionLog.truncate_fully_and_start_at``.
+        """
+        plog = self._logs[(topic, partition)]
+        with self.cleaner.paused(topic, partition):
+            plog.truncate_fully_and_start_at(offset)
+            self.cleaner.maybe_truncate_checkpoint(topic, partition, plog.dir.parent, offset)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+
     def delete_log(self, topic: str, partition: int) -> bool:
         with self._lock:
             plog = self._logs.pop((topic, partition), None)
@@ -385,7 +447,11 @@ class LogManager:
     def _checkpoint(self, name: str, value: Callable[[PartitionLog], int]) -> None:
         by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         for plog in self.all_logs():
-            by_dir.setdefault(plog.dir.parent, {})[(plog.topic, plog.partition)] = value(plog)
+            # Under the log's lock: a truncation lowers the log end offset, then the offsets
+            # kept with it, and a checkpoint must never see the first without the second.
+            with plog.lock:
+                offset = value(plog)
+            by_dir.setdefault(plog.dir.parent, {})[(plog.topic, plog.partition)] = offset
         for directory, offsets in by_dir.items():
             OffsetCheckpointFile(directory / name).write(offsets)
 
@@ -463,7 +529,7 @@ def _partition_dirs(directory: Path) -> list[tuple[Path, TopicPartition]]:
 
 
 def _new_cluster_id() -> str:
-    return meta_properties.uuid_to_base64(uuid.uuid4())
+    return uuid_to_base64(uuid.uuid4())
 
 
 def _rmtree(path: Path) -> None:

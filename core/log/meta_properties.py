@@ -16,7 +16,6 @@ so that a dir from an old broker is reported rather than silently accepted.
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import uuid
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from core.errors import InvalidMetaPropertiesError, KafkaStorageError
 from core.fs import atomic_write
+from core.kafka_uuid import uuid_from_base64, uuid_to_base64
 from core.properties import PropertiesSyntaxError, format_properties, parse_properties
 
 META_PROPERTIES_FILE = "meta.properties"
@@ -39,22 +39,6 @@ _DECIMAL = re.compile(r"[+-]?[0-9]+")
 # Kafka's DirectoryId reserves the uuids whose 128-bit value is below 100 (UNASSIGNED, LOST,
 # MIGRATING, ...); a real directory never gets one.
 _RESERVED_DIRECTORY_IDS = 100
-
-
-def uuid_to_base64(value: uuid.UUID) -> str:
-    """Kafka's ``Uuid.toString``: base64url of the 16 bytes, no padding (22 characters)."""
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode("ascii")
-
-
-def uuid_from_base64(text: str) -> uuid.UUID:
-    """Kafka's ``Uuid.fromString``: base64url of 16 bytes, padding optional.
-
-    Raises:
-        ValueError: not base64url, or not 16 bytes.
-    """
-    if len(text) > 24 or re.fullmatch(r"[A-Za-z0-9_-]{22}(==)?", text) is None:
-        raise ValueError(f"{text!r} is not a base64url-encoded 16-byte uuid")
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text[:22] + "=="))
 
 
 def random_directory_id() -> str:

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import CorruptIndexError, InvalidOffsetError
+from core.errors import InvalidOffsetError
 from core.log.abstract_index import AbstractIndex, first_break, int32_columns
 
 _ENTRY = struct.Struct(">ii")  # relativeOffset, position
@@ -85,20 +85,14 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         self._last_offset = self.base_offset + self._relatives[-1] if n else self.base_offset
 
     def _check_entries(self) -> None:
-        if self._entries and self._last_offset < self.base_offset:
-            raise CorruptIndexError(
-                f"index file {self._path} is corrupt: its last offset {self._last_offset} is "
-                f"below the base offset {self.base_offset}"
-            )
+        self._check_last_offset(self._last_offset)
 
     def _read(self, slot: int) -> OffsetPosition:
-        assert self._mmap is not None
-        relative, position = _ENTRY.unpack_from(self._mmap, slot * self.ENTRY_SIZE)
+        relative, position = self._unpack(_ENTRY, slot)
         return OffsetPosition(self.base_offset + relative, position)
 
     def _relative_at(self, slot: int) -> int:
-        assert self._mmap is not None
-        return _RELATIVE.unpack_from(self._mmap, slot * self.ENTRY_SIZE)[0]
+        return self._unpack(_RELATIVE, slot)[0]
 
     # -- API ----------------------------------------------------------------------------
 
@@ -121,30 +115,19 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             ValueError: ``position`` is out of range, or the index is closed or read-only.
         """
         with self._lock:
-            mm = self._require_writable()
-            if self.is_full():
-                raise InvalidOffsetError(
-                    f"attempt to append to the full index {self._path} ({self._entries} entries)"
-                )
+            self._require_writable()
+            self._refuse_when_full()
             if self._entries and offset <= self._last_offset:
                 raise InvalidOffsetError(
                     f"attempt to append offset {offset} to index {self._path} at slot "
                     f"{self._entries}, not above its last offset {self._last_offset}"
                 )
-            if not self.can_append_offset(offset):
-                raise InvalidOffsetError(
-                    f"offset {offset} does not fit a relative offset of index {self._path} "
-                    f"(base offset {self.base_offset})"
-                )
+            relative = self._relative_offset(offset)
             if not 0 <= position <= _INT32_MAX:
                 raise ValueError(f"position {position} out of range for index {self._path}")
-            assert mm is not None
-            _ENTRY.pack_into(
-                mm, self._entries * self.ENTRY_SIZE, offset - self.base_offset, position
-            )
-            self._entries += 1
+            self._write_next(_ENTRY, relative, position)
             self._last_offset = offset
-            self._relatives.append(offset - self.base_offset)
+            self._relatives.append(relative)
             self._positions.append(position)
 
     def lookup(self, target_offset: int) -> OffsetPosition:
@@ -158,8 +141,7 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             ValueError: the index is closed.
         """
         with self._lock:
-            if self._closed:
-                raise ValueError(f"index {self._path} is closed")
+            self._require_open()
             slot = bisect.bisect_right(self._relatives, target_offset - self.base_offset) - 1
             if slot < 0:
                 return OffsetPosition(self.base_offset, 0)

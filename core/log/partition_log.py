@@ -1,7 +1,8 @@
 """PartitionLog: the local log of one partition (Kafka's UnifiedLog, local part).
 
 Appends validate batch headers and CRCs, assign offsets and the leader epoch by patching
-the header in place, and write the bytes as they came: records are never decoded here.
+the header in place, and write the bytes as they came: records are decoded only where a
+per-record rule can fail (core.log.record_validation).
 Reads return file slices for zero-copy sends. Loading recovers from an unclean shutdown.
 """
 
@@ -12,23 +13,32 @@ import itertools
 import logging
 import shutil
 import threading
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from core.clock import now_ms
 from core.errors import (
     CoreError,
     CorruptIndexError,
+    CorruptRecordError,
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    UnexpectedAppendOffsetError,
 )
-from core.fs import fsync_dir
+from core.fs import TMP_SUFFIX, fsync_dir
 from core.log.config import LogConfig
+from core.log.divergence import (
+    UNDEFINED_EPOCH_END_OFFSET,
+    EpochEndOffset,
+    OffsetTruncationState,
+    diverging_epoch,
+    follower_truncation_state,
+)
 from core.log.file_records import FileRecords
 from core.log.files import (
     CLEANED_SUFFIX,
@@ -44,11 +54,15 @@ from core.log.files import (
     parse_offset_file,
     segment_file,
 )
-from core.log.leader_epoch import LeaderEpochCheckpointFile, LeaderEpochFileCache
-from core.log.producer_state import ProducerStateManager
+from core.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCheckpointFile, LeaderEpochFileCache
+from core.log.producer_state import ProducerStateEntry, ProducerStateManager, read_txn_marker
+from core.log.record_validation import validate_records
+from core.log.replicated_batches import scan_replicated_batches
 from core.log.segment import AppendedBatch, FetchDataInfo, LogOffsetMetadata, LogSegment
 from core.log.txn_index import AbortedTxn
 from core.records.batch import (
+    F_BASE_OFFSET,
+    F_EPOCH,
     F_LAST_OFFSET_DELTA,
     F_LENGTH,
     F_MAX_TIMESTAMP,
@@ -62,7 +76,6 @@ from core.records.batch import (
     scan_client_batches,
     set_log_append_time,
 )
-from core.records.record import decode_records
 from core.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -84,10 +97,6 @@ def _without(path: Path, suffix: str, replacement: str) -> Path:
     if name.endswith(suffix):
         name = name[: -len(suffix)]
     return path.with_name(name + replacement)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class LogAppendInfo(NamedTuple):
@@ -157,6 +166,7 @@ class PartitionLog:
         self.highest_offset_in_remote_storage = -1
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
+        self._truncations = 0  # truncations so far: a flush racing one must not count
         # With inline_flush, an append that reaches flush.messages fsyncs before returning.
         # The broker turns it off and runs the fsync on a thread instead, still before it
         # answers the producer, so the event loop never waits on the disk.
@@ -167,11 +177,15 @@ class PartitionLog:
             LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
         )
         self.producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
+        # The cache's latest epoch as last seen by an append (None: look it up), so that the
+        # append path does not take the cache's lock for every batch.
+        self._latest_epoch: int | None = None
         self._load(had_clean_shutdown)
-        self._latest_epoch = self.leader_epoch_cache.latest_epoch
         self.high_watermark = self._clamp(
             high_watermark if high_watermark is not None else self.log_end_offset
         )
+        # Completed transactions below the high watermark no longer hold the LSO back.
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
 
     # -- loading ---------------------------------------------------------------------------
     def _load(self, had_clean_shutdown: bool) -> None:
@@ -194,7 +208,7 @@ class PartitionLog:
                 segment.sanity_check()
             except CoreError as e:
                 log.warning("%s: rebuilding indexes of segment %d: %s", self.dir, parsed[0], e)
-                segment.recover(self.config.max_message_bytes)
+                segment.recover(None)
             self._segments.append(segment)
         self._segments.sort(key=lambda s: s.base_offset)
         self._bases = [s.base_offset for s in self._segments]
@@ -256,7 +270,7 @@ class PartitionLog:
     def _remove_temporary_files(self) -> None:
         for path in self.dir.iterdir():
             name = path.name
-            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)):
                 # .swap files left here belong to no complete swap (an index without its log).
                 log.info("%s: removing leftover file %s", self.dir, name)
                 path.unlink(missing_ok=True)
@@ -276,9 +290,17 @@ class PartitionLog:
     def _recover_from(self, recovery_point: int) -> None:
         """Validate every batch from the segment holding the recovery point to the end."""
         first = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        # Recovery empties the transaction indexes of the segments it recovers; the replay
+        # that rebuilds producer state afterwards refills them, but only from the snapshot
+        # it starts at. Kafka replays each recovered segment from its base offset, so no
+        # snapshot above the first recovered segment may be used.
+        self.producer_state.delete_snapshots_above(self._segments[first].base_offset)
         for i in range(first, len(self._segments)):
             segment = self._segments[i]
-            truncated = segment.recover(self.config.max_message_bytes, self._assign_epoch)
+            # No size bound: a batch above max.message.bytes may be legitimately stored (a
+            # follower's copy of the leader's, or written before the setting shrank), and a
+            # torn length cannot run past the file anyway.
+            truncated = segment.recover(None, self._assign_epoch)
             if truncated > 0:
                 log.warning(
                     "%s: recovery truncated %d invalid bytes from segment %d; deleting %d "
@@ -296,16 +318,25 @@ class PartitionLog:
                 break
 
     def _assign_epoch(self, header: RecordBatchHeader) -> None:
-        # Kafka's LogSegment.recover rule: only an epoch newer than the cached latest is
-        # assigned. Re-assigning an older or equal epoch at a later batch's base offset would
-        # move that epoch's start forward and drop the later epochs, rewriting the lineage
-        # that remote segments and followers were validated against.
-        epoch = header.partition_leader_epoch
-        if epoch == NO_PARTITION_LEADER_EPOCH:
+        self._maybe_assign_epoch(header.partition_leader_epoch, header.base_offset)
+
+    def _maybe_assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` if it is newer than the latest.
+
+        One rule for leader appends, follower appends and recovery, so that the cache a
+        replica builds while appending is the cache recovery rebuilds from the same batches.
+        Only an epoch newer than the cached latest is assigned: re-assigning an older or
+        equal epoch at a later batch's base offset would move that epoch's start forward and
+        drop the later epochs, rewriting the lineage that remote segments and followers were
+        validated against. (Kafka's assign for every batch has the same effect on a log
+        whose epochs never decrease, which is what leaders write.)
+        """
+        if epoch in (NO_PARTITION_LEADER_EPOCH, self._latest_epoch):
             return
         latest = self.leader_epoch_cache.latest_epoch
         if latest is None or epoch > latest:
-            self.leader_epoch_cache.assign(epoch, header.base_offset)
+            self.leader_epoch_cache.assign(epoch, start_offset)
+        self._latest_epoch = self.leader_epoch_cache.latest_epoch
 
     def _rebuild_producer_state(self) -> None:
         """Load the newest usable snapshot and replay the batches after it."""
@@ -313,21 +344,42 @@ class PartitionLog:
         first = max(0, bisect.bisect_right(self._bases, replay_from) - 1)
         for segment in self._segments[first:]:
             start = segment.offset_index.lookup(replay_from).position
-            for _, header in segment.log.batch_headers(start):
-                if header.last_offset < replay_from:
+            for position, view in segment.log.batch_headers(start):
+                if view.last_offset < replay_from:
                     continue
+                header = view
+                if view.is_control and view.has_producer_id:
+                    # The view holds the header only; a marker's record follows it.
+                    header = RecordBatchHeader(segment.log.read(position, view.size_in_bytes))
                 # The batch's own time, not now: replay must rebuild the state as it was.
-                completed = self.producer_state.update(header, append_time_ms=header.max_timestamp)
-                if completed is not None and completed.is_aborted:
-                    txn = AbortedTxn(
-                        completed.producer_id,
-                        completed.first_offset,
-                        completed.last_offset,
-                        completed.last_stable_offset,
-                    )
-                    if txn not in segment.txn_index.all_aborted_txns():
-                        segment.append_aborted_txn(txn)
+                self._update_producer_state(segment, header, header.max_timestamp, replay=True)
         self.producer_state.update_map_end_offset(self._log_end_offset)
+
+    def _update_producer_state(
+        self, segment: LogSegment, header: RecordBatchHeader, append_time_ms: int, *, replay: bool
+    ) -> None:
+        """Apply one written batch to the producer state; an abort marker also goes to the
+        transaction index of ``segment``, the segment holding the marker (Kafka's
+        updateTxnIndex). Appends and replays share it so both build the same state.
+
+        ``replay``: the batch was written before and its abort may already be indexed (the
+        segment's index survived, or was truncated above it): add it only if it is not.
+        """
+        completed = self.producer_state.update(header, append_time_ms=append_time_ms)
+        if completed is None or not completed.is_aborted:
+            return
+        if replay:
+            indexed = segment.txn_index.all_aborted_txns()
+            if indexed and indexed[-1].last_offset >= completed.last_offset:
+                return  # entries are in marker order: this one is already there
+        segment.append_aborted_txn(
+            AbortedTxn(
+                completed.producer_id,
+                completed.first_offset,
+                completed.last_offset,
+                completed.last_stable_offset,
+            )
+        )
 
     # -- segment bookkeeping ---------------------------------------------------------------
     def _add_segment(self, segment: LogSegment) -> None:
@@ -371,6 +423,80 @@ class PartitionLog:
     def _clamp(self, offset: int) -> int:
         return min(max(offset, self.log_start_offset), self._log_end_offset)
 
+    # -- leader epochs (KIP-101, KIP-279) ----------------------------------------------------
+    @property
+    def latest_epoch(self) -> int | None:
+        """The latest leader epoch of the log (Kafka's UnifiedLog.latestEpoch); None when the
+        cache is empty, in which case a follower truncates to its high watermark instead of
+        asking the leader (it has no epoch to ask about)."""
+        return self.leader_epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset:
+        """Answer OffsetsForLeaderEpoch for ``epoch`` (Kafka's LeaderEpochFileCache.endOffsetFor).
+
+        Returns:
+            ``(largest cached epoch <= epoch, its end offset)``: the end offset is the start
+            of the next cached epoch, or the log end offset for the latest epoch. For an
+            epoch below every cached one: ``(epoch, start of the earliest entry)``.
+            ``(-1, -1)`` (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET) for epoch -1, an empty
+            cache, or an epoch above the latest.
+        """
+        with self.lock:  # the log end offset and the cache seen at the same instant
+            return EpochEndOffset(
+                *self.leader_epoch_cache.end_offset_for(epoch, self._log_end_offset)
+            )
+
+    def truncation_state_for(
+        self, leader: EpochEndOffset, fallback_offset: int | None = None
+    ) -> OffsetTruncationState:
+        """Where this follower truncates given the leader's answer (KIP-101, KIP-279).
+
+        ``leader`` is the leader's OffsetsForLeaderEpoch answer for ``latest_epoch`` or a
+        Fetch response's ``diverging_epoch``; see ``divergence.follower_truncation_state``
+        for the rules. The caller truncates with ``truncate_to(state.offset)`` and, while
+        ``truncation_completed`` is False, asks the leader again for its new latest epoch.
+
+        Args:
+            leader: the leader's ``(epoch, end offset)``.
+            fallback_offset: where to truncate if the leader's answer is undefined; default
+                the high watermark (Kafka's initial fetch offset for a follower).
+
+        Returns:
+            The truncation offset (never above the log end offset) and whether it is final.
+        """
+        with self.lock:
+            if leader.epoch == UNDEFINED_EPOCH:
+                local = UNDEFINED_EPOCH_END_OFFSET
+            else:
+                local = self.end_offset_for_epoch(leader.epoch)
+            fallback = self.high_watermark if fallback_offset is None else fallback_offset
+            return follower_truncation_state(leader, local, self._log_end_offset, fallback)
+
+    def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> EpochEndOffset | None:
+        """The leader's check of a follower's Fetch (v12+) naming its last fetched epoch.
+
+        Kafka's Partition.readRecords: the leader looks up ``last_fetched_epoch`` in its own
+        cache; if that epoch ends before ``fetch_offset``, or the leader only knows an older
+        epoch, the follower's log diverges and it must truncate before fetching.
+
+        Args:
+            fetch_offset: the follower's fetch offset.
+            last_fetched_epoch: from the request; negative (-1, absent) checks nothing.
+
+        Returns:
+            None if the follower may fetch from ``fetch_offset``; otherwise the
+            ``(epoch, end offset)`` to answer as ``diverging_epoch`` (with no records).
+
+        Raises:
+            OffsetOutOfRangeError: ``last_fetched_epoch`` cannot be placed (the leader's
+                answer is undefined) or ``fetch_offset`` is below the log start offset.
+        """
+        if last_fetched_epoch < 0:
+            return None
+        with self.lock:
+            answer = self.end_offset_for_epoch(last_fetched_epoch)
+            return diverging_epoch(answer, last_fetched_epoch, fetch_offset, self.log_start_offset)
+
     # -- append ----------------------------------------------------------------------------
     def append_as_leader(self, records: bytearray | memoryview, leader_epoch: int) -> LogAppendInfo:
         """Validate, assign offsets and the leader epoch, and append client batches.
@@ -380,7 +506,9 @@ class PartitionLog:
 
         Raises:
             CorruptRecordError: torn framing or a CRC mismatch (CORRUPT_MESSAGE).
-            InvalidRecordError: a batch breaking a rule for client batches (INVALID_RECORD).
+            InvalidRecordError: a batch breaking a rule for client batches (INVALID_RECORD);
+                ``RecordValidationError`` (``InvalidTimestampError``) when the rule concerns
+                single records, which it names (core.log.record_validation).
             UnsupportedVersionError: a magic other than 2.
             RecordTooLargeError: a batch above ``max.message.bytes``.
             OutOfOrderSequenceError, InvalidProducerEpochError: idempotence violations.
@@ -388,8 +516,7 @@ class PartitionLog:
         """
         buf = records if isinstance(records, bytearray) else bytearray(records)
         batches = scan_client_batches(buf, self.config.max_message_bytes)
-        if self.config.compact:
-            self._check_keys(buf, batches)
+        validate_records(buf, batches, self.config, f"{self.topic}-{self.partition}", self.clock())
         with self.lock:
             if self._closed:
                 raise KafkaStorageError(f"log {self.dir} is closed")
@@ -403,17 +530,6 @@ class PartitionLog:
                 if duplicate is not None:
                     return duplicate
             return self._append_validated(buf, batches, idempotent, leader_epoch)
-
-    def _check_keys(self, buf: bytearray, batches: list[tuple[int, tuple[int, ...]]]) -> None:
-        # Kafka's LogValidator rule: compaction keeps the latest record per key, so a
-        # compacted topic refuses records it could never compact.
-        for pos, _ in batches:
-            for record in decode_records(RecordBatchHeader(buf, pos), verify=False):
-                if record.key is None:
-                    raise InvalidRecordError(
-                        f"Compacted topic cannot accept message without key in topic "
-                        f"partition {self.topic}-{self.partition}."
-                    )
 
     def _check_producer_state(self, headers: list[RecordBatchHeader]) -> LogAppendInfo | None:
         seen: dict[int, RecordBatchHeader] = {}
@@ -471,17 +587,7 @@ class PartitionLog:
             next_offset = last + 1
         last_offset = next_offset - 1
 
-        segment = self._maybe_roll(len(buf), max_ts, last_offset, now)
-        segment.append(buf, appended)
-        if leader_epoch not in (NO_PARTITION_LEADER_EPOCH, self._latest_epoch):
-            latest = self.leader_epoch_cache.latest_epoch
-            if latest is None or leader_epoch > latest:
-                self.leader_epoch_cache.assign(leader_epoch, first_offset)
-            self._latest_epoch = self.leader_epoch_cache.latest_epoch
-        for header in idempotent:
-            self.producer_state.update(header, append_time_ms=now)
-        self._log_end_offset = next_offset
-        self.producer_state.update_map_end_offset(next_offset)
+        self._write(buf, appended, max_ts, now, ((leader_epoch, first_offset),), idempotent, now)
         self._unflushed_messages += records_count
         if self.inline_flush and self.flush_due:
             self.flush()
@@ -498,9 +604,168 @@ class PartitionLog:
             records_count,
         )
 
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches fetched from the leader, exactly as the leader wrote them.
+
+        Kafka's UnifiedLog.appendAsFollower: offsets and partition leader epochs are the
+        leader's and are not patched; batches may be compressed, transactional, control
+        batches, or empty batches left by the log cleaner; the follower's
+        ``max.message.bytes`` does not apply (the leader accepted them), nor do client rules
+        or idempotent sequence checks. The leader-epoch cache takes each batch's epoch that is
+        newer than its latest (``assign(epoch, base offset)``); producer state follows the
+        batches (epochs, sequences, open transactions; a COMMIT or ABORT marker completes its
+        transaction and an ABORT is written to the transaction index, as recovery would).
+        Rolls, index entries and the flush policy are those of ``append_as_leader``. The high
+        watermark does not move: the fetcher sets it from the leader's.
+
+        Nothing is appended unless every whole batch is valid.
+
+        Args:
+            records: the records of one partition of a fetch response: whole batches,
+                possibly ended by a partial one (a size-bounded read), which is ignored.
+
+        Returns:
+            What was appended. Without a whole batch nothing is: ``batch_count`` and
+            ``valid_bytes`` are 0, ``first_offset`` is the log end offset and
+            ``last_offset`` one below it. ``last_leader_epoch`` is the epoch of the last
+            batch (the fetcher's next ``last_fetched_epoch``).
+
+        Raises:
+            CorruptRecordError: a batch with an impossible length or a CRC mismatch, or a
+                control batch whose marker cannot be read (CORRUPT_MESSAGE).
+            UnsupportedVersionError: a batch with a magic other than 2.
+            OffsetsOutOfOrderError: batches whose offsets do not increase.
+            UnexpectedAppendOffsetError: the first batch starts below the log end offset
+                (the fetch overlaps the log). A first batch above the log end offset is
+                accepted, as in Kafka: a compacted leader log has gaps. Kafka's Partition
+                recovers from one case: an empty log (log end == log start) and a batch
+                straddling the log end offset (the leader's log start moved inside a batch by
+                DeleteRecords), by ``truncate_fully_and_start_at(first_offset)`` and
+                appending again; any other case means the fetch position is wrong.
+            KafkaStorageError: the log is closed, or the disk write failed.
+        """
+        batches, valid_bytes = scan_replicated_batches(records)
+        headers = [RecordBatchHeader(records, pos) for pos, _ in batches]
+        producer_headers = [h for h in headers if h.has_producer_id]
+        for header in producer_headers:
+            if header.is_control:
+                # Read the marker now: a marker failing after the write would leave the
+                # batches in the log and the producer state without them.
+                try:
+                    read_txn_marker(header)
+                except InvalidRecordError as e:
+                    raise CorruptRecordError(
+                        f"replicated control batch at offset {header.base_offset} of "
+                        f"{self.topic}-{self.partition} is malformed: {e}"
+                    ) from e
+        with self.lock:
+            if self._closed:
+                raise KafkaStorageError(f"log {self.dir} is closed")
+            if not batches:
+                return LogAppendInfo(
+                    self._log_end_offset,
+                    self._log_end_offset - 1,
+                    NO_PARTITION_LEADER_EPOCH,
+                    -1,
+                    -1,
+                    -1,
+                    self.log_start_offset,
+                    0,
+                    0,
+                    0,
+                )
+            first_offset = batches[0][1][F_BASE_OFFSET]
+            last_offset = headers[-1].last_offset
+            if first_offset < self._log_end_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"unexpected offset in append to {self.topic}-{self.partition}: first "
+                    f"offset {first_offset} is below the log end offset "
+                    f"{self._log_end_offset} (append ends at {last_offset}, log start "
+                    f"{self.log_start_offset})",
+                    first_offset,
+                    last_offset,
+                    self._log_end_offset,
+                )
+            max_ts, offset_of_max_ts, records_count = -1, first_offset, 0
+            appended: list[AppendedBatch] = []
+            epoch_starts: list[tuple[int, int]] = []
+            epoch = NO_PARTITION_LEADER_EPOCH
+            for (pos, fields), header in zip(batches, headers, strict=True):
+                base, last = fields[F_BASE_OFFSET], header.last_offset
+                batch_max_ts = fields[F_MAX_TIMESTAMP]
+                if batch_max_ts > max_ts:
+                    max_ts, offset_of_max_ts = batch_max_ts, last
+                appended.append(
+                    AppendedBatch(pos, base, last, batch_max_ts, fields[F_LENGTH] + LOG_OVERHEAD)
+                )
+                records_count += fields[F_RECORDS_COUNT]
+                epoch = fields[F_EPOCH]
+                if not epoch_starts or epoch > epoch_starts[-1][0]:
+                    epoch_starts.append((epoch, base))
+            data = memoryview(records)[:valid_bytes]
+            # LOG_APPEND_TIME batches carry the leader's append time as their max timestamp.
+            self._write(data, appended, max_ts, self.clock(), epoch_starts, producer_headers, None)
+            self._unflushed_messages += records_count
+            if self.inline_flush and self.flush_due:
+                self.flush()
+            return LogAppendInfo(
+                first_offset,
+                last_offset,
+                epoch,
+                max_ts,
+                offset_of_max_ts,
+                -1,
+                self.log_start_offset,
+                valid_bytes,
+                len(batches),
+                records_count,
+            )
+
+    def _write(
+        self,
+        data: bytes | bytearray | memoryview,
+        appended: list[AppendedBatch],
+        max_timestamp: int,
+        now: int,
+        epoch_starts: Iterable[tuple[int, int]],
+        producer_headers: list[RecordBatchHeader],
+        append_time_ms: int | None,
+    ) -> None:
+        """Write validated batches with their final offsets: the part of an append that
+        leaders and followers share. Lock held.
+
+        Args:
+            data: the batches' bytes, ``appended`` describing them in order.
+            max_timestamp: the largest batch max timestamp (``segment.ms`` rolls).
+            now: the broker's time of the append.
+            epoch_starts: ``(epoch, first offset)`` of each epoch the batches carry.
+            producer_headers: the batches with a producer id, in order.
+            append_time_ms: the append time for LOG_APPEND_TIME batches' producer state;
+                None to use each batch's max timestamp (the leader's append time).
+        """
+        first_offset, last_offset = appended[0].base_offset, appended[-1].last_offset
+        segment = self._maybe_roll(len(data), max_timestamp, last_offset, now, first_offset)
+        segment.append(data, appended)
+        for epoch, start in epoch_starts:
+            self._maybe_assign_epoch(epoch, start)
+        for header in producer_headers:
+            self._update_producer_state(
+                segment,
+                header,
+                header.max_timestamp if append_time_ms is None else append_time_ms,
+                replay=False,
+            )
+        self._log_end_offset = last_offset + 1
+        self.producer_state.update_map_end_offset(self._log_end_offset)
+
     # -- roll ------------------------------------------------------------------------------
     def _maybe_roll(
-        self, messages_size: int, max_timestamp: int, max_offset: int, now: int
+        self,
+        messages_size: int,
+        max_timestamp: int,
+        max_offset: int,
+        now: int,
+        first_offset: int | None = None,
     ) -> LogSegment:
         segment = self.active_segment
         if segment.should_roll(
@@ -510,7 +775,7 @@ class PartitionLog:
             now_ms=now,
             config=self.config,
         ):
-            return self._roll()
+            return self._roll(first_offset)
         return segment
 
     def roll(self) -> LogSegment:
@@ -518,8 +783,11 @@ class PartitionLog:
         with self.lock:
             return self._roll()
 
-    def _roll(self) -> LogSegment:
-        new_offset = self._log_end_offset
+    def _roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        # A follower's append may start above the log end offset (a compacted leader log has
+        # gaps); the new segment then starts at the append, as in Kafka, so that its offsets
+        # fit the segment's relative offsets.
+        new_offset = max(self._log_end_offset, expected_next_offset or 0)
         previous = self.active_segment
         if previous.base_offset == new_offset:
             if previous.size == 0:
@@ -544,7 +812,7 @@ class PartitionLog:
         with self.lock:
             if self._closed:
                 return
-            target = self._log_end_offset if offset is None else offset
+            target = min(self._log_end_offset if offset is None else offset, self._log_end_offset)
             if target <= self.recovery_point:
                 return
             segments = [
@@ -552,10 +820,15 @@ class PartitionLog:
                 for s in self._segments
                 if s.base_offset < target and s.base_offset >= self._floor(self.recovery_point)
             ]
+            truncations = self._truncations
         for segment in segments:
             segment.flush()
         with self.lock:
-            self.recovery_point = max(self.recovery_point, target)
+            # A truncation while the files were synced may have replaced what they held
+            # below ``target`` (the flush a roll scheduled runs late): the recovery point
+            # only moves over offsets this flush surely made durable.
+            if self._truncations == truncations:
+                self.recovery_point = max(self.recovery_point, target)
             self._unflushed_messages = 0
             self._last_flush_ms = self.clock()
 
@@ -723,37 +996,87 @@ class PartitionLog:
     def truncate_to(self, target_offset: int) -> bool:
         """Remove every offset >= ``target_offset`` (a follower after a leader change).
 
+        Kafka's UnifiedLog.truncateTo. Everything kept alongside the segments follows: the
+        leader-epoch cache loses the epochs starting at or after the new log end offset
+        (``truncate_from_end``), producer state is rebuilt from the newest snapshot at or
+        below it plus a replay (later snapshots are deleted), the transaction, offset and
+        time indexes drop their entries at or above it, and the high watermark, recovery
+        point and log start offset are lowered to it if above. A target below the first
+        segment's base offset empties the log and restarts it there
+        (``truncate_fully_and_start_at``).
+
+        Truncation works on whole batches. A target inside a batch removes that whole batch,
+        so the log end offset becomes the batch's base offset, below the target (Kafka would
+        set the log end offset to the target itself, which no batch ends at). Followers
+        truncate to offsets that are batch boundaries on the leader's lineage (epoch end
+        offsets, log end offsets, high watermarks), so this is defensive only.
+
+        With ``target_offset`` at or above the log end offset no data is removed, but, as
+        in Kafka, the epoch cache still drops entries starting at or after the log end
+        offset: a replica that became leader (assigning its epoch at its log end offset) and
+        lost leadership before appending keeps no claim on offsets it never wrote.
+
+        Args:
+            target_offset: the new log end offset, >= 0.
+
         Returns:
-            True if anything was removed.
+            True if any batch was removed.
+
+        Raises:
+            ValueError: a negative ``target_offset``.
+            KafkaStorageError: a file could not be truncated, deleted or written.
         """
         if target_offset < 0:
             raise ValueError(f"cannot truncate to negative offset {target_offset}")
         with self.lock:
             if target_offset >= self._log_end_offset:
+                self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+                self._latest_epoch = None
                 return False
             if target_offset < self.local_log_start_offset:
                 self._truncate_fully_and_start_at(target_offset)
                 return True
-            doomed = [s for s in self._segments if s.base_offset >= target_offset]
+            log.info("%s: truncating to offset %d", self.dir, target_offset)
+            self._truncations += 1
+            doomed = [s for s in self._segments[1:] if s.base_offset >= target_offset]
             for segment in doomed:
-                if segment is not self._segments[0]:
-                    self._remove_segment(segment, asynchronous=True)
-            self.active_segment.truncate_to(target_offset)
-            self._log_end_offset = self.active_segment.read_next_offset()
+                self._remove_segment(segment, asynchronous=True)
+            active = self.active_segment
+            active.truncate_to(target_offset)
+            if active.size == 0:
+                active.created_ms = self.clock()  # segment.ms counts from now again
+            self._log_end_offset = active.read_next_offset()
             self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
             self._latest_epoch = None  # re-read from the cache at the next append
             self.log_start_offset = min(self.log_start_offset, self._log_end_offset)
             self.recovery_point = min(self.recovery_point, self._log_end_offset)
             self.high_watermark = min(self.high_watermark, self._log_end_offset)
             self._rebuild_producer_state()
+            # Replay re-opened the bound of every transaction it completed; those whose
+            # marker is below the high watermark must not hold the LSO back.
+            self.producer_state.on_high_watermark_updated(self.high_watermark)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
-        """Delete every segment and restart the log empty at ``new_offset``."""
+        """Delete every segment and restart the log empty at ``new_offset``.
+
+        Kafka's truncateFullyAndStartAt (a follower whose fetch offset is out of the
+        leader's range): the log start offset, log end offset, high watermark and recovery
+        point all become ``new_offset``; the leader-epoch cache and producer state (and
+        every producer snapshot) are cleared.
+
+        Raises:
+            ValueError: a negative ``new_offset``.
+            KafkaStorageError: a file could not be deleted or created.
+        """
+        if new_offset < 0:
+            raise ValueError(f"cannot restart the log at negative offset {new_offset}")
         with self.lock:
             self._truncate_fully_and_start_at(new_offset)
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
+        log.info("%s: truncating fully and starting at offset %d", self.dir, new_offset)
+        self._truncations += 1
         for segment in list(self._segments):
             self._remove_segment(segment, asynchronous=True)
         self._add_segment(LogSegment(self.dir, new_offset, self.config, created_ms=self.clock()))
@@ -811,6 +1134,14 @@ class PartitionLog:
             excess -= segment.size
             out.append(segment)
         return out
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """The state of every producer the partition remembers, by producer id (Kafka's
+        activeProducers, for DescribeProducers); under the log's lock, as expiration
+        changes it from the scheduler's threads."""
+        with self.lock:
+            producers = self.producer_state.active_producers
+        return [producers[pid] for pid in sorted(producers)]
 
     def remove_expired_producers(self, now: int | None = None) -> int:
         """Forget producers idle for ``producer.id.expiration.ms`` without an open

@@ -676,6 +676,16 @@ class ProducerStateManager:
         for at in [s for s in self._snapshots if s < offset]:
             self._delete_snapshot(at)
 
+    def delete_snapshots_above(self, offset: int) -> None:
+        """Delete the snapshots at offsets above ``offset`` (exclusive).
+
+        Raises:
+            KafkaStorageError: a file could not be deleted.
+        """
+        for at in list_snapshot_offsets(self.partition_dir):
+            if at > offset:
+                self._delete_snapshot(at)
+
     def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
         """Delete snapshots that match no segment, keeping the newest stray one if it lies
         above every segment (the snapshot of a clean shutdown), as Kafka's LogLoader does."""

@@ -333,13 +333,16 @@ class LogSegment:
 
     def recover(
         self,
-        max_message_size: int,
+        max_message_size: int | None,
         on_batch: Callable[[RecordBatchHeader], None] | None = None,
     ) -> int:
         """Rebuild the indexes from the log and drop everything from the first bad batch.
 
         Every batch is fully validated (framing, magic, CRC, offsets within the segment).
         ``on_batch`` sees each valid batch in order (producer state, leader epochs).
+        ``max_message_size`` bounds batch sizes if not None; the partition log passes None,
+        as Kafka's recovery has no bound: a follower stores batches above its own
+        ``max.message.bytes``, and the setting may shrink after data was written.
 
         Returns:
             The number of bytes truncated from the end of the log.
@@ -396,7 +399,13 @@ class LogSegment:
 
         As in Kafka, a batch straddling ``offset`` goes whole: truncation points are batch
         boundaries in practice (leader-epoch end offsets, recovery points).
+
+        The segment may become the active one again (a follower truncating across a roll):
+        its indexes, trimmed when it rolled, get back their full size, as in Kafka, or the
+        next append would find them full and roll at once.
         """
+        self.offset_index.resize(self.offset_index.max_index_size)
+        self.time_index.resize(self.time_index.max_index_size)
         found = self.translate_offset(offset)
         if found is None:
             return 0

@@ -18,7 +18,6 @@ import itertools
 import operator
 import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 from core.errors import CorruptIndexError, InvalidOffsetError
 from core.log.abstract_index import AbstractIndex, first_break, int32_columns
@@ -43,16 +42,6 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
 
     ENTRY_SIZE = _ENTRY.size
     assert ENTRY_SIZE == 12
-
-    def __init__(
-        self,
-        path: Path,
-        base_offset: int,
-        max_index_size: int = 10 * 1024 * 1024,
-        writable: bool = True,
-    ) -> None:
-        self._last_entry = TimestampOffset(NO_TIMESTAMP, base_offset)
-        super().__init__(path, base_offset, max_index_size, writable)
 
     # -- subclass hooks -----------------------------------------------------------------
 
@@ -88,24 +77,17 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
                 f"time index file {self._path} is corrupt: its last timestamp "
                 f"{self._last_entry.timestamp} is below its first {first.timestamp}"
             )
-        if self._last_entry.offset < self.base_offset:
-            raise CorruptIndexError(
-                f"time index file {self._path} is corrupt: its last offset "
-                f"{self._last_entry.offset} is below the base offset {self.base_offset}"
-            )
+        self._check_last_offset(self._last_entry.offset)
 
     def _read(self, slot: int) -> TimestampOffset:
-        assert self._mmap is not None
-        timestamp, relative = _ENTRY.unpack_from(self._mmap, slot * self.ENTRY_SIZE)
+        timestamp, relative = self._unpack(_ENTRY, slot)
         return TimestampOffset(timestamp, self.base_offset + relative)
 
     def _timestamp_at(self, slot: int) -> int:
-        assert self._mmap is not None
-        return _TIMESTAMP.unpack_from(self._mmap, slot * self.ENTRY_SIZE)[0]
+        return self._unpack(_TIMESTAMP, slot)[0]
 
     def _relative_at(self, slot: int) -> int:
-        assert self._mmap is not None
-        return _RELATIVE.unpack_from(self._mmap, slot * self.ENTRY_SIZE)[0]
+        return self._unpack(_RELATIVE, slot)[0]
 
     # -- API ----------------------------------------------------------------------------
 
@@ -137,12 +119,9 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
             ValueError: the index is closed or read-only.
         """
         with self._lock:
-            mm = self._require_writable()
-            if not skip_full_check and self.is_full():
-                raise InvalidOffsetError(
-                    f"attempt to append to the full time index {self._path} "
-                    f"({self._entries} entries)"
-                )
+            self._require_writable()
+            if not skip_full_check:
+                self._refuse_when_full()
             last = self._last_entry
             if self._entries and offset < last.offset:
                 raise InvalidOffsetError(
@@ -158,20 +137,12 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
                 )
             if timestamp <= last.timestamp:
                 return
-            if not self.can_append_offset(offset):
-                raise InvalidOffsetError(
-                    f"offset {offset} does not fit a relative offset of time index "
-                    f"{self._path} (base offset {self.base_offset})"
-                )
+            relative = self._relative_offset(offset)
             if self._entries >= self._max_entries:
                 raise InvalidOffsetError(
                     f"no slot left in time index {self._path} ({self._entries} entries)"
                 )
-            assert mm is not None
-            _ENTRY.pack_into(
-                mm, self._entries * self.ENTRY_SIZE, timestamp, offset - self.base_offset
-            )
-            self._entries += 1
+            self._write_next(_ENTRY, timestamp, relative)
             self._last_entry = TimestampOffset(timestamp, offset)
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:

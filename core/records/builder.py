@@ -14,9 +14,9 @@ except for the compressed payload, whose bytes depend on the compressor:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
+from core.clock import now_ms
 from core.records.batch import (
     ATTRIBUTES_POS,
     CRC_POS,
@@ -151,7 +151,7 @@ class RecordBatchBuilder:
         if offset - self.base_offset > INT32_MAX:
             raise ValueError(f"offset {offset} is too far above base offset {self.base_offset}")
         if timestamp is None:
-            timestamp = time.time_ns() // 1_000_000
+            timestamp = now_ms()
         if self._base_timestamp is None:
             self._base_timestamp = timestamp
         self._max_timestamp = max(self._max_timestamp, timestamp)

@@ -1,4 +1,5 @@
-"""CreateAcls, DescribeAcls, DeleteAcls, and the check every request handler makes.
+"""CreateAcls, DescribeAcls, DeleteAcls (the check every handler makes is
+``core.server.handler_support.allowed``).
 
 Without ``authorizer.class.name`` the ACL APIs answer SECURITY_DISABLED and every request is
 allowed (Kafka's behaviour). CreateAcls and DeleteAcls need ALTER on the cluster,
@@ -7,15 +8,13 @@ DescribeAcls DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED otherwise).
 
 from __future__ import annotations
 
-import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
 from core.server.api_keys import ApiKey
 from core.server.authorizer import (
-    CLUSTER_NAME,
     AclBinding,
     AclFilter,
     InvalidAclError,
@@ -24,34 +23,9 @@ from core.server.authorizer import (
     Permission,
     ResourceType,
 )
+from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler, cluster_allowed
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
-
-if TYPE_CHECKING:
-    from core.server.broker import Broker
-
-NO_THROTTLE = datetime.timedelta(0)
-
-
-def client_host(ctx: RequestContext) -> str:
-    """The client's IP, as ACL hosts name it (``client_address`` is ``host:port``)."""
-    host = ctx.client_address.rsplit(":", 1)[0]
-    return host.strip("[]")
-
-
-def allowed(
-    broker: Broker, ctx: RequestContext, operation: Operation, resource: ResourceType, name: str
-) -> bool:
-    """Whether the request's principal may perform ``operation`` on the resource; True
-    when no authorizer is configured."""
-    authorizer = getattr(broker, "authorizer", None)
-    if authorizer is None:
-        return True
-    return authorizer.authorize(ctx.principal, client_host(ctx), operation, resource, name)
-
-
-def cluster_allowed(broker: Broker, ctx: RequestContext, operation: Operation) -> bool:
-    return allowed(broker, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def _enum(cls: type, value: int) -> Any:
@@ -73,7 +47,7 @@ def _filter(f: Any) -> AclFilter:
     )
 
 
-async def handle_create_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_create_acls(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "AclCreationResult")
     results = []
@@ -105,7 +79,7 @@ async def handle_create_acls(broker: Broker, ctx: RequestContext, request: Any) 
     return make(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-async def handle_describe_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_acls(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     resource_cls = nested(response_type, "DescribeAclsResource")
     acl_cls = nested(response_type, "AclDescription")
@@ -157,7 +131,7 @@ async def handle_describe_acls(broker: Broker, ctx: RequestContext, request: Any
     )
 
 
-async def handle_delete_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_acls(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "DeleteAclsFilterResult")
     match_cls = nested(response_type, "DeleteAclsMatchingAcl")
@@ -199,7 +173,7 @@ async def handle_delete_acls(broker: Broker, ctx: RequestContext, request: Any) 
     return make(response_type, throttle_time=NO_THROTTLE, filter_results=results)
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     ApiKey.DESCRIBE_ACLS: handle_describe_acls,
     ApiKey.CREATE_ACLS: handle_create_acls,
     ApiKey.DELETE_ACLS: handle_delete_acls,

@@ -1,23 +1,35 @@
-"""KafkaApis: the request handlers, dispatched from a table keyed by api key.
+"""KafkaApis: the data-path and topic handlers, in a table keyed by api key.
 
 Every handler has the signature ``async handler(broker, context, request) -> response``
-(None for no response). The network layer hands a connection's requests over one at a time
-(core.server.network); produce still appends before its first ``await`` (handle_produce).
+(None for no response), ``broker`` being the ``BrokerServices`` it is handed. The
+network layer hands a connection's requests over one at a time (core.server.network);
+produce still appends before its first ``await`` (handle_produce).
+``core.server.handlers`` merges this table with the others.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from core.errors import CoreError, KafkaStorageError
-from core.server.acl_apis import allowed, cluster_allowed
-from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.errors import CoreError, KafkaStorageError, RecordValidationError
+from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
+from core.server.handler_support import (
+    NO_THROTTLE,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
+    BrokerServices,
+    Handler,
+    allowed,
+    authorized_operations,
+    cluster_allowed,
+    cluster_authorized_operations,
+    error_code,
+    error_of,
+)
 from core.server.internal_topics import (
     PROTECTED_TOPICS,
     PolicyViolationError,
@@ -25,15 +37,15 @@ from core.server.internal_topics import (
     refused_for,
 )
 from core.server.kio_build import make, nested, nested_optional
+from core.server.produce_validation import produce_records_refusal
 from core.server.protocol import RequestContext
+from core.server.quota_enforcement import fetch_quota_bytes, fetch_throttle_ms, produce_throttle_ms
 from core.server.replica_manager import (
     FetchParams,
     FetchRequestPartition,
 )
+from core.server.throttle import ThrottledResponse
 from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
-
-if TYPE_CHECKING:
-    from core.server.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -45,47 +57,8 @@ class TooManyPartitionsError(CoreError):
     error_code = 44
 
 
-Handler = Callable[["Broker", RequestContext, Any], Awaitable[Any]]
-NO_THROTTLE = datetime.timedelta(0)
-UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
-
-
-def error_code(code: int) -> ErrorCode:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return ErrorCode.unknown_server_error
-
-
-def error_of(e: BaseException) -> ErrorCode:
-    return error_code(e.error_code) if isinstance(e, CoreError) else ErrorCode.unknown_server_error
-
-
-# -- ApiVersions ------------------------------------------------------------------------------
-def api_versions_response(response_type: type, error: ErrorCode = ErrorCode.none) -> Any:
-    version_cls = nested(response_type, "ApiVersion")
-    keys = tuple(
-        make(version_cls, api_key=int(k), min_version=lo, max_version=hi)
-        for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
-    )
-    return make(
-        response_type,
-        error_code=error,
-        api_keys=keys,
-        throttle_time=NO_THROTTLE,
-        supported_features=(),
-        finalized_features_epoch=-1,
-        finalized_features=(),
-        zk_migration_ready=False,
-    )
-
-
-async def handle_api_versions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    return api_versions_response(broker.codec.response_type(ctx.api_key, ctx.api_version))
-
-
 # -- Metadata ---------------------------------------------------------------------------------
-async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "MetadataResponseTopic")
     partition_cls = nested(response_type, "MetadataResponsePartition")
@@ -182,7 +155,11 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
             topic_id=info.topic_id,
             is_internal=info.is_internal,
             partitions=tuple(partitions),
-            topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+            topic_authorized_operations=authorized_operations(
+                broker, ctx, ResourceType.TOPIC, info.name
+            )
+            if getattr(request, "include_topic_authorized_operations", False)
+            else UNKNOWN_AUTHORIZED_OPERATIONS,
         )
         topics.append(topic)
     return make(
@@ -194,19 +171,23 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, request: Any) -> 
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
-        cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+        # Metadata v8-v10 (librdkafka's describe_cluster and describe_topics ask here).
+        cluster_authorized_operations=cluster_authorized_operations(broker, ctx)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else UNKNOWN_AUTHORIZED_OPERATIONS,
         error_code=ErrorCode.none,
     )
 
 
 # -- Produce ----------------------------------------------------------------------------------
-async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     # Everything up to the append runs before any await: a request's appends land
     # together, with no other connection's request in between, and stay done even if the
     # client goes away while this waits (the network layer cancels it then).
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "TopicProduceResponse")
     partition_cls = nested(response_type, "PartitionProduceResponse")
+    record_error_cls = nested_optional(response_type, "BatchIndexAndErrorMessage")
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     topics = []
@@ -217,13 +198,14 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
         results = []
         for pdata in topic_data.partition_data:
             error, message, base_offset, start, append_time = ErrorCode.none, None, -1, -1, None
+            record_errors: tuple[Any, ...] = ()
             partition = broker.replica_manager.partition(name, pdata.index)
             try:
                 if acks not in (0, 1, -1):
                     error = ErrorCode.invalid_required_acks
                 elif not allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, name):
                     error = ErrorCode.topic_authorization_failed
-                elif refused_for(broker, ctx, name):
+                elif refused_for(broker.broker_trust, ctx, name):
                     # Whatever the ACLs say (core/server/internal_topics.py).
                     error = ErrorCode.topic_authorization_failed
                     message = protected_message(name, "produce to")
@@ -232,6 +214,8 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
+                elif refusal := produce_records_refusal(ctx.api_version, pdata.records):
+                    error, message = refusal
                 else:
                     info = broker.replica_manager.append(partition, bytearray(pdata.records))
                     base_offset, start = info.first_offset, info.log_start_offset
@@ -240,6 +224,21 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                         append_time = datetime.datetime.fromtimestamp(
                             info.log_append_time / 1000, tz=datetime.UTC
                         )
+            except RecordValidationError as e:
+                # KIP-467: the batch is refused whole, its bad records named (v8+), and the
+                # partition's log start offset given, as Kafka's ReplicaManager does.
+                error, message = error_of(e), str(e)
+                start = partition.log.log_start_offset if partition is not None else -1
+                if record_error_cls is not None:
+                    record_errors = tuple(
+                        make(
+                            record_error_cls,
+                            batch_index=r.batch_index,
+                            batch_index_error_message=r.message,
+                        )
+                        for r in e.record_errors
+                    )
+                log.debug("produce to %s-%d refused: %s", name, pdata.index, e)
             except CoreError as e:
                 error, message = error_of(e), str(e)
                 if isinstance(e, KafkaStorageError):
@@ -255,7 +254,7 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                     base_offset=base_offset,
                     log_append_time=append_time,
                     log_start_offset=start,
-                    record_errors=(),
+                    record_errors=record_errors,
                     error_message=message,
                 )
             )
@@ -292,25 +291,35 @@ async def handle_produce(broker: Broker, ctx: RequestContext, request: Any) -> A
                     record_errors=(),
                     error_message=None,
                 )
+    # producer_byte_rate counts the request once it is answered (acks=0 too: Kafka mutes
+    # the connection of a throttled acks=0 producer though it sends no answer).
+    throttle_ms = produce_throttle_ms(broker, ctx)
     if acks == 0:
-        return None
+        return ThrottledResponse(None, throttle_ms) if throttle_ms else None
     responses = tuple(
         make(topic_cls, name=name, partition_responses=tuple(results)) for name, results in topics
     )
-    return make(response_type, responses=responses, throttle_time=NO_THROTTLE)
+    throttle = datetime.timedelta(milliseconds=throttle_ms)
+    return make(response_type, responses=responses, throttle_time=throttle)
 
 
 # -- Fetch ------------------------------------------------------------------------------------
-async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "FetchableTopicResponse")
     partition_cls = nested(response_type, "PartitionData")
     aborted_cls = nested(response_type, "AbortedTransaction")
     by_id = ctx.api_version >= 13
+    # Kafka bounds a fetch by what consumer_byte_rate allows in one quota span.
+    max_bytes = min(
+        getattr(request, "max_bytes", 2**31 - 1),
+        broker.config.fetch_max_bytes,
+        fetch_quota_bytes(broker, ctx, request),
+    )
     params = FetchParams(
         max_wait_ms=int(request.max_wait.total_seconds() * 1000),
-        min_bytes=request.min_bytes,
-        max_bytes=min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes),
+        min_bytes=min(request.min_bytes, max_bytes),
+        max_bytes=max_bytes,
         isolation_level=getattr(request, "isolation_level", 0),
     )
     unknown_ids: list[tuple[Any, int]] = []
@@ -346,6 +355,19 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
         if name is not None and may_read:
             layout.append((topic.topic_id if by_id else name, indexes))
     results = await broker.replica_manager.fetch(params)
+    size = sum(len(r.records) for r in results if r.records is not None)
+    throttle_ms = fetch_throttle_ms(broker, ctx, request, size)
+    if throttle_ms:
+        # Over consumer_byte_rate: no data, only the throttle time (Kafka's throttled
+        # fetch response); the client fetches the same offsets again after it.
+        return make(
+            response_type,
+            throttle_time=datetime.timedelta(milliseconds=throttle_ms),
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=(),
+            node_endpoints=(),
+        )
 
     def partition_data(index: int, result: Any) -> Any:
         aborted = None
@@ -396,7 +418,7 @@ async def handle_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
 
 
 # -- ListOffsets ------------------------------------------------------------------------------
-async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_offsets(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "ListOffsetsTopicResponse")
     partition_cls = nested(response_type, "ListOffsetsPartitionResponse")
@@ -440,7 +462,7 @@ async def handle_list_offsets(broker: Broker, ctx: RequestContext, request: Any)
 
 
 # -- CreateTopics -----------------------------------------------------------------------------
-def _partitions_asked(broker: Broker, topic: Any) -> int:
+def _partitions_asked(broker: BrokerServices, topic: Any) -> int:
     """Partitions one CreateTopics entry asks for, counted as Kafka's controller does."""
     if topic.assignments:
         return len(topic.assignments)
@@ -449,7 +471,7 @@ def _partitions_asked(broker: Broker, topic: Any) -> int:
     return max(0, int(topic.num_partitions))
 
 
-async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "CreatableTopicResult")
     config_cls = nested_optional(response_type, "CreatableTopicConfigs")  # v5+
@@ -482,7 +504,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
                 raise TooManyPartitionsError(refusal)
             if not may_create(topic.name):
                 raise TopicAuthorizationError(f"not authorized to create topic {topic.name}")
-            if refused_for(broker, ctx, topic.name):
+            if refused_for(broker.broker_trust, ctx, topic.name):
                 # A client creating __remote_log_metadata first could give it a short
                 # retention; the broker creates these topics itself, with their settings.
                 raise PolicyViolationError(protected_message(topic.name, "create"))
@@ -544,7 +566,7 @@ async def handle_create_topics(broker: Broker, ctx: RequestContext, request: Any
 MAX_PRODUCER_EPOCH = 32767
 
 
-async def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_init_producer_id(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     if request.transactional_id is not None:
         # Transactions arrive with their coordinator; until then say so plainly.
@@ -587,7 +609,6 @@ async def handle_init_producer_id(broker: Broker, ctx: RequestContext, request: 
 
 
 HANDLERS: dict[int, Handler] = {
-    ApiKey.API_VERSIONS: handle_api_versions,
     ApiKey.METADATA: handle_metadata,
     ApiKey.PRODUCE: handle_produce,
     ApiKey.FETCH: handle_fetch,

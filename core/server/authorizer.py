@@ -27,13 +27,13 @@ from __future__ import annotations
 import enum
 import json
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from core.errors import CoreError
+from core.fs import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -234,12 +234,7 @@ class AclAuthorizer:
             {k: (v.name if isinstance(v, enum.Enum) else v) for k, v in asdict(acl).items()}
             for acl in self._acls
         ]
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(rows, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps(rows, indent=1).encode())
 
     # -- decisions ---------------------------------------------------------------------
     def authorize(

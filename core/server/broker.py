@@ -15,25 +15,27 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
+from core.clock import now_ms
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
-from core.server.acl_apis import HANDLERS as ACL_HANDLERS
-from core.server.admin_apis import HANDLERS as ADMIN_HANDLERS
-from core.server.api_keys import INTER_BROKER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
-from core.server.apis import HANDLERS, api_versions_response, error_code
+from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
-from core.server.group_apis import HANDLERS as GROUP_HANDLERS
 from core.server.group_coordinator import Group, GroupCoordinator
-from core.server.group_offsets import GroupOffsetStore, now_ms
+from core.server.group_offsets import GroupOffsetStore
+from core.server.handler_support import error_code
+from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
 from core.server.internal_topics import BrokerTrust
-from core.server.membership_apis import HANDLERS as MEMBERSHIP_HANDLERS
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.quota_enforcement import handle_with_quotas
+from core.server.quota_store import LocalQuotaStore
+from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
-from core.server.sasl_apis import HANDLERS as SASL_HANDLERS
-from core.server.security import listener_security
+from core.server.sasl import ScramCredentialSource
+from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
+from core.server.security import ListenerSecurity, listener_security, with_runtime_scram
 from core.server.timing_wheel import Timer
 from core.server.topics import (
     InvalidReplicationFactorError,
@@ -44,6 +46,27 @@ from core.server.topics import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def listeners_security(
+    config: BrokerConfig, runtime_scram: ScramCredentialSource
+) -> tuple[dict[str, ListenerSecurity], BrokerTrust]:
+    """What each broker listener requires, and who acts as a broker.
+
+    Run-time SCRAM credentials (AlterUserScramCredentials) authenticate on every SASL
+    listener except the one whose connections act as brokers (``internal_topics``, rule 2):
+    the accounts that listener accepts must stay the brokers' own, those of its JAAS entry,
+    or whoever may create a SCRAM user could write the internal topics.
+
+    Raises:
+        InvalidConfigError: a listener's setting, naming the key.
+    """
+    security = {x.name: listener_security(config, x) for x in config.broker_listeners}
+    trust = BrokerTrust.from_config(config, security)
+    for name, listener in security.items():
+        if name != trust.broker_listener:
+            security[name] = with_runtime_scram(listener, runtime_scram)
+    return security, trust
 
 
 class NameLocks:
@@ -69,29 +92,21 @@ class NameLocks:
 
 
 class Broker:
-    """A single tierlog broker: what request handlers see as ``broker``."""
+    """A single tierlog broker; request handlers see it as a ``BrokerServices``
+    (core.server.handler_support)."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.handlers = {
-            **HANDLERS,
-            **ADMIN_HANDLERS,
-            **GROUP_HANDLERS,
-            **SASL_HANDLERS,
-            **ACL_HANDLERS,
-            **MEMBERSHIP_HANDLERS,
-        }
-        missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
-        assert not missing, f"advertised apis without a handler: {missing}"
+        self.handlers = HANDLERS
         # An inter-broker api is decoded only once it has a handler: a request that decodes
         # must get an answer.
-        served = {k: r for k, r in INTER_BROKER_VERSIONS.items() if k in self.handlers}
-        self.codec = ProtocolCodec(SUPPORTED_VERSIONS, served)
-        self.group_offsets: GroupOffsetStore | None = None
+        self.codec = ProtocolCodec(SUPPORTED_VERSIONS, SERVED_INTER_BROKER_VERSIONS)
+        self._group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        self.quotas: ClientQuotas  # loaded with the storage
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
-        self.group_coordinator: GroupCoordinator | None = None
+        self._group_coordinator: GroupCoordinator | None = None
         self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
@@ -102,6 +117,10 @@ class Broker:
         self._stopped = asyncio.Event()
         self._topic_locks = NameLocks()
         self._topic_tasks: set[asyncio.Future[TopicInfo]] = set()
+        # What the SCRAM servers of the SASL listeners check, filled from the store when
+        # the log dirs are open (before any listener accepts a connection).
+        self._scram_cache = ScramCredentialCache()
+        self.scram_credentials: LocalScramCredentialStore
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> list[BoundListener]:
@@ -109,12 +128,11 @@ class Broker:
         loop = asyncio.get_running_loop()
         # TLS material and SASL accounts first: a bad setting stops start-up naming its key
         # before any disk work.
-        security = {x.name: listener_security(self.config, x) for x in self.config.broker_listeners}
-        self.broker_trust = BrokerTrust.from_config(self.config, security)
+        security, self.broker_trust = listeners_security(self.config, self._scram_cache)
         # Loading and recovery do blocking disk work: keep them off the event loop.
         await loop.run_in_executor(None, self._open_storage)
         self.timer = Timer(loop)
-        self.group_coordinator = GroupCoordinator(
+        self._group_coordinator = GroupCoordinator(
             self.timer,
             initial_rebalance_delay_ms=self.config.get("group.initial.rebalance.delay.ms"),
             min_session_timeout_ms=self.config.get("group.min.session.timeout.ms"),
@@ -157,8 +175,6 @@ class Broker:
         """offsets.retention.minutes: drop the offsets of groups empty for that long (and of
         simple groups, each offset that long after its commit)."""
         self._schedule_offset_expiry()
-        if self.group_offsets is None or self.group_coordinator is None:
-            return
         retention_ms = self.config.get("offsets.retention.minutes") * 60_000
         empty, active = self.group_coordinator.offset_expiry_inputs()
         version, dropped = self.group_offsets.expire(now_ms(), retention_ms, empty, active)
@@ -171,8 +187,6 @@ class Broker:
         """Persist the offset store up to ``version`` on an executor thread; a failure is
         logged (nobody waits for the answer)."""
         store = self.group_offsets
-        if store is None:
-            return
         future = asyncio.get_running_loop().run_in_executor(None, store.flush, version)
         future.add_done_callback(
             lambda f: f.exception() and log.error("cannot persist %s: %s", what, f.exception())
@@ -182,7 +196,7 @@ class Broker:
         """Replay ``__consumer_offsets`` into the offset store and the coordinator."""
         loop = asyncio.get_running_loop()
         info = self.topics.get(OFFSETS_TOPIC)
-        assert info is not None and self.group_coordinator is not None
+        assert info is not None
         fetches = self.replica_manager.fetch_purgatory
 
         def wake_fetches(index: int) -> None:
@@ -196,7 +210,7 @@ class Broker:
             on_append=wake_fetches,
         )
         first_dir = Path(self.config.log_dirs[0])
-        self.group_offsets = await loop.run_in_executor(
+        self._group_offsets = await loop.run_in_executor(
             None, lambda: GroupOffsetStore(journal, legacy_dir=first_dir)
         )
         self.group_coordinator.restore(self.group_offsets.group_metadata())
@@ -204,8 +218,8 @@ class Broker:
     def _store_group(self, group: Group) -> None:
         """The coordinator's hook: journal the group's metadata in the background (a lost
         record only makes the group's members rejoin after a restart)."""
-        if self.group_offsets is None:
-            return
+        if self._group_offsets is None:
+            return  # start-up has not opened the store yet
         metadata = GroupCoordinator.metadata_of(group)
         version = self.group_offsets.store_group(group.group_id, metadata)
         self._flush_in_background(version, f"the metadata of group {group.group_id}")
@@ -214,10 +228,16 @@ class Broker:
         first_dir = Path(self.config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
         self.topics = TopicRegistry(first_dir, self.config.log_config_defaults())
+        self.scram_credentials = LocalScramCredentialStore(first_dir, self._scram_cache)
         ensure_offsets_topic(
             self.topics,
             self.config.get("offsets.topic.num.partitions"),
             self.config.get("offsets.topic.segment.bytes"),
+        )
+        self.quotas = ClientQuotas.open(
+            LocalQuotaStore(first_dir),
+            samples=self.config.get("quota.window.num"),
+            window_seconds=self.config.get("quota.window.size.seconds"),
         )
         if self.config.get("authorizer.class.name"):
             self.authorizer = AclAuthorizer(
@@ -258,8 +278,8 @@ class Broker:
             await asyncio.wait(list(self._topic_tasks))
         if self._offset_expiry is not None:
             self._offset_expiry.cancel()
-        if self.group_coordinator is not None:
-            self.group_coordinator.shutdown()
+        if self._group_coordinator is not None:
+            self._group_coordinator.shutdown()
         if self.timer is not None:
             self.timer.shutdown()
         if self.log_manager is not None:
@@ -275,13 +295,23 @@ class Broker:
         handler = self.handlers.get(context.api_key)
         if handler is None:  # advertised but not wired: a bug, logged by the network layer
             raise RuntimeError(f"no handler for api key {context.api_key}")
-        return await handler(self, context, request)
+        return await handle_with_quotas(self, handler, context, request)
 
     def _unsupported_version(self, context: RequestContext) -> Any:
         response_type = self.codec.response_type(ApiKey.API_VERSIONS, 0)
         return api_versions_response(response_type, error_code(35))
 
-    # -- what handlers use -----------------------------------------------------------------
+    # -- what handlers use (BrokerServices) -------------------------------------------------
+    @property
+    def group_coordinator(self) -> GroupCoordinator:
+        assert self._group_coordinator is not None, "the broker is not started"
+        return self._group_coordinator
+
+    @property
+    def group_offsets(self) -> GroupOffsetStore:
+        assert self._group_offsets is not None, "the broker is not started"
+        return self._group_offsets
+
     @property
     def cluster_id(self) -> str:
         assert self.log_manager is not None
@@ -330,7 +360,10 @@ class Broker:
             await self._topic_change(self._open_topic(info))
         return info
 
-    async def _open_topic(self, info: TopicInfo) -> TopicInfo:
+    async def _open_topic(self, info: TopicInfo, *, added_from: int | None = None) -> TopicInfo:
+        """Open the partitions of a registered topic not open yet (all of a new topic's,
+        or those CreatePartitions added from index ``added_from``), then tell the remote
+        tier, which starts tiering the new partitions of a tiered topic."""
         async with self._topic_locks.hold(info.name):
             current = self.topics.get(info.name)
             if current is None or current.topic_id != info.topic_id:
@@ -341,11 +374,39 @@ class Broker:
         if not complete:
             log.info("creation of topic %s interrupted by shutdown; resumed at start", info.name)
             return info
-        log.info(
-            "created topic %s (%d partitions, id %s)", info.name, info.partitions, info.topic_id
-        )
+        if added_from is None:
+            log.info(
+                "created topic %s (%d partitions, id %s)", info.name, info.partitions, info.topic_id
+            )
+        else:
+            log.info(
+                "added partitions %d..%d to topic %s",
+                added_from,
+                info.partitions - 1,
+                info.name,
+            )
         self._tell_remote_tier("on_topic_created", info)
         return info
+
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        """Raise a topic's partition count to ``count`` (CreatePartitions): the registry
+        first, then the new partitions' logs opened on executor threads a step at a time,
+        as for a new topic. Returns the topic as registered and the opening, which runs as
+        the broker's own task (None with ``validate_only``).
+
+        Raises:
+            UnknownTopicError, InvalidPartitionsError.
+        """
+        add = functools.partial(
+            self.topics.add_partitions, name, count, validate_only=validate_only
+        )
+        before, after = await asyncio.get_running_loop().run_in_executor(None, add)
+        if validate_only:
+            return after, None
+        opening = self._topic_change_task(self._open_topic(after, added_from=before.partitions))
+        return after, opening
 
     async def delete_topic(self, name: str) -> TopicInfo:
         """Delete a topic: unregistered and no longer served at once, its partition logs
@@ -368,10 +429,15 @@ class Broker:
     async def _topic_change(self, change: Coroutine[Any, Any, TopicInfo]) -> TopicInfo:
         """Run a topic's creation or deletion as the broker's own task: a request cancelled
         because its client went away does not cut it short, and ``stop`` waits for it."""
+        return await asyncio.shield(self._topic_change_task(change))
+
+    def _topic_change_task(
+        self, change: Coroutine[Any, Any, TopicInfo]
+    ) -> asyncio.Future[TopicInfo]:
         task = asyncio.ensure_future(change)
         self._topic_tasks.add(task)
         task.add_done_callback(self._topic_change_done)
-        return await asyncio.shield(task)
+        return task
 
     def _topic_change_done(self, task: asyncio.Future[TopicInfo]) -> None:
         self._topic_tasks.discard(task)

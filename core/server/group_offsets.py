@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,10 +56,6 @@ OFFSETS_FILE = "tierlog-group-offsets.json"  # tierlog before __consumer_offsets
 FORMAT_VERSION = 1
 
 TopicPartition = tuple[str, int]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class GroupOffsetStore:
@@ -285,6 +280,13 @@ class GroupOffsetStore:
                     del self._metadata[group]
                     self._queue(group, [(group_metadata_key(group), None)])
             return self._version, dropped
+
+    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> int:
+        """Forget some of a group's committed offsets (OffsetDelete): tombstones for those
+        it has; returns the version to flush."""
+        with self._state_lock:
+            self._drop(group, list(partitions))
+            return self._version
 
     def delete_group(self, group: str) -> int:
         """Forget a group's offsets and metadata (DeleteGroups); returns the version to

@@ -13,8 +13,9 @@ could trim them (DeleteRecords, a short ``retention.ms``) could erase them. So, 
 - create them or alter their configs (CreateTopics, IncrementalAlterConfigs; others get
   POLICY_VIOLATION).
 
-Nobody deletes them (DeleteTopics answers INVALID_TOPIC_EXCEPTION). Reading them stays
-open, as in Kafka (``tierlog metadata`` and ``tierlog groups`` read them). Apache Kafka
+Nobody deletes them (DeleteTopics answers INVALID_TOPIC_EXCEPTION) or adds partitions to
+them (CreatePartitions answers POLICY_VIOLATION: each one's count is a broker key). Reading
+them stays open, as in Kafka (``tierlog metadata`` and ``tierlog groups`` read them). Apache Kafka
 lets ACLs alone decide this for ``__remote_log_metadata`` (its metadata manager writes it
 with an ordinary producer), and refuses client produce to the other two with
 INVALID_TOPIC_EXCEPTION; tierlog refuses more, on purpose.
@@ -36,8 +37,10 @@ calling; and the default inter-broker listener (named after
 ``security.inter.broker.protocol``, PLAINTEXT) is the one clients use in most setups. Rule 2
 holds the operator to one promise, stated in docs/CONFIGURATION.md: the accounts or
 certificates that listener accepts are the brokers' own (``listener.name.<l>.*`` settings);
-where that cannot be promised, list the brokers' principal in ``super.users`` instead. This
-is the seam replication uses to let other brokers' produce requests and replica fetchers in.
+where that cannot be promised, list the brokers' principal in ``super.users`` instead.
+SCRAM users created at run time (AlterUserScramCredentials) are therefore not accepted on
+that listener (``core.server.broker.listeners_security``). This is the seam replication
+uses to let other brokers' produce requests and replica fetchers in.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.errors import CoreError
 from core.server.offsets_topic import OFFSETS_TOPIC
@@ -118,15 +121,9 @@ def _authenticates(listener: ListenerSecurity) -> bool:
     return context is not None and context.verify_mode == ssl.CERT_REQUIRED
 
 
-def acts_as_broker(broker: Any, ctx: RequestContext) -> bool:
-    """Whether ``ctx`` may write the protected topics (no trust configured: nobody)."""
-    trust: BrokerTrust | None = getattr(broker, "broker_trust", None)
-    return trust is not None and trust.admits(ctx)
-
-
-def refused_for(broker: Any, ctx: RequestContext, topic: str) -> bool:
+def refused_for(trust: BrokerTrust, ctx: RequestContext, topic: str) -> bool:
     """True when ``topic`` is protected and the request does not act as a broker."""
-    return topic in PROTECTED_TOPICS and not acts_as_broker(broker, ctx)
+    return topic in PROTECTED_TOPICS and not trust.admits(ctx)
 
 
 def protected_message(topic: str, what: str) -> str:
@@ -142,7 +139,6 @@ __all__ = [
     "TRANSACTION_STATE_TOPIC",
     "BrokerTrust",
     "PolicyViolationError",
-    "acts_as_broker",
     "parse_super_users",
     "protected_message",
     "refused_for",

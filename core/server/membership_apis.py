@@ -7,34 +7,27 @@ describe; DELETE to delete.
 
 from __future__ import annotations
 
-import datetime
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from core.errors import CoreError
-from core.server.acl_apis import allowed, client_host
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType
-from core.server.group_apis import flush_offsets, offset_store
-from core.server.group_coordinator import GroupCoordinator, GroupError, GroupState
+from core.server.group_apis import flush_offsets
+from core.server.group_coordinator import GroupError, GroupState
+from core.server.handler_support import (
+    NO_THROTTLE,
+    BrokerServices,
+    Handler,
+    allowed,
+    client_host,
+)
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
 
-if TYPE_CHECKING:
-    from core.server.broker import Broker
-
 log = logging.getLogger(__name__)
-
-NO_THROTTLE = datetime.timedelta(0)
-
-
-def coordinator(broker: Broker) -> GroupCoordinator:
-    found = getattr(broker, "group_coordinator", None)
-    if found is None:
-        raise RuntimeError("the broker has no group coordinator")
-    return found
 
 
 def _code(error: GroupError) -> ErrorCode:
@@ -45,11 +38,11 @@ def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
 
 
-def _may(broker: Broker, ctx: RequestContext, op: Operation, group: str) -> bool:
+def _may(broker: BrokerServices, ctx: RequestContext, op: Operation, group: str) -> bool:
     return allowed(broker, ctx, op, ResourceType.GROUP, group)
 
 
-async def handle_join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_join_group(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     member_cls = nested(response_type, "JoinGroupResponseMember")
     if not _may(broker, ctx, Operation.READ, request.group_id):
@@ -67,7 +60,7 @@ async def handle_join_group(broker: Broker, ctx: RequestContext, request: Any) -
         )
     session = _ms(request.session_timeout)
     rebalance = _ms(getattr(request, "rebalance_timeout", session))  # v0: the session timeout
-    result = await coordinator(broker).join(
+    result = await broker.group_coordinator.join(
         request.group_id,
         request.member_id,
         getattr(request, "group_instance_id", None),
@@ -97,7 +90,7 @@ async def handle_join_group(broker: Broker, ctx: RequestContext, request: Any) -
     )
 
 
-async def handle_sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_sync_group(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     if not _may(broker, ctx, Operation.READ, request.group_id):
         return make(
@@ -106,7 +99,7 @@ async def handle_sync_group(broker: Broker, ctx: RequestContext, request: Any) -
             error_code=ErrorCode.group_authorization_failed,
             assignment=b"",
         )
-    result = await coordinator(broker).sync(
+    result = await broker.group_coordinator.sync(
         request.group_id,
         request.generation_id,
         request.member_id,
@@ -122,7 +115,7 @@ async def handle_sync_group(broker: Broker, ctx: RequestContext, request: Any) -
     )
 
 
-async def handle_heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_heartbeat(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     if not _may(broker, ctx, Operation.READ, request.group_id):
         return make(
@@ -130,13 +123,13 @@ async def handle_heartbeat(broker: Broker, ctx: RequestContext, request: Any) ->
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.group_authorization_failed,
         )
-    error = coordinator(broker).heartbeat(
+    error = broker.group_coordinator.heartbeat(
         request.group_id, request.generation_id, request.member_id
     )
     return make(response_type, throttle_time=NO_THROTTLE, error_code=_code(error))
 
 
-async def handle_leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_leave_group(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     if not _may(broker, ctx, Operation.READ, request.group_id):
         return make(
@@ -145,7 +138,7 @@ async def handle_leave_group(broker: Broker, ctx: RequestContext, request: Any) 
             error_code=ErrorCode.group_authorization_failed,
             members=(),
         )
-    coord = coordinator(broker)
+    coord = broker.group_coordinator
     if ctx.api_version < 3:
         error = coord.leave(request.group_id, request.member_id, None)
         return make(response_type, throttle_time=NO_THROTTLE, error_code=_code(error))
@@ -166,17 +159,18 @@ async def handle_leave_group(broker: Broker, ctx: RequestContext, request: Any) 
     )
 
 
-def _all_groups(broker: Broker) -> dict[str, tuple[str, str]]:
+def _all_groups(broker: BrokerServices) -> dict[str, tuple[str, str]]:
     """Group id -> (state, protocol type) of every group: with members, or offsets only."""
     out = {
-        gid: (g.state.value, g.protocol_type or "") for gid, g in coordinator(broker).groups.items()
+        gid: (g.state.value, g.protocol_type or "")
+        for gid, g in broker.group_coordinator.groups.items()
     }
-    for gid in offset_store(broker).groups():
+    for gid in broker.group_offsets.groups():
         out.setdefault(gid, (GroupState.EMPTY.value, ""))
     return out
 
 
-async def handle_list_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_list_groups(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     listed_cls = nested(response_type, "ListedGroup")
     states = {s.lower() for s in getattr(request, "states_filter", ())}
@@ -203,7 +197,7 @@ async def handle_list_groups(broker: Broker, ctx: RequestContext, request: Any) 
     )
 
 
-async def handle_describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_describe_groups(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     group_cls = nested(response_type, "DescribedGroup")
     member_cls = nested(response_type, "DescribedGroupMember")
@@ -224,7 +218,7 @@ async def handle_describe_groups(broker: Broker, ctx: RequestContext, request: A
                 )
             )
             continue
-        group = coordinator(broker).groups.get(gid)
+        group = broker.group_coordinator.groups.get(gid)
         state, protocol_type = known.get(gid, (GroupState.DEAD.value, ""))
         members = ()
         protocol = ""
@@ -257,17 +251,17 @@ async def handle_describe_groups(broker: Broker, ctx: RequestContext, request: A
     return make(response_type, throttle_time=NO_THROTTLE, groups=tuple(out))
 
 
-async def handle_delete_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_groups(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "DeletableGroupResult")
-    store = offset_store(broker)
+    store = broker.group_offsets
     results = []
     version = 0
     for gid in request.groups_names:
         if not _may(broker, ctx, Operation.DELETE, gid):
             error = ErrorCode.group_authorization_failed
-        elif gid in coordinator(broker).groups:
-            error = _code(coordinator(broker).delete(gid))
+        elif gid in broker.group_coordinator.groups:
+            error = _code(broker.group_coordinator.delete(gid))
         else:
             error = ErrorCode.none if store.has_group(gid) else ErrorCode.group_id_not_found
         if error is ErrorCode.none:
@@ -281,7 +275,7 @@ async def handle_delete_groups(broker: Broker, ctx: RequestContext, request: Any
     return make(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
 
 
-HANDLERS = {
+HANDLERS: dict[int, Handler] = {
     ApiKey.JOIN_GROUP: handle_join_group,
     ApiKey.SYNC_GROUP: handle_sync_group,
     ApiKey.HEARTBEAT: handle_heartbeat,

@@ -21,6 +21,13 @@ stream are still served, each cancelled at its first ``await`` likewise (unless 
 have to wait for request memory); a connection lost (reset) or closed by the broker ends at
 once.
 
+Quotas (KIP-219): a handler's answer may come as a ``ThrottledResponse``. The connection is
+then also muted for its throttle time, counted from when the answer was ready: the next
+request is read once the answer has been sent and the throttle time has passed, whichever
+comes last (Kafka mutes a channel for a request in progress and for a throttle
+independently, and reads it again only when neither holds). An answer to a client older
+than KIP-219 is itself held for the throttle time, as Kafka holds it.
+
 Memory: every frame reserves its size in the broker-wide ``RequestMemoryPool``
 (``queued.max.request.bytes``) before its body is read, and releases it when its handler has
 finished; while the pool is full, large frames wait unread. Before a SASL exchange has
@@ -45,9 +52,10 @@ from core.server.api_keys import ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
 from core.server.memory_pool import RequestMemoryPool, Reservation
 from core.server.protocol import ProtocolCodec, RequestContext
-from core.server.sasl_apis import SaslSession
+from core.server.sasl_session import SaslSession
 from core.server.security import ANONYMOUS, ListenerSecurity, principal_of_certificate
 from core.server.socket_buffers import set_receive_buffer, set_send_buffer
+from core.server.throttle import ThrottledResponse
 
 log = logging.getLogger(__name__)
 
@@ -286,6 +294,12 @@ class Connection:
         if security is not None and security.sasl is not None:
             self.sasl = SaslSession(security.sasl, server.codec, address)
             self.sasl_max_receive = security.sasl_max_receive_size
+        # KIP-219: no request is read before this loop time (a quota's throttle).
+        self._unmute_at = 0.0
+        # The answer in hand waits out the throttle before it is written (pre-KIP-219).
+        self._answer_held = False
+        # Set with ``_gone``: ends a throttle wait.
+        self._gone_event = asyncio.Event()
         self._last_frame_head: bytes | None = None
         # The wait for room in the memory pool, cancelled when the peer goes.
         self._pool_wait: asyncio.Task[Reservation] | None = None
@@ -308,6 +322,7 @@ class Connection:
         """The peer has gone: nobody will read the answer of the request in progress, so
         stop it (a parked long-poll fetch would otherwise wait out its max.wait.ms)."""
         self._gone = True
+        self._gone_event.set()
         self._cancel_handler()
         if self._pool_wait is not None:
             self._pool_wait.cancel()
@@ -344,6 +359,8 @@ class Connection:
     async def _read_loop(self) -> None:
         server = self.server
         while not self._aborted:
+            # Muted for a quota: nothing is read (nor counted as idle) until it is over.
+            await self._throttle_ends()
             # Waiting for a request is the only time a connection is idle.
             async with asyncio.timeout(server.idle_timeout_s):
                 head = await self.reader.readexactly(4)
@@ -366,16 +383,42 @@ class Connection:
                 return
             await self._serve_frame(size)
 
+    async def _throttle_ends(self) -> None:
+        """While the connection is muted for a quota (KIP-219), wait: it is read again once
+        the throttle time of its last throttled answer has passed, or at once if the peer
+        goes."""
+        delay = self._unmute_at - asyncio.get_running_loop().time()
+        if delay > 0 and not self._gone:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._gone_event.wait()
+
+    def _throttled(self, answer: ThrottledResponse) -> Any:
+        """Mute the connection for ``answer``'s throttle time, from now, and note whether
+        the answer itself waits that long (an older client, before KIP-219). Returns the
+        response."""
+        loop = asyncio.get_running_loop()
+        self._unmute_at = max(self._unmute_at, loop.time() + answer.throttle_ms / 1000)
+        self._answer_held = answer.delay_response
+        return answer.response
+
     async def _serve_frame(self, size: int) -> None:
         """Reserve memory for a frame, read it, serve it and write its answer; the memory is
         released as soon as the handler is done. (A method of its own so that nothing of the
         frame or its answer stays referenced from the read loop while it waits for the next
         one.)"""
         reservation = await self._reserve(size)
+        self._answer_held = False
         try:
             answer = await self._read_and_handle(size, reservation)
         finally:
             reservation.release()
+        if self._answer_held:
+            # Throttled, for a client before KIP-219: the answer waits out the throttle
+            # (with the frame's memory released), unless nobody is left to read it.
+            await self._throttle_ends()
+            if self._gone:
+                return
         if answer is not None:
             self.writer.write(answer)
             # Like Kafka, the next request waits until this answer is on its way: drain()
@@ -470,7 +513,11 @@ class Connection:
                 cut_short = True
                 if task.uncancel():
                     raise asyncio.CancelledError  # the task was also cancelled from outside
-        if cut_short or response is None:
+        if cut_short:
+            return None
+        if isinstance(response, ThrottledResponse):
+            response = self._throttled(response)
+        if response is None:
             return None
         return self.server.codec.encode_response(context, response)
 

@@ -10,10 +10,10 @@ and Kafka's topic configs: ``cleanup.policy=compact``, ``compression.type=produc
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from core.clock import now_ms
 from core.records.builder import RecordBatchBuilder
 from core.records.record import decode_records
 from core.server.coordinator_records import partition_for
@@ -74,7 +74,7 @@ class OffsetsTopic:
         num_partitions: int,
         *,
         on_append: Callable[[int], None] | None = None,
-        clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self._partition = partition
         self.num_partitions = num_partitions

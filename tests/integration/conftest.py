@@ -1,21 +1,13 @@
-"""Fixtures for integration tests: real broker processes and ZooKeeper on 127.0.0.1."""
+"""Fixtures for integration tests: real broker processes on 127.0.0.1 (ZooKeeper and S3 come
+from tests/conftest.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from broker_process import BrokerProcess, start_broker
-from s3_harness import brokers, bucket, s3_endpoint  # noqa: F401 - shared fixtures
-from zookeeper_server import (  # noqa: F401 - shared fixtures
-    zk_chroot,
-    zookeeper,
-    zookeeper_factory,
-    zookeeper_server,
-)
+from tests.support.broker_process import BrokerProcess, start_broker
 
 
 @pytest.fixture

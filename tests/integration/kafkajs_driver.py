@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kafka_clients import CLIENT_TIMEOUT_S, Got, Rec
+from tests.support.kafka_clients import CLIENT_TIMEOUT_S, Got, Rec
 
 JS_DIR = Path(__file__).parent / "js"
 SCRIPT = JS_DIR / "kafkajs_client.js"
@@ -160,13 +160,17 @@ class GroupMember:
     far. ``leave()`` closes its stdin: it disconnects, which sends LeaveGroup, and exits.
     """
 
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
-        command = {
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, *, metadata_max_age_ms: int | None = None
+    ) -> None:
+        command: dict[str, Any] = {
             "op": "group",
             "client": client_config(bootstrap),
             "topic": topic,
             "groupId": group,
         }
+        if metadata_max_age_ms is not None:
+            command["metadataMaxAge"] = metadata_max_age_ms  # KafkaJS's metadata.max.age.ms
         self.proc = subprocess.Popen(
             [_node(), str(SCRIPT)],
             stdin=subprocess.PIPE,

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, restart, start_broker
-from kafka_clients import Rec, consume_confluent, produce_confluent
+
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.kafka_clients import Rec, consume_confluent, produce_confluent
 
 USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
 JAAS = (

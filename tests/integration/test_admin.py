@@ -15,7 +15,6 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, restart, start_broker
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_STORED,
@@ -34,7 +33,9 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
-from kafka_clients import Rec, consume_confluent, produce_confluent, unique_group
+
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.kafka_clients import Rec, consume_confluent, produce_confluent, unique_group
 
 TIMEOUT_S = 30.0
 BASE_TS = 1_700_000_000_000

@@ -18,9 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, restart, start_broker
 from kio.schema.errors import ErrorCode
-from pki import Pki, make_pki
 
 from core.records.batch import iter_batches
 from core.records.builder import RecordBatchBuilder
@@ -37,6 +35,8 @@ from core.server.kio_build import make, nested
 from core.server.node_client import BrokerEndpoint, ClientSettings, NodeClient
 from core.server.protocol import load_request_schema
 from core.server.security import ClientSecurity, inter_broker_client_settings
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.pki import Pki, make_pki
 
 PASSWORD = "broker-secret-5d1c"
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")

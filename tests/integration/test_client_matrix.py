@@ -26,8 +26,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, start_broker
-from kafka_clients import (
+
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.kafka_clients import (
     Got,
     Rec,
     consume_aiokafka,
@@ -39,7 +40,8 @@ from kafka_clients import (
     produce_kafka_python,
     produce_kcat,
 )
-from kafkajs_driver import consume_kafkajs, produce_kafkajs
+
+from .kafkajs_driver import consume_kafkajs, produce_kafkajs
 
 N_RECORDS = 300
 BASE_TS = 1_700_000_000_000

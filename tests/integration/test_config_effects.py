@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from broker_process import start_broker, wait_until
-from kafka_wire import call
 from kio.schema.metadata.v9.request import MetadataRequest
 
 from core.server.api_keys import ApiKey
+from tests.support.broker_process import start_broker
+from tests.support.kafka_wire import call
+from tests.support.waiting import wait_until
 
 TOPIC = "capped"
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from broker_process import BrokerProcess, restart, wait_until
-from kafka_clients import consume_confluent
-from producer_load import Load
+from tests.support.broker_process import BrokerProcess, restart
+from tests.support.kafka_clients import consume_confluent
+from tests.support.producer_load import Load
+from tests.support.waiting import wait_until
 
 KILLS = 2
 ACKS_BETWEEN_KILLS = 1500  # per producer, counted from the previous restart
@@ -107,7 +108,7 @@ def test_after_sigkill_every_acknowledged_record_is_visible_without_new_produce(
     # The high-watermark checkpoint lags the log (here: written only at a clean stop).
     # Records acknowledged after it must be readable as soon as the broker is back, not
     # only after the next append.
-    from kafka_clients import Rec, produce_confluent
+    from tests.support.kafka_clients import Rec, produce_confluent
 
     broker: BrokerProcess = broker_factory(
         {"replica.high.watermark.checkpoint.interval.ms": "3600000"}

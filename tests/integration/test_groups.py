@@ -12,7 +12,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker_process import BrokerProcess, restart, wait_until
+from tests.support.broker_process import BrokerProcess, restart
+from tests.support.waiting import wait_until
 
 TOPIC = "grouped"
 PARTITIONS = 6
@@ -295,8 +296,8 @@ def test_three_clients_share_rebalance_and_resume_after_a_crash(broker_factory) 
 def test_a_group_reading_a_tiered_topic_from_the_beginning_gets_the_remote_history(
     broker_factory, tmp_path
 ) -> None:
-    from test_tiering import TOPIC as TIERED
-    from test_tiering import N, create_and_fill, local_start, settings
+    from .test_tiering import TOPIC as TIERED
+    from .test_tiering import N, create_and_fill, local_start, settings
 
     broker: BrokerProcess = broker_factory(
         {**settings(tmp_path), "group.initial.rebalance.delay.ms": "0"}

@@ -4,7 +4,7 @@ group coordinator keep working; a forged DELETE_SEGMENT_STARTED deletes nothing.
 
 Every broker here tiers a topic to the local-directory RSM, has a PLAINTEXT listener (an
 anonymous client) and a SASL_PLAINTEXT one where ``admin`` is a super user and ``alice``
-is not (tests/integration/super_user.py).
+is not (tests/support/super_user.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from broker_process import BrokerProcess, start_broker, wait_until
-from internal_writes import (
+from kio.schema.errors import ErrorCode
+
+from core.kafka_uuid import uuid_to_base64
+from core.records.builder import RecordBatchBuilder
+from rlmm.partitioner import metadata_partition
+from rlmm.serde import serialize
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.internal_writes import (
     INTERNAL,
     TIERED,
     admin_errors,
@@ -24,14 +30,9 @@ from internal_writes import (
     manifests,
     produce_raw,
 )
-from kafka_clients import Rec, consume_confluent, produce_confluent
-from kio.schema.errors import ErrorCode
-from super_user import client_config, sasl_bootstrap, settings
-
-from core.records.builder import RecordBatchBuilder
-from rlmm.formatter import kafka_uuid
-from rlmm.partitioner import metadata_partition
-from rlmm.serde import serialize
+from tests.support.kafka_clients import Rec, consume_confluent, produce_confluent
+from tests.support.super_user import client_config, sasl_bootstrap, settings
+from tests.support.waiting import wait_until
 from tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -188,7 +189,7 @@ def test_a_forged_deletion_does_not_delete_the_remote_segment(tmp_path: Path) ->
         del producer  # librdkafka would keep reconnecting to the stopped broker
         refused = re.compile(
             rf"refused RemoteLogSegmentMetadataUpdate at __remote_log_metadata-{mp} offset \d+ "
-            rf"\(segment {re.escape(kafka_uuid(victim.segment_id))}"
+            rf"\(segment {re.escape(uuid_to_base64(victim.segment_id))}"
         )
         wait_until(lambda: refused.search(broker.log_file.read_text()), 30, what="the refusal")
         assert victim.segment_id in {m.segment_id for m in manifests(tmp_path)}
@@ -216,7 +217,9 @@ def test_a_forged_deletion_does_not_delete_the_remote_segment(tmp_path: Path) ->
         kept = re.compile(rf"remote_delete_refused .*{second.segment_id}")
         wait_until(lambda: kept.search(again.log_file.read_text()), 30, what="the kept segment")
         assert second.segment_id in {m.segment_id for m in manifests(tmp_path)}
-        assert len(list((tmp_path / "bucket").rglob(f"*{kafka_uuid(second.segment_id)}.log"))) == 1
+        assert (
+            len(list((tmp_path / "bucket").rglob(f"*{uuid_to_base64(second.segment_id)}.log"))) == 1
+        )
         assert again.stop() == 0
     finally:
         again.kill()

@@ -33,9 +33,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, wait_until
-from kafka_clients import unique_group
-from kafka_wire import Connection, call, list_offsets_request, metadata_request
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v9.request import (
     PartitionProduceData,
@@ -49,6 +46,10 @@ from core.records.batch import iter_batches
 from core.records.builder import RecordBatchBuilder
 from core.records.record import decode_records
 from core.server.api_keys import ApiKey
+from tests.support.broker_process import BrokerProcess
+from tests.support.kafka_clients import unique_group
+from tests.support.kafka_wire import Connection, call, list_offsets_request, metadata_request
+from tests.support.waiting import wait_until
 
 TOPIC = "long-poll"
 PARKED = datetime.timedelta(minutes=10)  # a fetch's wait: only an append answers it in time

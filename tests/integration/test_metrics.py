@@ -12,9 +12,11 @@ import re
 import urllib.request
 from pathlib import Path
 
-from broker_process import BrokerProcess, start_broker, wait_until
-from s3_harness import broker_log_lines, metadata_segments
-from test_tiering import TOPIC, create_and_fill, settings
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.s3_harness import broker_log_lines, metadata_segments
+from tests.support.waiting import wait_until
+
+from .test_tiering import TOPIC, create_and_fill, settings
 
 NAME = "kafka_server_brokertopicmetrics_"
 

@@ -27,15 +27,15 @@ import struct
 import time
 
 import pytest
-from broker_process import BrokerProcess, start_broker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka_clients import Rec, consume_confluent, produce_confluent
 from kio.index import load_request_schema
 from kio.serial import entity_writer
 from kio.static.primitive import Records, i16, i32, i64Timedelta
 
 from core.server.api_keys import SUPPORTED_VERSIONS
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.kafka_clients import Rec, consume_confluent, produce_confluent
 
 # As in tests/core/server/test_protocol.py: record data is opaque bytes to the protocol
 # layer, and kio cannot write durations beyond Python's timedelta range.

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from broker_process import restart, start_broker
+
+from tests.support.broker_process import restart, start_broker
 
 TIERED = {
     "remote.log.storage.system.enable": "true",

@@ -26,9 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, start_broker
-from kafka_clients import Rec, consume_confluent, produce_confluent
-from kafka_wire import Connection, call, list_offsets_request, metadata_request, pipeline
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.delete_records.v2.request import (
     DeleteRecordsPartition,
@@ -68,6 +65,15 @@ from core.records.batch import iter_batches
 from core.records.builder import RecordBatchBuilder
 from core.records.record import decode_records
 from core.server.api_keys import ApiKey
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.kafka_clients import Rec, consume_confluent, produce_confluent
+from tests.support.kafka_wire import (
+    Connection,
+    call,
+    list_offsets_request,
+    metadata_request,
+    pipeline,
+)
 
 TIMEOUT = datetime.timedelta(seconds=60)
 EARLIEST, LATEST = -2, -1

@@ -25,16 +25,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, start_broker
-from kafka_clients import Rec, consume_confluent, consume_kcat, produce_confluent, produce_kcat
-from kafka_wire import Connection
-from kafkajs_driver import client_config as kafkajs_config
-from kafkajs_driver import consume_kafkajs, produce_kafkajs
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
-from pki import Pki, make_pki
 
 from core.server.api_keys import ApiKey
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.kafka_clients import (
+    Rec,
+    consume_confluent,
+    consume_kcat,
+    produce_confluent,
+    produce_kcat,
+)
+from tests.support.kafka_wire import Connection
+from tests.support.pki import Pki, make_pki
+
+from .kafkajs_driver import client_config as kafkajs_config
+from .kafkajs_driver import consume_kafkajs, produce_kafkajs
 
 PASSWORD = "alice-secret-7f3a"
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")

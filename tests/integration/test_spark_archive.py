@@ -16,15 +16,17 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 import s3fs
-from broker_process import BrokerProcess, start_broker, wait_until
-from kafka_clients import Rec, consume_confluent, produce_confluent
-from s3_harness import (
+
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.kafka_clients import Rec, consume_confluent, produce_confluent
+from tests.support.s3_harness import (
     Bucket,
     local_log_start,
     local_segment_bases,
     metadata_segments,
     tiering_settings,
 )
+from tests.support.waiting import wait_until
 
 TOPIC = "spark-archive"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from broker_process import BrokerProcess, restart, start_broker, wait_until
-from kafka_wire import list_offset_answer
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.kafka_wire import list_offset_answer
+from tests.support.waiting import wait_until
 
 MAX_TIMESTAMP = -3  # ListOffsets: the record with the largest timestamp (KIP-734)
 LATEST = -1

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess, restart, start_broker, wait_until
-from kafka_clients import Got, Rec, consume_confluent, consume_kcat, produce_confluent
-from kafka_wire import list_offset_v11
-from s3_harness import (
+
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.kafka_clients import Got, Rec, consume_confluent, consume_kcat, produce_confluent
+from tests.support.kafka_wire import list_offset_v11
+from tests.support.s3_harness import (
     Bucket,
     FaultProxy,
     broker_log_lines,
@@ -44,6 +45,7 @@ from s3_harness import (
     tiering_settings,
     watermarks,
 )
+from tests.support.waiting import wait_until
 
 KIB = 1024
 SEGMENT_BYTES = 256 * KIB

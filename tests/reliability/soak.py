@@ -1,4 +1,5 @@
-"""Short runs in ``make test``, long ones in ``make soak`` (``TIERLOG_SOAK=1``)."""
+"""Short runs in ``make test``, long ones in ``make soak`` (``TIERLOG_SOAK=1``): more kills,
+longer load, the figures docs/RELIABILITY.md reports."""
 
 from __future__ import annotations
 

@@ -41,11 +41,20 @@ import uuid
 from pathlib import Path
 
 import pytest
-import super_user
-from broker_process import BrokerProcess, restart, start_broker, wait_until
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from internal_writes import (
+from kio.index import load_request_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
+
+from core.log.checkpoints import OffsetCheckpointFile
+from core.server.api_keys import ApiKey
+from rlmm.partitioner import metadata_partition
+from rlmm.serde import serialize
+from tests.support import super_user
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.internal_writes import (
     INTERNAL,
     TIERED,
     admin_errors,
@@ -54,18 +63,9 @@ from internal_writes import (
     manifests,
     produce_raw,
 )
-from kafka_clients import Rec, consume_confluent, produce_confluent, unique_group
-from kafka_wire import SIZE, metadata_errors
-from kio.index import load_request_schema
-from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32
-from soak import SOAK
-
-from core.log.checkpoints import OffsetCheckpointFile
-from core.server.api_keys import ApiKey
-from rlmm.partitioner import metadata_partition
-from rlmm.serde import serialize
+from tests.support.kafka_clients import Rec, consume_confluent, produce_confluent, unique_group
+from tests.support.kafka_wire import SIZE, metadata_errors
+from tests.support.waiting import wait_until
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -74,6 +74,8 @@ from tiered.api import (
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
 )
+
+from .soak import SOAK
 
 S = RemoteLogSegmentState
 

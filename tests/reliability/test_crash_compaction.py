@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker_process import BrokerProcess, restart, start_broker, wait_until
-from soak import SOAK
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.waiting import wait_until
+
+from .soak import SOAK
 
 KILLS = 25 if SOAK else 4
 KEYS = 64
@@ -84,7 +86,7 @@ class KeyedLoad:
 
 
 def read_back(bootstrap: str) -> list[tuple[int, bytes, int]]:
-    from kafka_clients import consume_confluent
+    from tests.support.kafka_clients import consume_confluent
 
     return [
         (g.offset, g.key, int(g.value))

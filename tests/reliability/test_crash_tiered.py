@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker_process import BrokerProcess, restart, start_broker, wait_until
-from kafka_clients import consume_confluent
-from producer_load import Load
-from s3_harness import (
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.kafka_clients import consume_confluent
+from tests.support.producer_load import Load
+from tests.support.s3_harness import (
     Bucket,
     local_log_start,
     local_segment_bases,
@@ -38,7 +38,9 @@ from s3_harness import (
     orphan_report,
     tiering_settings,
 )
-from soak import SOAK
+from tests.support.waiting import wait_until
+
+from .soak import SOAK
 
 KILLS = 50 if SOAK else 5
 TOPIC = "crash-tiered"

@@ -16,11 +16,13 @@ import threading
 import time
 from pathlib import Path
 
-from broker_process import BrokerProcess, restart, start_broker, wait_until
-from kafka_clients import consume_confluent
-from producer_load import Load
-from s3_harness import broker_log_lines
-from soak import SOAK
+from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.kafka_clients import consume_confluent
+from tests.support.producer_load import Load
+from tests.support.s3_harness import broker_log_lines
+from tests.support.waiting import wait_until
+
+from .soak import SOAK
 
 TOPIC = "disk-faults"
 FAULT_SECONDS = 20 if SOAK else 4

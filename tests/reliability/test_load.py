@@ -19,8 +19,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from broker_process import BrokerProcess, start_broker, wait_until
-from soak import SOAK
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.waiting import wait_until
+
+from .soak import SOAK
 
 PARTITIONS, PRODUCERS, CONSUMERS, SECONDS = (100, 20, 20, 600) if SOAK else (20, 4, 4, 20)
 RATE = 10_000  # records/s offered by all producers together

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from broker_process import BrokerProcess, start_broker, wait_until
-from s3_harness import (
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.s3_harness import (
     Bucket,
     Chaos,
     FaultProxy,
@@ -28,7 +28,9 @@ from s3_harness import (
     local_segment_bases,
     tiering_settings,
 )
-from soak import SOAK
+from tests.support.waiting import wait_until
+
+from .soak import SOAK
 
 TOPIC = "faulty-s3"
 RECORDS = 30_000 if SOAK else 8_000

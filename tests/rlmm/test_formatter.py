@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from rlmm.formatter import FormatterConfig, RemoteLogMetadataFormatter, kafka_uuid
+from rlmm.formatter import FormatterConfig, RemoteLogMetadataFormatter
 from rlmm.serde import MetadataSerdeError, RemoteLogSegmentMetadataSnapshot, serialize
 from tiered.api import (
     RemoteLogSegmentId,
@@ -27,11 +27,6 @@ SEGMENT = RemoteLogSegmentMetadata(
     RemoteLogSegmentId(TP0, SEG), 0, 100, -1, 1, 123, 1024, {0: 0, 1: 20, 2: 80},
     custom_metadata=bytes(10), txn_index_empty=True,
 )  # fmt: skip
-
-
-def test_kafka_uuid_form() -> None:
-    assert kafka_uuid(TOPIC_ID) == TID
-    assert kafka_uuid(SEG) == SID
 
 
 def test_segment_line_is_kafkas_by_default() -> None:

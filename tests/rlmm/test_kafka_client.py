@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
@@ -11,15 +10,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-sys.path.insert(0, str(Path(__file__).parent))
-from broker_process import BrokerProcess, start_broker
-from rlmm_contract import MakeRlmm, RemoteLogMetadataManagerContract
-from super_user import client_config, sasl_bootstrap, settings
-
 from rlmm.kafka_client import KafkaMetadataTopicClient
 from rlmm.manager import BOOTSTRAP_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
 from rlmm.topic_client import METADATA_TOPIC, MetadataTopicError
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.super_user import client_config, sasl_bootstrap, settings
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -27,6 +22,8 @@ from tiered.api import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+
+from .rlmm_contract import MakeRlmm, RemoteLogMetadataManagerContract
 
 PARTITIONS = 3
 

@@ -8,19 +8,15 @@ partition's metadata caught up, is refused (see rlmm/manager.py).
 from __future__ import annotations
 
 import logging
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_manager import MemoryTopic, finish, segment
-
-from rlmm.formatter import kafka_uuid
+from core.kafka_uuid import uuid_to_base64
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import serialize
+from tests.support.memory_metadata import MemoryTopic, finish, segment
 from tiered.api import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -103,7 +99,7 @@ def test_an_update_of_a_segment_never_added_is_refused_and_logged(tp, caplog, br
     (line,) = refusals(caplog)
     mp = metadata_partition(tp, PARTITIONS)
     assert f"__remote_log_metadata-{mp} offset {offset}" in line
-    assert kafka_uuid(ghost.segment_id) in line
+    assert uuid_to_base64(ghost.segment_id) in line
     m.close()
 
 
@@ -137,7 +133,7 @@ def test_a_deletion_the_leader_did_not_start_is_refused(tp, caplog, broker):
         S.COPY_SEGMENT_FINISHED
     ]
     (line,) = refusals(caplog)
-    assert f"offset {offset}" in line and kafka_uuid(md.segment_id) in line
+    assert f"offset {offset}" in line and uuid_to_base64(md.segment_id) in line
     assert "did not write this event" in line
     # The leader's own deletion applies.
     m.update_remote_log_segment_metadata(update(md, S.DELETE_SEGMENT_STARTED)).result(10)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_manager import MemoryTopic, finish, manager, ready, segment
-
 from rlmm.remover import RemotePartitionRemover
+from tests.support.memory_metadata import MemoryTopic, finish, manager, ready, segment
 from tiered.api import (
     RemotePartitionDeleteState,
     RemoteResourceNotFoundError,

@@ -8,14 +8,9 @@ The same contract runs over a real broker's ``__remote_log_metadata`` in
 from __future__ import annotations
 
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from rlmm_contract import MakeRlmm, RemoteLogMetadataManagerContract
-from test_manager import MemoryTopic, manager
 
 from rlmm.manager import (
     LOG_DIR_KEY,
@@ -23,6 +18,9 @@ from rlmm.manager import (
     SNAPSHOT_INTERVAL_KEY,
     TopicBasedRemoteLogMetadataManager,
 )
+from tests.support.memory_metadata import MemoryTopic, manager
+
+from .rlmm_contract import MakeRlmm, RemoteLogMetadataManagerContract
 
 
 class TestTopicBasedInMemory(RemoteLogMetadataManagerContract):

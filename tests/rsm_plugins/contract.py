@@ -27,9 +27,8 @@ from typing import Protocol
 
 import crc32c
 import pytest
-from segment_files import SegmentFiles
 
-from core.log.meta_properties import uuid_to_base64
+from core.kafka_uuid import uuid_to_base64
 from rsm_plugins.layout import SegmentManifest
 from tiered.api import (
     IndexType,
@@ -40,6 +39,8 @@ from tiered.api import (
     TopicIdPartition,
     from_kafka_end_position,
 )
+
+from .segment_files import SegmentFiles
 
 KEY_PREFIX = "tierlog-test/"
 SUFFIXES = ("log", "index", "timeindex", "snapshot", "leader-epoch-checkpoint", "manifest.json")

@@ -20,11 +20,12 @@ from typing import Any
 
 import fsspec
 import pytest
-from contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
-from webhdfs_emulator import WebHdfsEmulator
 
 from rsm_plugins.fsspec import FsspecRemoteStorageManager
 from tiered.api import RemoteStorageError
+
+from .contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
+from .webhdfs_emulator import WebHdfsEmulator
 
 HDFS_URL = os.environ.get("TIERLOG_HDFS_URL")
 

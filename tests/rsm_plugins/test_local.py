@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
 
 from rsm_plugins.local import LocalDirRemoteStorageManager
 from tiered.api import RemoteStorageError
+
+from .contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
 
 
 class DirBackdoor:

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
-from contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
-from segment_files import SegmentFiles
 
 from rsm_plugins.s3 import S3RemoteStorageManager
 from tiered.api import IndexType, RetriableRemoteStorageError, TopicIdPartition
+
+from .contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
+from .segment_files import SegmentFiles
 
 MIB = 1024 * 1024
 

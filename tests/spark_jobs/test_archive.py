@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-from archive_data import T0, write_archive
-
 from spark_jobs.archive import SCHEMA, plan_partition, read_partition, segments_from_manifests
+
+from .archive_data import T0, write_archive
 
 
 def rows(batches) -> list[tuple]:

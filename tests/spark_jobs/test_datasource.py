@@ -6,12 +6,10 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from archive_data import T0, write_archive
+from .archive_data import T0, write_archive
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Spark's Python workers must run this interpreter (the one with pyarrow and tierlog).

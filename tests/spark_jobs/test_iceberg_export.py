@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from archive_data import T0, TXN_PID, write_archive
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import ValidationException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -26,9 +23,9 @@ from pyiceberg.types import BinaryType, LongType, NestedField, StringType
 
 from spark_jobs.datasource import SegmentSplit, TierlogReader
 from spark_jobs.export import spark_session
+from spark_jobs.export_ranges import pending_splits
 from spark_jobs.iceberg_export import (
     commit_written,
-    pending_splits,
     run_iceberg_export,
     stage_append,
     write_split,
@@ -42,6 +39,8 @@ from spark_jobs.iceberg_table import (
     catalog_properties,
     exported_ranges,
 )
+
+from .archive_data import T0, TXN_PID, write_archive
 
 HOUR = 3_600_000
 TABLE = "kafka.orders"
@@ -233,7 +232,7 @@ def test_a_concurrent_export_is_never_duplicated(spark, tmp_path):
     assert all(isinstance(s, SegmentSplit) for s in splits)
     written = [
         write_split(s, stale.metadata.model_dump_json(), dict(stale.io.properties))
-        for s in pending_splits(splits, done)
+        for s in pending_splits(splits, lambda s: done.of(s.topic, s.partition))
     ]
     # ... while export B commits part of it first.
     middle = T0 + 70 * HOUR

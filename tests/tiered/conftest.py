@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import Env, MemoryRSM, tiered_config
+from .harness import Env, MemoryRSM, tiered_config
 
 
 @pytest.fixture

@@ -4,18 +4,15 @@ in-memory metadata topic, and an RSM (a dict-backed one, or the local-directory 
 from __future__ import annotations
 
 import io
-import sys
 import threading
 import uuid
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "rlmm"))
-from test_manager import MemoryTopic, manager
 
 from core.log.config import LogConfig
 from core.log.partition_log import PartitionLog
 from core.records.builder import RecordBatchBuilder
 from rsm_plugins.local import LocalDirRemoteStorageManager
+from tests.support.memory_metadata import MemoryTopic, manager
 from tiered.api import (
     IndexType,
     LogSegmentData,

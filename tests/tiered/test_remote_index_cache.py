@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import produce
 
 from tiered.remote_index_cache import (
     DIR_NAME,
@@ -15,6 +10,8 @@ from tiered.remote_index_cache import (
     RemoteIndexCache,
     TimeIndexView,
 )
+
+from .harness import produce
 
 
 def test_index_views_parse_kafka_entries_and_ignore_a_zero_tail():

@@ -4,15 +4,12 @@ largest timestamp, found from the RLMM metadata, reading only the batch that hol
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Sequence
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-from harness import T0, Env, produce
 
 from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
 from core.records.builder import RecordBatchBuilder
+
+from .harness import T0, Env, produce
 
 
 def append_at(env: Env, timestamps: Sequence[int], epoch: int = 0) -> int:

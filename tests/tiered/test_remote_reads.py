@@ -3,20 +3,18 @@ transactions READ_COMMITTED fetches get from remote transaction indexes."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import uuid
 from concurrent.futures import Future
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 import pytest
-from harness import T0, Env, produce
 
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from tiered.api import TopicIdPartition
 from tiered.remote_reader import READ_AHEAD_MAX_ENTRIES, CorruptRemoteDataError, _ReadAhead
+
+from .harness import T0, Env, produce
 
 
 def test_sequential_reads_are_served_from_read_ahead_and_stay_identical(env, memory_rsm):

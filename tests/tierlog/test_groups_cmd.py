@@ -7,15 +7,11 @@ describe`` must take ``-readers`` as the group it names, as it is and after ``--
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from broker_process import BrokerProcess, start_broker
-
+from tests.support.broker_process import BrokerProcess, start_broker
 from tierlog.cli import main
 
 TOPIC = "-events"

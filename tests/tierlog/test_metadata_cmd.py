@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from broker_process import BrokerProcess, start_broker
-from super_user import client_config, sasl_bootstrap, settings
-
+from core.kafka_uuid import uuid_from_base64, uuid_to_base64
 from core.log.config import LogConfig
-from core.log.meta_properties import uuid_from_base64
 from core.log.partition_log import PartitionLog
 from core.records.builder import RecordBatchBuilder
-from rlmm.formatter import kafka_uuid
 from rlmm.partitioner import metadata_partition
 from rlmm.serde import RemoteLogMetadata, serialize
 from rlmm.topic_client import METADATA_TOPIC
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.super_user import client_config, sasl_bootstrap, settings
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -142,7 +138,7 @@ def populated(tmp_path: Path) -> tuple[Path, MetadataLog, dict[str, RemoteLogSeg
     for p in range(3):
         for i in range(5):
             md = mlog.add(segment(tp(ORDERS, "orders", p), 100 * i, 100 * i + 99, size=1000 + i))
-            segs[kafka_uuid(md.segment_id)] = md
+            segs[uuid_to_base64(md.segment_id)] = md
     for p in range(2):
         part = tp(PAYMENTS, "payments", p)
         a = mlog.add(segment(part, 0, 49, {3: 0}, size=500))
@@ -151,7 +147,7 @@ def populated(tmp_path: Path) -> tuple[Path, MetadataLog, dict[str, RemoteLogSeg
         d = mlog.add(segment(part, 150, 199, {4: 150}, size=300))
         mlog.publish(update(d, S.DELETE_SEGMENT_STARTED))
         for md in (a, b, c, d):
-            segs[kafka_uuid(md.segment_id)] = md
+            segs[uuid_to_base64(md.segment_id)] = md
     mlog.close_and_strip()
     return log_dir, mlog, segs
 
@@ -197,7 +193,7 @@ def test_log_files_alone_suffice(capsys, populated) -> None:
             md.topic_id_partition.topic,
             md.topic_id_partition.partition,
         )
-        assert s["topic_id"] == kafka_uuid(md.topic_id_partition.topic_id)
+        assert s["topic_id"] == uuid_to_base64(md.topic_id_partition.topic_id)
         assert (s["start_offset"], s["end_offset"]) == (md.start_offset, md.end_offset)
         assert s["segment_size_in_bytes"] == md.segment_size_in_bytes
         assert s["segment_leader_epochs"] == {
@@ -234,7 +230,7 @@ def test_paging_while_metadata_changes_returns_every_lasting_segment(
             if i % 3 == 2:
                 doomed.append(md)
             else:
-                lasting.add(kafka_uuid(md.segment_id))
+                lasting.add(uuid_to_base64(md.segment_id))
     seen: list[str] = []
     cursor, pages = "0", 0
     while True:
@@ -338,7 +334,7 @@ def test_exactly_one_source(capsys, populated, tmp_path: Path) -> None:
 def test_describe_every_field_and_every_event(capsys, populated) -> None:
     log_dir, _, segs = populated
     md = next(m for m in segs.values() if m.custom_metadata is not None)
-    sid = kafka_uuid(md.segment_id)
+    sid = uuid_to_base64(md.segment_id)
     doc = run_json(capsys, "describe", sid, "--log-dirs", str(log_dir))
     seg = doc["segment"]
     assert seg["segment_id"] == sid and seg["segment_uuid"] == str(md.segment_id)
@@ -491,7 +487,9 @@ def test_events_that_do_not_apply_are_warnings(capsys, tmp_path: Path) -> None:
     mlog.close_and_strip()
     code, out, err = run(capsys, "list", "--log-dirs", str(log_dir), "--json")
     assert code == 0
-    assert [s["segment_id"] for s in json.loads(out)["segments"]] == [kafka_uuid(good.segment_id)]
+    assert [s["segment_id"] for s in json.loads(out)["segments"]] == [
+        uuid_to_base64(good.segment_id)
+    ]
     warnings = [line for line in err.splitlines() if line.startswith("tierlog: warning: ")]
     assert len(warnings) == 2
     assert any("cannot decode" in w for w in warnings)
@@ -696,7 +694,7 @@ def test_online_list_pages_and_matches_offline(capsys, online) -> None:
         cursor = doc["next_cursor"]
         if cursor == "0":
             break
-    assert sorted(ids) == sorted(kafka_uuid(md.segment_id) for md in segs)
+    assert sorted(ids) == sorted(uuid_to_base64(md.segment_id) for md in segs)
     assert len(ids) == len(set(ids))
     # The broker's own log dir, read offline while it runs, says the same.
     data = broker.log_dir / "data"
@@ -709,7 +707,7 @@ def test_online_describe_dump_summary(capsys, online) -> None:
     broker, segs = online
     src = ("--bootstrap-server", broker.bootstrap)
     md = segs[5]
-    doc = run_json(capsys, "describe", kafka_uuid(md.segment_id), *src)
+    doc = run_json(capsys, "describe", uuid_to_base64(md.segment_id), *src)
     assert doc["segment"]["state"] == "COPY_SEGMENT_FINISHED"
     assert len(doc["events"]) == 2
 

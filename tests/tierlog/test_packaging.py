@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from broker_process import BrokerProcess, start_broker, wait_until
+from tests.support.broker_process import BrokerProcess, start_broker
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -33,11 +33,11 @@ for old clients (null and -1 without one). The broker epoch is the znode's czxid
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.clock import now_ms
 from core.server.zookeeper import json_format as zk_json
 from core.server.zookeeper.errors import ZkDataError
 
@@ -51,10 +51,6 @@ INT64_MAX = (1 << 63) - 1
 # Listener names that need no listener_security_protocol_map entry (Kafka's
 # DEFAULT_NAME_TO_SECURITY_PROTO: each security protocol names itself).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # -- /brokers/ids/<id> -------------------------------------------------------------------------
@@ -118,7 +114,7 @@ class BrokerRegistration:
     rack: str | None = None
     features: Mapping[str, SupportedVersionRange] = field(default_factory=dict)
     jmx_port: int = -1
-    timestamp_ms: int = field(default_factory=_now_ms)
+    timestamp_ms: int = field(default_factory=now_ms)
     version: int = BROKER_REGISTRATION_VERSION
     epoch: int = -1
 
@@ -203,7 +199,7 @@ class ControllerRegistration:
     """
 
     broker_id: int
-    timestamp_ms: int = field(default_factory=_now_ms)
+    timestamp_ms: int = field(default_factory=now_ms)
     kraft_controller_epoch: int = -1
     zk_version: int = -1
 

@@ -46,7 +46,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from core.log.meta_properties import uuid_to_base64
+from core.kafka_uuid import uuid_to_base64
 from core.server.zookeeper import paths
 from core.server.zookeeper.client import (
     DEFAULT_MAX_IN_FLIGHT_REQUESTS,

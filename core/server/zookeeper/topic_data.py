@@ -46,7 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.log.meta_properties import uuid_from_base64, uuid_to_base64
+from core.kafka_uuid import uuid_from_base64, uuid_to_base64
 from core.server.sasl import ScramCredential
 from core.server.zookeeper import json_format as zk_json
 from core.server.zookeeper.errors import ZkDataError

@@ -19,6 +19,7 @@ def client_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    transactional: bool = False,
 ) -> bytearray:
     """A batch with base offset 0 and no leader epoch, the way producers send it."""
     builder = RecordBatchBuilder(
@@ -26,6 +27,7 @@ def client_batch(
         producer_id=producer_id,
         producer_epoch=producer_epoch,
         base_sequence=base_sequence,
+        is_transactional=transactional,
     )
     for i, value in enumerate(values):
         key = keys[i] if keys is not None else None

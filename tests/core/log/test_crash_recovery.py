@@ -22,9 +22,9 @@ import pytest
 from core.log.log_manager import LogManager, LogManagerConfig
 from core.records.batch import iter_batches
 
+from . import crash_writer
+
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-import crash_writer  # noqa: E402
 
 KILLS = 20
 

@@ -53,6 +53,18 @@ def test_partitions_created_together_spread_and_existing_ones_are_kept(tmp_path,
     lm.shutdown()
 
 
+def test_a_log_without_a_checkpointed_high_watermark_starts_at_zero(tmp_path, batch):
+    """Kafka's rule: no checkpointed high watermark means 0. Taking the log end instead
+    would count offsets no other replica may have as committed after a crash."""
+    lm = manager([tmp_path / "d"])
+    lm.get_or_create_log("t", 0).append_as_leader(batch([b"a", b"b"]), 0)
+    lm.close_without_marker()  # a crash before the first high-watermark checkpoint
+    again = manager([tmp_path / "d"])
+    plog = again.get_log("t", 0)
+    assert (plog.log_end_offset, plog.high_watermark) == (2, 0)
+    again.shutdown()
+
+
 def test_checkpoints_hold_recovery_points_log_start_and_high_watermarks(tmp_path, batch):
     lm = manager([tmp_path / "d"])
     plog = lm.get_or_create_log("t", 0)

@@ -1,5 +1,4 @@
 import base64
-import uuid
 from pathlib import Path
 
 import pytest
@@ -15,21 +14,6 @@ DIR_ID = "AAECAwQFBgcICQoLDA0ODw"  # bytes 0..15
 @pytest.fixture
 def path(tmp_path: Path) -> Path:
     return tmp_path / "meta.properties"
-
-
-def test_uuid_encoding_is_base64url_without_padding() -> None:
-    value = uuid.UUID(bytes=bytes(range(16)))
-    assert meta_properties.uuid_to_base64(value) == DIR_ID
-    assert meta_properties.uuid_from_base64(DIR_ID) == value
-    assert meta_properties.uuid_from_base64(DIR_ID + "==") == value  # Java's decoder pads
-    url_chars = uuid.UUID(bytes=b"\xfb\xff" * 8)
-    assert meta_properties.uuid_to_base64(url_chars) == "-__7__v_-__7__v_-__7_w"  # no "+" or "/"
-
-
-@pytest.mark.parametrize("bad", ["", "AAECAwQFBgcICQoLDA0OD", "AAECAwQFBgcICQoLDA0OD+", "x" * 23])
-def test_uuid_from_base64_rejects_non_uuid(bad: str) -> None:
-    with pytest.raises(ValueError):
-        meta_properties.uuid_from_base64(bad)
 
 
 def test_random_directory_id_is_22_char_uuid_without_leading_dash() -> None:

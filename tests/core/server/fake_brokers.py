@@ -42,6 +42,7 @@ from core.server.zookeeper.data import BrokerRegistration, EndPoint, encode_brok
 from core.server.zookeeper.kafka_zk import KafkaZkClient
 from core.server.zookeeper.ops import CreateOp, DeleteOp
 from core.server.zookeeper.topic_data import ReplicaAssignment, TopicAssignment
+from tests.support.waiting import until
 
 SIZE = struct.Struct(">i")
 WAIT_S = 30.0
@@ -55,16 +56,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 async def eventually(condition: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    """Wait (with a deadline) until ``condition`` holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while True:
-        result = condition()
-        if result if isinstance(result, bool) else await result:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {WAIT_S:g}s waiting for {what}")
-        await asyncio.sleep(0.02)
+    """Wait until ``condition`` holds, with the controller tests' deadline."""
+    await until(condition, WAIT_S, interval=0.02, what=what)
 
 
 async def connect_zk(connect_string: str) -> KafkaZkClient:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from core.log.log_manager import LogManager, LogManagerConfig
@@ -15,10 +16,15 @@ from core.server.topics import TopicRegistry
 class OffsetsStorage:
     """What the broker opens for its group offsets, over ``directory``; reopenable."""
 
-    def __init__(self, directory: Path, partitions: int = 3) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        partitions: int = 3,
+        broker_defaults: Mapping[str, str] | None = None,
+    ) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        self.topics = TopicRegistry(directory, {})
+        self.topics = TopicRegistry(directory, broker_defaults or {})
         ensure_offsets_topic(self.topics, partitions, 1 << 20)
         self.log_manager = LogManager(
             LogManagerConfig(log_dirs=(directory,)), topic_config=self.topics.log_config

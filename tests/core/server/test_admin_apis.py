@@ -6,132 +6,29 @@ then the response is encoded and decoded again: the assertions see what a client
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import io
-import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i8, i16, i32
+from kio.static.primitive import i8
 
-from core.log.config import LogConfig
-from core.log.log_manager import LogManager, LogManagerConfig
-from core.records.builder import RecordBatchBuilder
-from core.server.admin_apis import HANDLERS
-from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
-from core.server.config import load_broker_config
+from core.server.api_keys import ApiKey
 from core.server.group_offsets import CommittedOffset, GroupOffsetStore
-from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
-from core.server.protocol import ProtocolCodec
-from core.server.replica_manager import ReplicaManager
-from core.server.timing_wheel import Timer
-from core.server.topics import TopicInfo, TopicRegistry
 
-CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
+from .fake_broker import FakeBroker, call, schema
+
 TIMEOUT = datetime.timedelta(seconds=30)
-
-
-class FakeBroker:
-    """The attributes the admin handlers use, over real storage parts."""
-
-    def __init__(
-        self,
-        directory: Path,
-        *,
-        broker_defaults: Mapping[str, str] | None = None,
-        delete_topic_enable: bool = True,
-    ) -> None:
-        self.codec = CODEC
-        self.config = SimpleNamespace(
-            node_id=1,
-            delete_topic_enable=delete_topic_enable,
-            to_props=lambda: {"node.id": "1", "log.dirs": str(directory), "ssl.key.password": "x"},
-        )
-        self.topics = TopicRegistry(directory, broker_defaults or {})
-        self.log_manager = LogManager(
-            LogManagerConfig(log_dirs=(directory,)), topic_config=self.topics.log_config
-        )
-        self.replica_manager = ReplicaManager(self.log_manager, self.topics, Timer())
-        ensure_offsets_topic(self.topics, 2, 1 << 20)
-        offsets = self.replica_manager.open_topic(self.topics.get(OFFSETS_TOPIC))
-        self.journal = OffsetsTopic(lambda i: offsets[i], 2)
-        self.group_offsets = GroupOffsetStore(self.journal)
-
-    def advertised_endpoint(self, listener: str) -> tuple[str, int]:
-        return "127.0.0.1", 9092
-
-    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None):
-        info = self.topics.create(name, partitions, configs or {})
-        self.replica_manager.open_topic(info)
-        return info
-
-    async def delete_topic(self, name: str) -> TopicInfo:
-        info = self.topics.delete(name)
-        self.replica_manager.remove_topic(name)
-        return info
-
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
-        info = self.topics.set_configs(name, configs)
-        config = self.topics.effective_config(info)
-        self.log_manager.update_topic_config(name, config)
-        return config
-
-    def append(self, topic: str, partition: int, count: int) -> None:
-        builder = RecordBatchBuilder()
-        for i in range(count):
-            builder.append(b"v%d" % i, timestamp=1_700_000_000_000 + i)
-        p = self.replica_manager.partition(topic, partition)
-        assert p is not None
-        self.replica_manager.append(p, builder.build())
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[FakeBroker]:
-    b = FakeBroker(tmp_path, broker_defaults={"segment.bytes": "1048576"})
+    b = FakeBroker(tmp_path, {"log.segment.bytes": "1048576"})
     yield b
-    b.log_manager.shutdown()
-
-
-def schema(api_key: ApiKey, version: int) -> Any:
-    """The module of a request schema: its nested classes by name."""
-    return sys.modules[load_request_schema(api_key, version).__module__]
-
-
-def call(broker: Any, handlers: Mapping[int, Any], api_key: ApiKey, version: int, request: Any):
-    """Frame, decode, handle, encode and decode again: the response a client reads."""
-    request_type = load_request_schema(api_key, version)
-    header_type = request_type.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_type)(
-        out,
-        header_type(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(7),
-            client_id="test",
-        ),
-    )
-    entity_writer(request_type)(out, request)
-    ctx, decoded = CODEC.decode_request(out.getvalue(), "PLAINTEXT", "127.0.0.1:1")
-    response = asyncio.run(handlers[api_key](broker, ctx, decoded))
-    frame = CODEC.encode_response(ctx, response)
-    response_type = CODEC.response_type(api_key, version)
-    header_type = response_type.__header_schema__
-    _, used = entity_reader(header_type)(frame, 4)
-    body, _ = entity_reader(response_type)(frame, 4 + used)
-    return body
-
-
-def admin(broker: Any, api_key: ApiKey, version: int, request: Any) -> Any:
-    return call(broker, HANDLERS, api_key, version, request)
+    b.close()
 
 
 # -- DeleteTopics -----------------------------------------------------------------------------
@@ -142,12 +39,12 @@ def delete_by_name(broker: FakeBroker, version: int, *names: str) -> Any:
         request = s.DeleteTopicsRequest(topics=topics, timeout=TIMEOUT)
     else:
         request = s.DeleteTopicsRequest(topic_names=names, timeout=TIMEOUT)
-    return admin(broker, ApiKey.DELETE_TOPICS, version, request)
+    return call(broker, ApiKey.DELETE_TOPICS, version, request)
 
 
 @pytest.mark.parametrize("version", [1, 3, 5, 6])
 def test_delete_topics_by_name(broker: FakeBroker, version: int) -> None:
-    broker.create_topic("doomed", 2)
+    broker.make_topic("doomed", 2)
     broker.append("doomed", 0, 3)
     response = delete_by_name(broker, version, "doomed", "missing")
     codes = {r.name: r.error_code for r in response.responses}
@@ -157,7 +54,7 @@ def test_delete_topics_by_name(broker: FakeBroker, version: int) -> None:
 
 
 def test_delete_topics_by_id_at_v6(broker: FakeBroker) -> None:
-    info = broker.create_topic("by-id", 1)
+    info = broker.make_topic("by-id", 1)
     s = schema(ApiKey.DELETE_TOPICS, 6)
     unknown = uuid.uuid4()
     request = s.DeleteTopicsRequest(
@@ -168,7 +65,7 @@ def test_delete_topics_by_id_at_v6(broker: FakeBroker) -> None:
         ),
         timeout=TIMEOUT,
     )
-    ok, missing, both = admin(broker, ApiKey.DELETE_TOPICS, 6, request).responses
+    ok, missing, both = call(broker, ApiKey.DELETE_TOPICS, 6, request).responses
     assert (ok.name, ok.topic_id, ok.error_code) == ("by-id", info.topic_id, ErrorCode.none)
     assert (missing.name, missing.error_code) == (None, ErrorCode.unknown_topic_id)
     assert both.error_code == ErrorCode.invalid_request
@@ -176,7 +73,7 @@ def test_delete_topics_by_id_at_v6(broker: FakeBroker) -> None:
 
 
 def test_delete_topics_refuses_internal_and_duplicates(broker: FakeBroker) -> None:
-    broker.create_topic("twice", 1)  # __consumer_offsets exists, as on every broker
+    broker.make_topic("twice", 1)  # __consumer_offsets exists, as on every broker
     response = delete_by_name(broker, 6, "__consumer_offsets", "twice", "twice")
     codes = [r.error_code for r in response.responses]
     assert codes == [ErrorCode.invalid_topic_exception] + [ErrorCode.invalid_request] * 2
@@ -188,25 +85,25 @@ def test_delete_topics_refuses_internal_and_duplicates(broker: FakeBroker) -> No
     ("version", "code"), [(1, ErrorCode.invalid_request), (6, ErrorCode.topic_deletion_disabled)]
 )
 def test_delete_topics_disabled(tmp_path: Path, version: int, code: ErrorCode) -> None:
-    b = FakeBroker(tmp_path, delete_topic_enable=False)
+    b = FakeBroker(tmp_path, {"delete.topic.enable": "false"})
     try:
-        b.create_topic("kept", 1)
+        b.make_topic("kept", 1)
         (result,) = delete_by_name(b, version, "kept").responses
         assert result.error_code == code
         assert b.topics.get("kept") is not None
     finally:
-        b.log_manager.shutdown()
+        b.close()
 
 
 def test_delete_topics_drops_committed_offsets(broker: FakeBroker) -> None:
-    broker.create_topic("t", 1)
-    broker.create_topic("other", 1)
+    broker.make_topic("t", 1)
+    broker.make_topic("other", 1)
     broker.group_offsets.commit(
         "g", {("t", 0): CommittedOffset(5), ("other", 0): CommittedOffset(7)}
     )
     delete_by_name(broker, 6, "t")
     assert broker.group_offsets.group_offsets("g") == {("other", 0): CommittedOffset(7)}
-    assert GroupOffsetStore(broker.journal).fetch("g", "t", 0) is None  # replayed: gone
+    assert GroupOffsetStore(broker.storage.journal).fetch("g", "t", 0) is None  # replayed: gone
 
 
 # -- DescribeConfigs --------------------------------------------------------------------------
@@ -219,11 +116,11 @@ def describe(broker: FakeBroker, version: int, *resources: tuple[int, str, Any],
         ),
         **flags,
     )
-    return admin(broker, ApiKey.DESCRIBE_CONFIGS, version, request)
+    return call(broker, ApiKey.DESCRIBE_CONFIGS, version, request)
 
 
 def test_describe_topic_configs_v1_sources(broker: FakeBroker) -> None:
-    broker.create_topic("t", 1, {"retention.ms": "1000"})
+    broker.make_topic("t", 1, {"retention.ms": "1000"})
     (result,) = describe(broker, 1, (2, "t", None)).results
     assert result.error_code == ErrorCode.none
     by_name = {c.name: c for c in result.configs}
@@ -241,7 +138,7 @@ def test_describe_topic_configs_v1_sources(broker: FakeBroker) -> None:
 
 
 def test_describe_topic_configs_v4_synonyms_types_docs(broker: FakeBroker) -> None:
-    broker.create_topic("t", 1, {"segment.bytes": "2048"})
+    broker.make_topic("t", 1, {"segment.bytes": "2048"})
     (result,) = describe(
         broker,
         4,
@@ -297,12 +194,12 @@ def alter(broker: FakeBroker, version: int, *resources: Any, validate_only: bool
         ),
         validate_only=validate_only,
     )
-    return admin(broker, ApiKey.INCREMENTAL_ALTER_CONFIGS, version, request).responses
+    return call(broker, ApiKey.INCREMENTAL_ALTER_CONFIGS, version, request).responses
 
 
 @pytest.mark.parametrize("version", [0, 1])
 def test_alter_set_delete_append_subtract(broker: FakeBroker, version: int) -> None:
-    broker.create_topic("t", 1, {"retention.ms": "5000"})
+    broker.make_topic("t", 1, {"retention.ms": "5000"})
     (r,) = alter(
         broker,
         version,
@@ -328,14 +225,14 @@ def test_alter_set_delete_append_subtract(broker: FakeBroker, version: int) -> N
 
 
 def test_alter_validate_only_changes_nothing(broker: FakeBroker) -> None:
-    broker.create_topic("t", 1)
+    broker.make_topic("t", 1)
     (r,) = alter(broker, 1, (2, "t", [("segment.bytes", 0, "4096")]), validate_only=True)
     assert r.error_code == ErrorCode.none
     assert broker.topics.get("t").configs == {}
 
 
 def test_alter_errors(broker: FakeBroker) -> None:
-    broker.create_topic("t", 1)
+    broker.make_topic("t", 1)
     results = alter(
         broker,
         1,
@@ -376,13 +273,13 @@ def delete_records(broker: FakeBroker, version: int, name: str, *offsets: tuple[
         ),
         timeout=TIMEOUT,
     )
-    (topic,) = admin(broker, ApiKey.DELETE_RECORDS, version, request).topics
+    (topic,) = call(broker, ApiKey.DELETE_RECORDS, version, request).topics
     return [(p.partition_index, p.error_code, p.low_watermark) for p in topic.partitions]
 
 
 @pytest.mark.parametrize("version", [0, 2])
 def test_delete_records(broker: FakeBroker, version: int) -> None:
-    broker.create_topic("t", 3)
+    broker.make_topic("t", 3)
     broker.append("t", 0, 10)
     broker.append("t", 1, 4)
     assert delete_records(broker, version, "t", (0, 6), (1, -1), (2, 1), (3, 0)) == [
@@ -397,7 +294,7 @@ def test_delete_records(broker: FakeBroker, version: int) -> None:
 
 
 def test_delete_records_of_a_compacted_topic_is_a_policy_violation(broker: FakeBroker) -> None:
-    broker.create_topic("c", 1, {"cleanup.policy": "compact"})
+    broker.make_topic("c", 1, {"cleanup.policy": "compact"})
     assert delete_records(broker, 2, "c", (0, 0)) == [(0, ErrorCode.policy_violation, -1)]
 
 
@@ -408,7 +305,7 @@ def test_only_brokers_trim_or_reconfigure_the_internal_topics(broker: FakeBroker
     from core.server.internal_topics import BrokerTrust
 
     name = "__remote_log_metadata"
-    broker.create_topic(name, 2, {"retention.ms": "-1"})
+    broker.make_topic(name, 2, {"retention.ms": "-1"})
     broker.append(name, 0, 5)
     assert delete_records(broker, 2, name, (0, 3)) == [(0, ErrorCode.policy_violation, -1)]
     for validate_only in (False, True):
@@ -443,13 +340,13 @@ def epochs(broker: FakeBroker, version: int, *parts: tuple[int, int, int]) -> li
             ),
         ),
     )
-    (topic,) = admin(broker, ApiKey.OFFSET_FOR_LEADER_EPOCH, version, request).topics
+    (topic,) = call(broker, ApiKey.OFFSET_FOR_LEADER_EPOCH, version, request).topics
     return [(r.partition, r.error_code, r.leader_epoch, r.end_offset) for r in topic.partitions]
 
 
 @pytest.mark.parametrize("version", [2, 4])
 def test_offset_for_leader_epoch(broker: FakeBroker, version: int) -> None:
-    broker.create_topic("t", 1)
+    broker.make_topic("t", 1)
     partition = broker.replica_manager.partition("t", 0)
     broker.append("t", 0, 5)  # epoch 0: offsets 0-4
     partition.leader_epoch = 3
@@ -468,13 +365,9 @@ def test_offset_for_leader_epoch(broker: FakeBroker, version: int) -> None:
 
 
 def test_describe_sources_follow_the_broker_config_originals(tmp_path: Path) -> None:
-    b = FakeBroker(tmp_path)
-    b.config = load_broker_config(
-        None, {"log.dirs": str(tmp_path), "log.retention.hours": "24", "node.id": "1"}
-    )
-    b.topics.broker_defaults = b.config.log_config_defaults()
+    b = FakeBroker(tmp_path, {"log.retention.hours": "24"})
     try:
-        b.create_topic("t", 1)
+        b.make_topic("t", 1)
         (topic, node) = describe(
             b,
             4,
@@ -484,22 +377,20 @@ def test_describe_sources_follow_the_broker_config_originals(tmp_path: Path) -> 
         ).results
         by_name = {c.name: c for c in topic.configs}
         retention = by_name["retention.ms"]
-        assert (retention.value, retention.config_source) == ("86400000", 4)
-        assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
-            ("log.retention.hours", "24", 4),
-            ("log.retention.ms", "604800000", 5),
-        ]
+        # Kafka's rule: the synonyms of log.retention.ms start at log.retention.ms itself, so
+        # log.retention.hours does not show; the value is the one it gives, the source the
+        # default (Kafka's ConfigHelper.configSynonyms, dropWhile).
+        assert (retention.value, retention.config_source) == ("86400000", 5)
+        assert retention.synonyms == ()
         assert by_name["segment.bytes"].config_source == 5
         sources = {c.name: c.config_source for c in node.configs}
         assert sources["log.retention.hours"] == 4 and sources["log.segment.bytes"] == 5
     finally:
-        b.log_manager.shutdown()
+        b.close()
 
 
 # -- ACLs -------------------------------------------------------------------------------------
 def describe_all_acls(broker: Any) -> Any:
-    from core.server.acl_apis import HANDLERS as ACL_HANDLERS
-
     s = schema(ApiKey.DESCRIBE_ACLS, 3)
     request = s.DescribeAclsRequest(
         resource_type_filter=i8(1),
@@ -510,7 +401,7 @@ def describe_all_acls(broker: Any) -> Any:
         operation=i8(1),
         permission_type=i8(1),
     )
-    return call(broker, ACL_HANDLERS, ApiKey.DESCRIBE_ACLS, 3, request)
+    return call(broker, ApiKey.DESCRIBE_ACLS, 3, request)
 
 
 def test_acl_apis_answer_security_disabled_or_cluster_authorization_failed(
@@ -530,7 +421,7 @@ def test_acl_apis_answer_security_disabled_or_cluster_authorization_failed(
 def test_topic_handlers_refuse_what_acls_do_not_allow(broker: FakeBroker, tmp_path: Path) -> None:
     from core.server.authorizer import AclAuthorizer
 
-    broker.create_topic("secret", 1)
+    broker.make_topic("secret", 1)
     broker.authorizer = AclAuthorizer(tmp_path)
     (result,) = delete_by_name(broker, 6, "secret").responses
     assert result.error_code == ErrorCode.topic_authorization_failed

@@ -36,6 +36,7 @@ from core.server.node_client import (
 )
 from core.server.protocol import ProtocolCodec, RequestContext, load_request_schema
 from core.server.security import ClientSecurity
+from tests.support.waiting import until
 
 SIZE = struct.Struct(">i")
 PEER_VERSIONS = {ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (12, 12)}
@@ -153,12 +154,6 @@ async def silent(reader: asyncio.StreamReader) -> None:
 
 async def open_to(peer: Peer, **kwargs: Any) -> BrokerConnection:
     return await BrokerConnection.open("127.0.0.1", peer.port, client_id="broker-1-test", **kwargs)
-
-
-async def until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not predicate():
-            await asyncio.sleep(0.001)
 
 
 def run(coro: Awaitable[Any]) -> Any:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from zookeeper_server import expire_session
 
 from core.server.api_keys import ApiKey
 from core.server.cluster_types import leader_and_isr_request_states, update_metadata_request_states
 from core.server.controller.errors import NotControllerError
+from tests.support.zookeeper_server import expire_session
 
 from .fake_brokers import Cluster, eventually, run
 

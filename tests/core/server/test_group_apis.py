@@ -6,35 +6,25 @@ protocol codec, the response encoded and decoded again.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import io
 import json
-import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
 
 from core.errors import CorruptCheckpointError
 from core.records.record import decode_records
-from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.api_keys import ApiKey
 from core.server.coordinator_records import partition_for
-from core.server.group_apis import HANDLERS
+from core.server.group_apis import OFFSET_METADATA_MAX_BYTES
 from core.server.group_offsets import OFFSETS_FILE, CommittedOffset, GroupOffsetStore
 from core.server.offsets_topic import OFFSETS_TOPIC
-from core.server.protocol import ProtocolCodec
-from core.server.topics import TopicRegistry
 
+from .fake_broker import FakeBroker, call, schema
 from .offsets_storage import OffsetsStorage
-
-CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
 
 
 # -- the store alone --------------------------------------------------------------------------
@@ -139,53 +129,19 @@ def test_store_refuses_a_corrupt_legacy_file(storage, tmp_path: Path) -> None:
 
 
 # -- handlers ---------------------------------------------------------------------------------
-class FakeBroker:
-    """What the group handlers use: codec, config, topics, advertised endpoint."""
-
-    def __init__(self, directory: Path, *, metadata_max: int | None = None) -> None:
-        self.codec = CODEC
-        self.config = SimpleNamespace(node_id=3)
-        if metadata_max is not None:
-            self.config.offset_metadata_max_bytes = metadata_max
-        self.topics = TopicRegistry(directory, {})
-        if self.topics.get("t") is None:
-            self.topics.create("t", 2, {})
-
-    def advertised_endpoint(self, listener: str) -> tuple[str, int]:
-        assert listener == "PLAINTEXT"
-        return "broker.example", 9094
+def group_broker(directory: Path) -> FakeBroker:
+    """Node 3, advertised as broker.example:9094, with a topic ``t`` of two partitions."""
+    broker = FakeBroker(directory, {"node.id": "3"}, endpoint=("broker.example", 9094))
+    if broker.topics.get("t") is None:
+        broker.make_topic("t", 2)
+    return broker
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> FakeBroker:
-    return FakeBroker(tmp_path)
-
-
-def schema(api_key: ApiKey, version: int) -> Any:
-    return sys.modules[load_request_schema(api_key, version).__module__]
-
-
-def call(broker: Any, api_key: ApiKey, version: int, request: Any) -> Any:
-    request_type = load_request_schema(api_key, version)
-    header_type = request_type.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_type)(
-        out,
-        header_type(
-            request_api_key=i16(api_key),
-            request_api_version=i16(version),
-            correlation_id=i32(7),
-            client_id="test",
-        ),
-    )
-    entity_writer(request_type)(out, request)
-    ctx, decoded = CODEC.decode_request(out.getvalue(), "PLAINTEXT", "127.0.0.1:1")
-    response = asyncio.run(HANDLERS[api_key](broker, ctx, decoded))
-    frame = CODEC.encode_response(ctx, response)
-    response_type = CODEC.response_type(api_key, version)
-    _, used = entity_reader(response_type.__header_schema__)(frame, 4)
-    body, _ = entity_reader(response_type)(frame, 4 + used)
-    return body
+def broker(tmp_path: Path) -> Iterator[FakeBroker]:
+    b = group_broker(tmp_path)
+    yield b
+    b.close()
 
 
 # -- FindCoordinator --------------------------------------------------------------------------
@@ -320,14 +276,14 @@ def test_fetch_all_committed_partitions(broker: FakeBroker, version: int) -> Non
     assert fetch(broker, version, None, group="nobody") == {}
 
 
-def test_commit_errors(tmp_path: Path) -> None:
-    broker = FakeBroker(tmp_path, metadata_max=8)
+def test_commit_errors(broker: FakeBroker) -> None:
+    longest = "x" * OFFSET_METADATA_MAX_BYTES
     codes = commit(
         broker,
         8,
         {
-            ("t", 0): (1, -1, "x" * 9),
-            ("t", 1): (2, -1, "x" * 8),
+            ("t", 0): (1, -1, longest + "x"),
+            ("t", 1): (2, -1, longest),
             ("t", 9): (1, -1, ""),
             ("nope", 0): (1, -1, ""),
         },
@@ -338,7 +294,7 @@ def test_commit_errors(tmp_path: Path) -> None:
         ("t", 9): ErrorCode.unknown_topic_or_partition,
         ("nope", 0): ErrorCode.unknown_topic_or_partition,
     }
-    assert fetch(broker, 8, {"t": [0, 1]}) == {("t", 0): (-1, -1, ""), ("t", 1): (2, -1, "x" * 8)}
+    assert fetch(broker, 8, {"t": [0, 1]}) == {("t", 0): (-1, -1, ""), ("t", 1): (2, -1, longest)}
 
 
 def test_commit_with_a_generation_is_refused(broker: FakeBroker) -> None:
@@ -359,14 +315,10 @@ def test_commit_with_a_generation_is_refused(broker: FakeBroker) -> None:
 
 
 def test_commits_survive_a_restart_in_the_offsets_topic(tmp_path: Path) -> None:
-    storage = OffsetsStorage(tmp_path / "offsets")
-    broker = FakeBroker(tmp_path)
-    broker.group_offsets = storage.store()
+    broker = group_broker(tmp_path)
     commit(broker, 9, {("t", 0): (11, 2, "m")})
-    storage = storage.reopen()
+    restarted = broker.restart()  # a new broker object over the same dirs
     try:
-        restarted = FakeBroker(tmp_path)  # a new broker object over the same dirs
-        restarted.group_offsets = storage.store()
         assert fetch(restarted, 9, {"t": [0]}) == {("t", 0): (11, 2, "m")}
     finally:
-        storage.close()
+        restarted.close()

@@ -6,6 +6,7 @@ import asyncio
 
 from core.server.group_coordinator import GroupCoordinator, GroupError, GroupState
 from core.server.timing_wheel import Timer
+from tests.support.waiting import until
 
 PROTOCOLS = [("range", b"r-meta"), ("roundrobin", b"rr-meta")]
 
@@ -34,14 +35,6 @@ async def join(
         protocols or PROTOCOLS,
         require_known_member_id=False,
     )
-
-
-async def until(condition, timeout_s: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "the condition did not come true in time"
-        await asyncio.sleep(0.01)
 
 
 def test_join_sync_heartbeat_leave_and_session_expiry():

@@ -104,12 +104,10 @@ def test_tls_with_required_client_certificates_authenticates() -> None:
 
 
 def test_only_the_internal_topics_are_protected() -> None:
-    class B:
-        broker_trust = BrokerTrust(frozenset({"User:admin"}))
-
+    admins = BrokerTrust(frozenset({"User:admin"}))
     for topic in ("__consumer_offsets", "__transaction_state", "__remote_log_metadata"):
-        assert refused_for(B(), ctx("PLAINTEXT"), topic)
-        assert not refused_for(B(), ctx("PLAINTEXT", "User:admin"), topic)
-    assert not refused_for(B(), ctx("PLAINTEXT"), "orders")
-    assert not refused_for(B(), ctx("PLAINTEXT"), "__remote_log_metadata_x")
-    assert refused_for(object(), ctx("PLAINTEXT", "User:admin"), "__consumer_offsets")
+        assert refused_for(admins, ctx("PLAINTEXT"), topic)
+        assert not refused_for(admins, ctx("PLAINTEXT", "User:admin"), topic)
+    assert not refused_for(admins, ctx("PLAINTEXT"), "orders")
+    assert not refused_for(admins, ctx("PLAINTEXT"), "__remote_log_metadata_x")
+    assert refused_for(BrokerTrust(), ctx("PLAINTEXT", "User:admin"), "__consumer_offsets")

@@ -25,6 +25,7 @@ from core.server.replica_manager import (
 )
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicRegistry
+from tests.support.waiting import until
 
 TOPIC_CONFIGS = {
     "remote.storage.enable": "true",
@@ -90,15 +91,6 @@ def node(tmp_path: Path) -> Iterator[Node]:
     n = Node(tmp_path)
     yield n
     n.log_manager.shutdown()
-
-
-async def until(condition, timeout_s: float = 5.0) -> None:
-    """Yield to the loop until ``condition()`` holds; fail after ``timeout_s``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        assert loop.time() < deadline, "the condition did not come true in time"
-        await asyncio.sleep(0)
 
 
 def fetch_params(*parts: tuple[str, int, int], isolation: int = 0, max_bytes=1 << 20):

@@ -1,4 +1,4 @@
-"""KafkaZkClient against a real ZooKeeper (tests/integration/zookeeper_server.py).
+"""KafkaZkClient against a real ZooKeeper (tests/support/zookeeper_server.py).
 
 Each test gets a chroot of its own on the shared server (``zk_chroot``); tests that stop or
 restart ZooKeeper start one of their own (``zookeeper_factory``).
@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
-from zookeeper_server import expire_session, free_port
 
 from core.server.zookeeper import paths as zk_paths
 from core.server.zookeeper.client import ZkConnectionState
@@ -41,6 +40,8 @@ from core.server.zookeeper.topic_data import (
     TopicAssignment,
     encode_config,
 )
+from tests.support.waiting import until
+from tests.support.zookeeper_server import expire_session, free_port
 
 T = TypeVar("T")
 TEST_TIMEOUT_S = 90.0
@@ -63,16 +64,6 @@ async def next_matching(queue: asyncio.Queue[T], predicate: Callable[[T], bool])
             item = await queue.get()
             if predicate(item):
                 return item
-
-
-async def eventually(condition: Callable[[], Awaitable[bool] | bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while asyncio.get_running_loop().time() < deadline:
-        result = condition()
-        if result if isinstance(result, bool) else await result:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {WAIT_S}s waiting for {what}")
 
 
 def registration(broker_id: int, port: int = 9092) -> BrokerRegistration:
@@ -523,7 +514,9 @@ def test_session_expiry_is_reported_and_watches_carry_on_in_the_new_session(zook
             client_id = zk.zookeeper.client_id
             assert client_id is not None
             await asyncio.to_thread(expire_session, zookeeper, client_id)
-            await eventually(lambda: ZkConnectionState.NEW_SESSION in states, "a new session")
+            await until(
+                lambda: ZkConnectionState.NEW_SESSION in states, WAIT_S, what="a new session"
+            )
             expired_at = states.index(ZkConnectionState.EXPIRED)
             assert expired_at < states.index(ZkConnectionState.NEW_SESSION)
             assert zk.zookeeper.session_id != old_session
@@ -553,7 +546,9 @@ def test_operations_wait_out_a_zookeeper_restart_and_watches_survive_it(zookeepe
             await zk.zookeeper.watch_data("/w", lambda n: seen.put_nowait(n and n.data))
             assert await seen.get() is None
             await asyncio.to_thread(server.stop)
-            await eventually(lambda: ZkConnectionState.SUSPENDED in states, "a lost connection")
+            await until(
+                lambda: ZkConnectionState.SUSPENDED in states, WAIT_S, what="a lost connection"
+            )
             # Issued while ZooKeeper is down: applied once it is back (Kafka's retry until
             # connected).
             pending = asyncio.create_task(zk.zookeeper.create("/w", b"while down"))

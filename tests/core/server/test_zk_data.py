@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from core.log.meta_properties import uuid_from_base64
+from core.kafka_uuid import uuid_from_base64
 from core.server.sasl import ScramCredential
 from core.server.zookeeper import paths as zk_paths
 from core.server.zookeeper.data import (

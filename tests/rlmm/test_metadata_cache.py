@@ -1,4 +1,5 @@
-"""rlmm.cache: Kafka's RemoteLogMetadataCache semantics, against a naive model, and paging."""
+"""rlmm.metadata_cache over rlmm.segment_store: Kafka's RemoteLogMetadataCache semantics,
+against a naive model, and paging."""
 
 from __future__ import annotations
 
@@ -10,13 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlmm import cache as cache_mod
-from rlmm.cache import (
-    RemoteLogMetadataCache,
-    RemotePartitionMetadataStore,
-    decode_cursor,
-    encode_cursor,
-)
+from rlmm import epoch_map, metadata_cache, segment_store
+from rlmm.metadata_cache import RemoteLogMetadataCache, decode_cursor, encode_cursor
+from rlmm.partition_store import RemotePartitionMetadataStore
 from tiered.api import (
     InvalidStateTransitionError,
     RemoteLogSegmentId,
@@ -195,7 +192,6 @@ def test_listing_is_sorted_by_start_offset() -> None:
     for md in made:
         c.add_copy_in_progress_segment(md)
     assert [m.start_offset for m in c.list_remote_log_segments()] == [0, 10, 20, 30, 40, 50]
-    assert [m.start_offset for m in c.list_all()] == [0, 10, 20, 30, 40, 50]
     assert [m.start_offset for m in c.list_remote_log_segments(0)] == [0, 10, 20, 30, 40, 50]
 
 
@@ -203,9 +199,9 @@ def test_custom_metadata_and_fields_round_trip() -> None:
     c = RemoteLogMetadataCache(TP)
     md = seg(2**40, 2**40 + 5, {7: 2**40 + 1}, custom=b"rsm", size=2**31 + 5)
     c.add_copy_in_progress_segment(md)
-    assert c.list_all() == [md]
+    assert c.list_remote_log_segments() == [md]
     rebuilt = RemoteLogMetadataCache.from_entries(TP, c.entries())
-    assert rebuilt.list_all() == [md]
+    assert rebuilt.list_remote_log_segments() == [md]
 
 
 def test_from_entries_rebuilds_the_same_answers() -> None:
@@ -216,7 +212,7 @@ def test_from_entries_rebuilds_the_same_answers() -> None:
             c.update_remote_log_segment_metadata(upd(md, S.DELETE_SEGMENT_STARTED))
     c.add_copy_in_progress_segment(seg(500, 509, {4: 500}))
     rebuilt = RemoteLogMetadataCache.from_entries(TP, list(c.entries()))
-    assert rebuilt.list_all() == c.list_all()
+    assert rebuilt.list_remote_log_segments() == c.list_remote_log_segments()
     for epoch in range(6):
         assert rebuilt.highest_offset_for_epoch(epoch) == c.highest_offset_for_epoch(epoch)
         assert rebuilt.list_remote_log_segments(epoch) == c.list_remote_log_segments(epoch)
@@ -353,11 +349,14 @@ class Model:
 
 @pytest.fixture(params=[False, True], ids=["blocks1024", "blocks4"])
 def tiny_blocks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """With 4-row blocks, front freeing and compaction happen in small tests."""
+    """With 4-row blocks, front freeing and compaction happen in small tests (and restoring
+    appends runs of 3, not 1024)."""
     if request.param:
-        monkeypatch.setattr(cache_mod, "_BITS", 2)
-        monkeypatch.setattr(cache_mod, "_BLOCK", 4)
-        monkeypatch.setattr(cache_mod, "_POS", 3)
+        monkeypatch.setattr(segment_store, "_BITS", 2)
+        monkeypatch.setattr(segment_store, "_BLOCK", 4)
+        monkeypatch.setattr(segment_store, "_POS", 3)
+        monkeypatch.setattr(epoch_map, "_TRIM", 4)
+        monkeypatch.setattr(metadata_cache, "_RUN", 3)
     yield
 
 
@@ -379,7 +378,7 @@ def random_segment(rnd: random.Random, pool: list[uuid.UUID]) -> RemoteLogSegmen
 
 
 def check_equal(c: RemoteLogMetadataCache, m: Model) -> None:
-    assert c.list_all() == m.listing(None)
+    assert c.list_remote_log_segments() == m.listing(None)
     for e in range(7):
         assert c.list_remote_log_segments(e) == m.listing(e), e
         assert c.highest_offset_for_epoch(e) == m.highest.get(e)
@@ -427,11 +426,11 @@ def test_against_naive_model(tiny_blocks: None, seed: int, steps: int) -> None:
             check_equal(c, m)
     entries = list(c.entries())
     rebuilt = RemoteLogMetadataCache.from_entries(TP, entries)
-    assert rebuilt.list_all() == c.list_all()
+    assert rebuilt.list_remote_log_segments() == c.list_remote_log_segments()
     # The bulk loader answers as the one-by-one path does.
     slow = RemoteLogMetadataCache(TP)
     for md in entries:
-        slow._load(md)
+        slow._restore_one(md)
     for e in range(7):
         assert rebuilt.list_remote_log_segments(e) == slow.list_remote_log_segments(e)
         assert rebuilt.highest_offset_for_epoch(e) == slow.highest_offset_for_epoch(e)
@@ -504,7 +503,7 @@ def test_scan_of_a_static_partition_is_the_listing() -> None:
         pages += 1
         if cursor is None:
             break
-    assert out == c.list_all()
+    assert out == c.list_remote_log_segments()
     assert pages in {3, 4}
 
 
@@ -548,8 +547,8 @@ def test_bulk_load_of_in_order_entries_matches_one_by_one(
     bulk = RemoteLogMetadataCache.from_entries(TP, entries)
     slow = RemoteLogMetadataCache(TP)
     for md in entries:
-        slow._load(md)
-    assert bulk.list_all() == slow.list_all()
+        slow._restore_one(md)
+    assert bulk.list_remote_log_segments() == slow.list_remote_log_segments()
     for e in range(epoch + 2):
         assert bulk.list_remote_log_segments(e) == slow.list_remote_log_segments(e)
         assert bulk.highest_offset_for_epoch(e) == slow.highest_offset_for_epoch(e)

@@ -34,10 +34,13 @@ class Connection:
     """One connection: requests sent one at a time (a SASL exchange needs it) or several
     in one write (pipelined)."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 10) -> None:
+    def __init__(
+        self, bootstrap: str, timeout_s: float = 10, client_id: str = "tierlog-tests"
+    ) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         self.correlation_id = 0
+        self.client_id = client_id
 
     def __enter__(self) -> Connection:
         return self
@@ -71,7 +74,7 @@ class Connection:
                 request_api_key=i16(api_key),
                 request_api_version=i16(version),
                 correlation_id=i32(self.correlation_id),
-                client_id="tierlog-tests",
+                client_id=self.client_id,
             ),
         )
         entity_writer(request_cls)(out, request)

@@ -34,7 +34,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess
+
+from tests.support.broker_process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"

@@ -1,4 +1,4 @@
-"""Real broker processes for the integration tests: started, waited for, stopped or killed."""
+"""Real broker processes for the tests: started, waited for, stopped or killed."""
 
 from __future__ import annotations
 
@@ -108,13 +108,3 @@ def restart(broker: BrokerProcess) -> BrokerProcess:
     endpoints = broker.endpoints or {"PLAINTEXT": f"127.0.0.1:{port}"}
     settings["listeners"] = ",".join(f"{name}://{hp}" for name, hp in endpoints.items())
     return start_broker(broker.log_dir, settings, port=port)
-
-
-def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "") -> None:
-    """Poll ``predicate`` until it is true or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker_process import BrokerProcess
+from tests.support.broker_process import BrokerProcess
 
 USERS = {"admin": "admin-pw", "alice": "alice-pw"}
 SUPER_USER = "admin"

@@ -8,13 +8,13 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from kafka_wire import call
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i64
 
 from core.records.builder import RecordBatchBuilder
 from core.server.api_keys import ApiKey
 from rsm_plugins.layout import SegmentManifest
+from tests.support.kafka_wire import call
 from tiered.api import RemoteLogSegmentMetadata
 
 INTERNAL = ("__consumer_offsets", "__transaction_state", "__remote_log_metadata")

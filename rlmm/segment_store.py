@@ -1,0 +1,644 @@
+"""The rows of one partition's remote segments, in ~40 bytes a segment (``SegmentRows``).
+
+2.6 M segments (30 days of one partition at a segment a second) take ~100 MB here, against
+~2 GB as Python objects. Rows are numbered in insertion order; row ``r`` lives in block
+``r >> 10`` at position ``r & 1023`` and keeps its number until a compaction. A block holds
+1024 rows as columns, each delta-encoded against a block base in the narrowest array type
+that fits (widened to 64 bits per block on overflow)::
+
+    ids     bytearray   16 B   segment uuid
+    start   array i     4 B    start offset - block's first start offset
+    ts      array i     4 B    max timestamp - block's first max timestamp
+    evt     array i     4 B    event timestamp - max timestamp
+    size    array i     4 B    segment size in bytes
+    flags   bytearray   1 B    state (2 bits) | dead | txn index empty | multi epoch | custom
+    end     none or array i    end - start; none while each row ends where the next begins
+                               (Kafka's segments are contiguous), then only the last is kept
+    broker  int or array i     one value per block until two rows differ
+    epoch   int or array i     the segment's only leader epoch (same rule)
+
+Rare shapes go to side dicts keyed by row: segments whose leader epochs are not exactly
+``{epoch: start offset}``, and custom metadata. Segment id -> row is a hash table of rows
+(``_IdTable``) that reads the ids from the blocks. Rows arrive in key order ``(start
+offset, id)`` as a rule, so that order is the row order itself; an out-of-order insert
+creates an explicit sorted row array until the next compaction. Deleted rows are
+tombstones: whole dead blocks at the front are freed at once, and when dead rows outnumber
+live ones everything is compacted (renumbered in key order; O(rows), amortised O(1) a
+delete). Metadata objects are built only for what a caller asks, without re-running their
+validation.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import uuid
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+
+from rlmm.segment_rows import Renumbering, RowKey, SegmentLike
+from tiered.api import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+
+_S = RemoteLogSegmentState
+_STATES = (_S.COPY_SEGMENT_STARTED, _S.COPY_SEGMENT_FINISHED, _S.DELETE_SEGMENT_STARTED)
+
+_BITS = 10
+_BLOCK = 1 << _BITS
+_POS = _BLOCK - 1
+
+# flags byte
+_STATE = 0x03
+_DEAD = 0x04
+_TXN_EMPTY = 0x08
+_MULTI = 0x10  # leader epochs in _multi, not (epoch column, start offset)
+_CUSTOM = 0x20  # custom metadata in _custom
+
+_EMPTY = -1  # id table slot never used
+_GONE = -2  # id table slot whose id was deleted
+
+# Building the returned objects without their validating constructors (5 us each, the bulk
+# of a lookup). Fails at import if the classes gain fields this module does not set.
+_new = object.__new__
+_set = object.__setattr__
+_UNKNOWN = uuid.SafeUUID.unknown
+_FIELDS = {
+    RemoteLogSegmentId: {"topic_id_partition", "id"},
+    RemoteLogSegmentMetadata: {
+        "remote_log_segment_id", "start_offset", "end_offset", "max_timestamp_ms", "broker_id",
+        "event_timestamp_ms", "segment_size_in_bytes", "segment_leader_epochs",
+        "custom_metadata", "state", "txn_index_empty",
+    },
+}  # fmt: skip
+for _cls, _names in _FIELDS.items():
+    if {f.name for f in dataclasses.fields(_cls)} != _names:  # type: ignore[arg-type]
+        raise ImportError(f"rlmm.segment_store does not know every field of {_cls.__name__}")
+if set(uuid.UUID.__slots__) - {"__weakref__"} != {"int", "is_safe"}:
+    raise ImportError("rlmm.segment_store does not know uuid.UUID's slots")
+
+
+def _push(arr: array[int], value: int) -> array[int]:
+    """Append, widening a 32-bit array to 64 bits if ``value`` does not fit."""
+    try:
+        arr.append(value)
+    except OverflowError:
+        arr = array("q", arr)
+        arr.append(value)
+    return arr
+
+
+def _extend(arr: array[int], values: list[int]) -> array[int]:
+    """Extend, widening a 32-bit array to 64 bits if a value does not fit."""
+    try:
+        more = array(arr.typecode, values)
+    except OverflowError:
+        arr, more = array("q", arr), array("q", values)
+    arr.extend(more)
+    return arr
+
+
+def _put(arr: array[int], i: int, value: int) -> array[int]:
+    try:
+        arr[i] = value
+    except OverflowError:
+        arr = array("q", arr)
+        arr[i] = value
+    return arr
+
+
+class _Block:
+    """1024 rows as delta-encoded columns (see the module docstring)."""
+
+    __slots__ = (
+        "broker",
+        "broker_c",
+        "dead",
+        "end",
+        "end_last",
+        "epoch",
+        "epoch_c",
+        "evt",
+        "flags",
+        "ids",
+        "n",
+        "s0",
+        "size",
+        "start",
+        "t0",
+        "ts",
+    )
+
+    def __init__(self, s0: int, t0: int) -> None:
+        self.s0 = s0
+        self.t0 = t0
+        self.n = 0
+        self.dead = 0
+        self.ids = bytearray()
+        self.start: array[int] = array("i")
+        # end - start per row; None while every row ends where the next begins (then a
+        # row's end is the next row's start - 1, and the last row's is end_last).
+        self.end: array[int] | None = None
+        self.end_last = -1
+        self.ts: array[int] = array("i")
+        self.evt: array[int] = array("i")
+        self.size: array[int] = array("i")
+        self.flags = bytearray()
+        self.broker_c = 0
+        self.broker: array[int] | None = None
+        self.epoch_c = 0
+        self.epoch: array[int] | None = None
+
+    def append(
+        self, idb: bytes, start: int, end: int, ts: int, evt: int, size: int, flags: int,
+        broker: int, epoch: int,
+    ) -> None:  # fmt: skip
+        n = self.n
+        self.ids += idb
+        self.start = _push(self.start, start - self.s0)
+        self._push_end(start, end)
+        self.ts = _push(self.ts, ts - self.t0)
+        self.evt = _push(self.evt, evt - ts)
+        self.size = _push(self.size, size)
+        self.flags.append(flags)
+        if n == 0:
+            self.broker_c = broker
+            self.epoch_c = epoch
+        if self.broker is not None:
+            self.broker = _push(self.broker, broker)
+        elif broker != self.broker_c:
+            self.broker = _push(array("i", [self.broker_c]) * n, broker)
+        if self.epoch is not None:
+            self.epoch = _push(self.epoch, epoch)
+        elif epoch != self.epoch_c:
+            self.epoch = _push(array("i", [self.epoch_c]) * n, epoch)
+        self.n = n + 1
+        if self.n == _BLOCK:
+            self.seal()
+
+    def extend(self, run: Sequence[tuple[SegmentLike, bytes, int]]) -> None:
+        """Append rows ``(segment, id bytes, epoch)``: one leader epoch each, starting at
+        the start offset, and no custom metadata."""
+        s0, t0 = self.s0, self.t0
+        starts, ends, tss, evts, sizes, flags, brokers, epochs = ([] for _ in range(8))
+        ids = bytearray()
+        for md, idb, epoch in run:
+            start = md.start_offset
+            ts = md.max_timestamp_ms
+            ids += idb
+            starts.append(start - s0)
+            ends.append(md.end_offset - start)
+            tss.append(ts - t0)
+            evts.append(md.event_timestamp_ms - ts)
+            sizes.append(md.segment_size_in_bytes)
+            flags.append(int(md.state) | (_TXN_EMPTY if md.txn_index_empty else 0))
+            brokers.append(md.broker_id)
+            epochs.append(epoch)
+        if self.n == 0:
+            self.broker_c, self.epoch_c = brokers[0], epochs[0]
+        self.ids += ids
+        self.start = _extend(self.start, starts)
+        if self.end is None:
+            prev = self.end_last
+            contiguous = True
+            for (md, _, _), e in zip(run, ends, strict=True):
+                if self.n and md.start_offset != prev + 1:
+                    contiguous = False
+                    break
+                prev = md.start_offset + e
+            if contiguous and self.n == 0:
+                contiguous = all(
+                    run[k + 1][0].start_offset == run[k][0].end_offset + 1
+                    for k in range(len(run) - 1)
+                )
+            if contiguous:
+                self.end_last = run[-1][0].end_offset
+            else:
+                self.end = self._explicit_ends()
+        if self.end is not None:
+            self.end = _extend(self.end, ends)
+        self.ts = _extend(self.ts, tss)
+        self.evt = _extend(self.evt, evts)
+        self.size = _extend(self.size, sizes)
+        self.flags += bytes(flags)
+        if self.broker is not None or brokers.count(self.broker_c) != len(brokers):
+            self.broker = _extend(self.broker or array("i", [self.broker_c]) * self.n, brokers)
+        if self.epoch is not None or epochs.count(self.epoch_c) != len(epochs):
+            self.epoch = _extend(self.epoch or array("i", [self.epoch_c]) * self.n, epochs)
+        self.n += len(run)
+        if self.n == _BLOCK:
+            self.seal()
+
+    def _push_end(self, start: int, end: int) -> None:
+        if self.end is None:
+            if self.n == 0 or start == self.end_last + 1:
+                self.end_last = end
+                return
+            self.end = self._explicit_ends()
+        self.end = _push(self.end, end - start)
+
+    def _explicit_ends(self) -> array[int]:
+        st = self.start
+        ends = [st[k + 1] - st[k] - 1 for k in range(self.n - 1)]
+        if self.n:
+            ends.append(self.end_last - self.s0 - st[self.n - 1])
+        return _extend(array("i"), ends)
+
+    def end_of(self, p: int) -> int:
+        """Row ``p``'s end offset."""
+        if self.end is not None:
+            return self.s0 + self.start[p] + self.end[p]
+        if p == self.n - 1:
+            return self.end_last
+        return self.s0 + self.start[p + 1] - 1
+
+    def seal(self) -> None:
+        """The block is full: drop the arrays' growth slack."""
+        for name in ("start", "end", "ts", "evt", "size", "broker", "epoch"):
+            col = getattr(self, name)
+            if col is not None:
+                setattr(self, name, array(col.typecode, col))
+        self.ids = bytearray(self.ids)
+        self.flags = bytearray(self.flags)
+
+    def set_broker(self, pos: int, broker: int) -> None:
+        if self.broker is None:
+            if broker == self.broker_c:
+                return
+            self.broker = array("i", [self.broker_c]) * self.n
+        self.broker = _put(self.broker, pos, broker)
+
+
+class _IdTable:
+    """Segment id -> row, in ~6.5 bytes a segment: the hash table half of ``SegmentStore``
+    (its base class, so that probes read the ids from the blocks without a call each).
+
+    Open addressing (linear probing) over row numbers in one ``array('i')``, its size a
+    power of two, kept between 0.35 and 0.7 full. The ids are not stored here: a probe
+    compares the id in the probed row's block. A deleted id leaves a tombstone, so that
+    probes for the ids after it go on; tombstones count as used until the next resize
+    drops them.
+    """
+
+    __slots__ = ("_id_count", "_id_slots", "_id_used")
+
+    _blocks: list[_Block]  # SegmentStore's
+    _block0: int
+
+    def _clear_ids(self, slots: int) -> None:
+        self._id_slots: array[int] = array("i")
+        self._id_count = 0  # ids held
+        self._id_used = 0  # slots not _EMPTY
+        self._resize_ids(slots)
+
+    def find(self, segment_id: bytes) -> int:
+        """The row of a segment id, or -1."""
+        t = self._id_slots
+        m = len(t) - 1
+        i = hash(segment_id) & m
+        blocks, b0 = self._blocks, self._block0
+        while True:
+            r = t[i]
+            if r == _EMPTY:
+                return -1
+            if r >= 0:
+                p = (r & _POS) << 4
+                if blocks[(r >> _BITS) - b0].ids[p : p + 16] == segment_id:
+                    return r
+            i = (i + 1) & m
+
+    def _add_id(self, idb: bytes, row: int) -> None:
+        """Map an id known to be absent."""
+        if 10 * (self._id_used + 1) > 7 * len(self._id_slots):
+            self._resize_ids(2 * self._id_count)
+        t = self._id_slots
+        m = len(t) - 1
+        i = hash(idb) & m
+        while t[i] >= 0:
+            i = (i + 1) & m
+        if t[i] == _EMPTY:
+            self._id_used += 1
+        t[i] = row
+        self._id_count += 1
+
+    def _add_ids(self, ids: Iterable[bytes], first_row: int, count: int) -> None:
+        """Map ``count`` absent ids to the consecutive rows from ``first_row``."""
+        if 10 * (self._id_used + count) > 7 * len(self._id_slots):
+            self._resize_ids(2 * (self._id_count + count))
+        t = self._id_slots
+        m = len(t) - 1
+        used = 0
+        for r, idb in enumerate(ids, first_row):
+            i = hash(idb) & m
+            while t[i] >= 0:
+                i = (i + 1) & m
+            if t[i] == _EMPTY:
+                used += 1
+            t[i] = r
+        self._id_used += used
+        self._id_count += count
+
+    def _discard_id(self, idb: bytes) -> None:
+        """Unmap an id (nothing if absent)."""
+        t = self._id_slots
+        m = len(t) - 1
+        i = hash(idb) & m
+        blocks, b0 = self._blocks, self._block0
+        while True:
+            r = t[i]
+            if r == _EMPTY:
+                return
+            if r >= 0:
+                p = (r & _POS) << 4
+                if blocks[(r >> _BITS) - b0].ids[p : p + 16] == idb:
+                    t[i] = _GONE
+                    self._id_count -= 1
+                    return
+            i = (i + 1) & m
+
+    def _resize_ids(self, want: int) -> None:
+        """Rehash into at least ``want`` slots (a power of two), dropping tombstones."""
+        size = 16
+        while size < want:
+            size *= 2
+        t = array("i", [_EMPTY]) * size
+        m = size - 1
+        count = 0
+        blocks, b0 = self._blocks, self._block0
+        for r in self._id_slots:
+            if r >= 0:
+                p = (r & _POS) << 4
+                i = hash(bytes(blocks[(r >> _BITS) - b0].ids[p : p + 16])) & m
+                while t[i] != _EMPTY:
+                    i = (i + 1) & m
+                t[i] = r
+                count += 1
+        self._id_slots = t
+        self._id_count = self._id_used = count
+
+
+class SegmentStore(_IdTable):
+    """The segments of one partition as rows (``rlmm.segment_rows.SegmentRows``).
+
+    Args:
+        topic_id_partition: the partition, for the metadata objects built.
+        id_slots: initial size of the id table (it grows once 0.7 full: to restore ``n``
+            segments without growing, give ``2 * n``).
+    """
+
+    __slots__ = (
+        "_block0",
+        "_blocks",
+        "_bstarts",
+        "_custom",
+        "_dead",
+        "_last",
+        "_live",
+        "_multi",
+        "_next",
+        "_order",
+        "_tp",
+        "in_key_order",
+    )
+
+    def __init__(self, topic_id_partition: TopicIdPartition, id_slots: int = 16) -> None:
+        self._tp = topic_id_partition
+        self._clear(id_slots)
+
+    def _clear(self, id_slots: int) -> None:
+        self._blocks: list[_Block] = []
+        self._bstarts: array[int] = array("q")  # each block's first start offset
+        self._block0 = 0  # block number of _blocks[0]
+        self._next = 0  # the next row number
+        self._live = 0
+        self._dead = 0
+        self._clear_ids(id_slots)
+        self._multi: dict[int, tuple[tuple[int, int], ...]] = {}
+        self._custom: dict[int, bytes] = {}
+        self._order: array[int] | None = None  # rows sorted by key, if not in row order
+        self.in_key_order = True  # _order is None
+        self._last: RowKey | None = None  # the greatest key added
+
+    def __len__(self) -> int:
+        return self._live
+
+    @property
+    def last_key(self) -> RowKey | None:
+        return self._last
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def insert(self, md: SegmentLike, segment_id: bytes) -> int:
+        """Add a row; ``segment_id`` is ``md.segment_id.bytes``, known to be absent."""
+        start = md.start_offset
+        epochs = md.segment_leader_epochs
+        flags = int(md.state) | (_TXN_EMPTY if md.txn_index_empty else 0)
+        if len(epochs) == 1 and next(iter(epochs.values())) == start:
+            first = next(iter(epochs))
+        else:
+            flags |= _MULTI
+            first = 0
+        if md.custom_metadata is not None:
+            flags |= _CUSTOM
+        r = self._next
+        if r & _POS == 0:
+            self._blocks.append(_Block(start, md.max_timestamp_ms))
+            self._bstarts.append(start)
+        self._blocks[-1].append(
+            segment_id, start, md.end_offset, md.max_timestamp_ms, md.event_timestamp_ms,
+            md.segment_size_in_bytes, flags, md.broker_id, first,
+        )  # fmt: skip
+        self._next = r + 1
+        self._live += 1
+        self._add_id(segment_id, r)
+        if flags & _MULTI:
+            self._multi[r] = tuple(epochs.items())
+        if flags & _CUSTOM:
+            self._custom[r] = md.custom_metadata  # type: ignore[assignment]
+        key = (start, segment_id)
+        if self._last is None or key > self._last:
+            self._last = key
+            if self._order is not None:
+                self._order.append(r)
+        else:  # out of order: keep an explicit sorted order until the next compaction
+            if self._order is None:
+                self._order = array("i", range(self._block0 << _BITS, r))
+                self.in_key_order = False
+            i = bisect_right(self._order, key, key=self.key)
+            self._order.insert(i, r)
+        return r
+
+    def insert_sorted(self, run: Sequence[tuple[SegmentLike, bytes, int]]) -> range:
+        """Add rows a block at a time: ``(segment, id bytes, its only leader epoch)``, each
+        epoch starting at the start offset, no custom metadata, new ids, keys ascending and
+        greater than ``last_key``."""
+        first = self._next
+        if not run:
+            return range(first, first)
+        done = 0
+        while done < len(run):
+            r0 = self._next
+            if r0 & _POS == 0:
+                md = run[done][0]
+                self._blocks.append(_Block(md.start_offset, md.max_timestamp_ms))
+                self._bstarts.append(md.start_offset)
+            chunk = run[done : done + _BLOCK - (r0 & _POS)]
+            self._blocks[-1].extend(chunk)
+            self._next = r0 + len(chunk)
+            done += len(chunk)
+        self._live += len(run)
+        self._add_ids((idb for _, idb, _ in run), first, len(run))
+        if self._order is not None:
+            self._order.extend(range(first, self._next))
+        md, idb, _ = run[-1]
+        self._last = (md.start_offset, idb)
+        return range(first, self._next)
+
+    def delete(self, row: int) -> Renumbering | None:
+        b = self._blocks[(row >> _BITS) - self._block0]
+        p = row & _POS
+        f = b.flags[p]
+        b.flags[p] = f | _DEAD
+        b.dead += 1
+        self._live -= 1
+        self._dead += 1
+        self._discard_id(bytes(b.ids[p << 4 : (p << 4) + 16]))
+        if f & _MULTI:
+            del self._multi[row]
+        if f & _CUSTOM:
+            del self._custom[row]
+        if self._order is None:
+            self._free_front_blocks()
+        if self._dead > max(_BLOCK, self._live):
+            return self._compact()
+        return None
+
+    def update(
+        self, row: int, state: RemoteLogSegmentState, event_timestamp_ms: int, broker_id: int,
+        custom_metadata: bytes | None,
+    ) -> None:  # fmt: skip
+        b = self._blocks[(row >> _BITS) - self._block0]
+        p = row & _POS
+        b.evt = _put(b.evt, p, event_timestamp_ms - (b.t0 + b.ts[p]))
+        if b.broker is not None or broker_id != b.broker_c:
+            b.set_broker(p, broker_id)
+        flags = (b.flags[p] & ~_STATE) | state
+        if custom_metadata is not None:
+            self._custom[row] = custom_metadata
+            flags |= _CUSTOM
+        b.flags[p] = flags
+
+    def _free_front_blocks(self) -> None:
+        """Free whole dead blocks at the front (retention deletes the oldest first)."""
+        blocks = self._blocks
+        drop = 0
+        while drop < len(blocks) - 1 and blocks[drop].dead == _BLOCK:
+            drop += 1
+        if drop:
+            del blocks[:drop]
+            del self._bstarts[:drop]
+            self._block0 += drop
+            self._dead -= drop * _BLOCK
+
+    def _compact(self) -> Renumbering:
+        """Renumber the live rows in key order, dropping the dead ones: O(rows)."""
+        seq, lo = self.rows_after(None)
+        first = self._block0 << _BITS
+        remap = array("i", [-1]) * (self._next - first)
+        old = copy.copy(self)  # the rows as they are, read while self is refilled
+        self._clear(2 * self._live)
+        for i in range(lo, len(seq)):
+            r = seq[i]
+            if old.is_live(r):
+                md = old.segment(r)
+                remap[r - first] = self.insert(md, md.segment_id.bytes)
+        return Renumbering(first, remap)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def is_live(self, row: int) -> bool:
+        return not self._blocks[(row >> _BITS) - self._block0].flags[row & _POS] & _DEAD
+
+    def state(self, row: int) -> RemoteLogSegmentState:
+        return _STATES[self._blocks[(row >> _BITS) - self._block0].flags[row & _POS] & _STATE]
+
+    def start(self, row: int) -> int:
+        b = self._blocks[(row >> _BITS) - self._block0]
+        return b.s0 + b.start[row & _POS]
+
+    def size(self, row: int) -> int:
+        return self._blocks[(row >> _BITS) - self._block0].size[row & _POS]
+
+    def key(self, row: int) -> RowKey:
+        b = self._blocks[(row >> _BITS) - self._block0]
+        p = row & _POS
+        return b.s0 + b.start[p], bytes(b.ids[p << 4 : (p << 4) + 16])
+
+    def epochs(self, row: int) -> tuple[tuple[int, int], ...]:
+        b = self._blocks[(row >> _BITS) - self._block0]
+        p = row & _POS
+        if b.flags[p] & _MULTI:
+            return self._multi[row]
+        epoch = b.epoch_c if b.epoch is None else b.epoch[p]
+        return ((epoch, b.s0 + b.start[p]),)
+
+    def epoch_end(self, row: int, epoch: int) -> int:
+        b = self._blocks[(row >> _BITS) - self._block0]
+        p = row & _POS
+        if b.flags[p] & _MULTI:
+            for e, s in self._multi[row]:
+                if e > epoch:
+                    return s - 1
+        return b.end_of(p)
+
+    def segment(self, row: int) -> RemoteLogSegmentMetadata:
+        b = self._blocks[(row >> _BITS) - self._block0]
+        p = row & _POS
+        f = b.flags[p]
+        start = b.s0 + b.start[p]
+        ts = b.t0 + b.ts[p]
+        if f & _MULTI:
+            epochs = dict(self._multi[row])
+        else:
+            epochs = {b.epoch_c if b.epoch is None else b.epoch[p]: start}
+        # Trusted construction: the values were validated when the segment was added.
+        u = _new(uuid.UUID)
+        _set(u, "int", int.from_bytes(b.ids[p << 4 : (p << 4) + 16]))
+        _set(u, "is_safe", _UNKNOWN)
+        sid = _new(RemoteLogSegmentId)
+        _set(sid, "topic_id_partition", self._tp)
+        _set(sid, "id", u)
+        md = _new(RemoteLogSegmentMetadata)
+        _set(md, "remote_log_segment_id", sid)
+        _set(md, "start_offset", start)
+        _set(md, "end_offset", b.end_of(p))
+        _set(md, "max_timestamp_ms", ts)
+        _set(md, "broker_id", b.broker_c if b.broker is None else b.broker[p])
+        _set(md, "event_timestamp_ms", ts + b.evt[p])
+        _set(md, "segment_size_in_bytes", b.size[p])
+        _set(md, "segment_leader_epochs", epochs)
+        _set(md, "custom_metadata", self._custom[row] if f & _CUSTOM else None)
+        _set(md, "state", _STATES[f & _STATE])
+        _set(md, "txn_index_empty", bool(f & _TXN_EMPTY))
+        return md
+
+    def rows_after(self, key: RowKey | None) -> tuple[array[int] | range, int]:
+        if self._order is not None:
+            seq: array[int] | range = self._order
+            lo = 0
+        else:
+            seq, lo = range(self._next), self._block0 << _BITS
+        if key is None:
+            return seq, lo
+        return seq, bisect_right(seq, key, lo, len(seq), key=self.key)
+
+    def last_row_at_or_before(self, offset: int) -> int:
+        bi = bisect_right(self._bstarts, offset) - 1
+        if bi < 0:
+            return -1
+        b = self._blocks[bi]
+        return ((bi + self._block0) << _BITS) + bisect_right(b.start, offset - b.s0) - 1
