@@ -26,6 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.alter_client_quotas.v1.request import (
+    AlterClientQuotasRequest,
+    EntityData,
+    EntryData,
+    OpData,
+)
+from kio.schema.create_partitions.v3.request import CreatePartitionsRequest, CreatePartitionsTopic
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.delete_records.v2.request import (
     DeleteRecordsPartition,
@@ -33,6 +40,10 @@ from kio.schema.delete_records.v2.request import (
     DeleteRecordsTopic,
 )
 from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+from kio.schema.describe_client_quotas.v1.request import (
+    ComponentData,
+    DescribeClientQuotasRequest,
+)
 from kio.schema.describe_configs.v4.request import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
@@ -59,7 +70,7 @@ from kio.schema.produce.v9.request import (
     TopicProduceData,
 )
 from kio.schema.types import BrokerId, GroupId, TopicName
-from kio.static.primitive import Records, i8, i16, i32, i64
+from kio.static.primitive import Records, f64, i8, i16, i32, i64
 
 from core.records.batch import iter_batches
 from core.records.builder import RecordBatchBuilder
@@ -80,6 +91,7 @@ EARLIEST, LATEST = -2, -1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 TOPIC_RESOURCE = i8(2)
 SET = i8(0)  # IncrementalAlterConfigs' SET operation
+MATCH_EXACT = i8(0)  # DescribeClientQuotas' match type for one entity name
 # Enough partitions that creating them takes the broker many executor steps.
 PARTITIONS = 8
 
@@ -204,6 +216,30 @@ def offset_fetch(group: str, name: str) -> tuple[int, int, Any]:
     return ApiKey.OFFSET_FETCH, 8, OffsetFetchRequest(groups=(group_request,))
 
 
+def create_partitions(name: str, count: int) -> tuple[int, int, Any]:
+    topic = CreatePartitionsTopic(name=TopicName(name), count=i32(count), assignments=None)
+    request = CreatePartitionsRequest(topics=(topic,), timeout=TIMEOUT, validate_only=False)
+    return ApiKey.CREATE_PARTITIONS, 3, request
+
+
+def alter_client_quota(client_id: str, key: str, value: float) -> tuple[int, int, Any]:
+    entry = EntryData(
+        entity=(EntityData(entity_type="client-id", entity_name=client_id),),
+        ops=(OpData(key=key, value=f64(value), remove=False),),
+    )
+    return (
+        ApiKey.ALTER_CLIENT_QUOTAS,
+        1,
+        AlterClientQuotasRequest(entries=(entry,), validate_only=False),
+    )
+
+
+def describe_client_quotas(client_id: str) -> tuple[int, int, Any]:
+    component = ComponentData(entity_type="client-id", match_type=MATCH_EXACT, match=client_id)
+    request = DescribeClientQuotasRequest(components=(component,), strict=True)
+    return ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, request
+
+
 # -- answers ----------------------------------------------------------------------------------
 def created(response: Any) -> None:
     (topic,) = response.topics
@@ -263,6 +299,35 @@ def test_delete_topics_then_metadata(broker: BrokerProcess) -> None:
     assert deleted.responses[0].error_code.value == 0
     (topic,) = described.topics
     assert topic.error_code.value == UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_create_partitions_then_metadata(broker: BrokerProcess) -> None:
+    name = new_topic(broker, "more-partitions")
+    grown, described = pipeline(
+        broker.bootstrap, [create_partitions(name, PARTITIONS), metadata(name)]
+    )
+    (result,) = grown.results
+    assert result.error_code.value == 0, result.error_message
+    (topic,) = described.topics
+    assert sorted(p.partition_index for p in topic.partitions) == list(range(PARTITIONS))
+
+
+def test_alter_client_quotas_then_describe_client_quotas(broker: BrokerProcess) -> None:
+    client_id = unique("quota-client")
+    altered, described = pipeline(
+        broker.bootstrap,
+        [
+            alter_client_quota(client_id, "producer_byte_rate", 1_048_576.0),
+            describe_client_quotas(client_id),
+        ],
+    )
+    (entry,) = altered.entries
+    assert entry.error_code.value == 0, entry.error_message
+    assert described.error_code.value == 0, described.error_message
+    assert [
+        ([(e.entity_type, e.entity_name) for e in d.entity], [(v.key, v.value) for v in d.values])
+        for d in described.entries or ()
+    ] == [([("client-id", client_id)], [("producer_byte_rate", 1_048_576.0)])]
 
 
 def test_create_topics_then_alter_configs_then_describe_configs(broker: BrokerProcess) -> None:
