@@ -230,11 +230,11 @@ TOPIC_CONFIG = ConfigDef(
             "unclean.leader.election.enable",
             ConfigType.BOOLEAN,
             False,
-            "Kafka: whether a replica outside the ISR may become leader (losing the records "
-            "it lacks). tierlog keeps one replica per partition: there is no election.",
+            "Whether the controller may make a replica outside the ISR the leader when no "
+            "in-sync replica is alive (the records it lacks are lost; the old leader "
+            "truncates them when it returns). A broker running alone has no election.",
             None,
             "unclean.leader.election.enable",
-            inert=True,
         ),
         ConfigKey(
             "compression.type",

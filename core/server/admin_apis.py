@@ -122,6 +122,7 @@ async def handle_delete_topics(broker: BrokerServices, ctx: RequestContext, requ
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
     counts = Counter(name if name is not None else topic_id for name, topic_id in wanted)
     results = []
     deleted: list[str] = []
@@ -134,7 +135,7 @@ async def handle_delete_topics(broker: BrokerServices, ctx: RequestContext, requ
             error, message, info = ErrorCode.topic_authorization_failed, None, None
         if info is not None:
             try:
-                await broker.delete_topic(info.name)
+                await broker.delete_topic(info.name, timeout_ms=timeout_ms)
                 deleted.append(info.name)
             except CoreError as e:
                 error, message = error_of(e), str(e)
@@ -395,7 +396,7 @@ async def handle_incremental_alter_configs(
                 else:
                     overrides = _altered_overrides(broker, info, resource.configs)
                     if not request.validate_only and overrides != dict(info.configs):
-                        broker.alter_topic_configs(rname, overrides)
+                        await broker.alter_topic_configs(rname, overrides)
                         log.info("topic %s configs now %s", rname, overrides)
             elif rtype == ResourceType.BROKER:
                 if not cluster_allowed(broker, ctx, Operation.ALTER_CONFIGS):

@@ -38,7 +38,9 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    DESCRIBE_CLUSTER = 60
 
 
 # Inclusive version ranges. The upper bounds stop before versions whose semantics tierlog
@@ -74,6 +76,9 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.ELECT_LEADERS: (0, 2),
+    # v2 adds fenced brokers (KRaft); ZooKeeper-mode brokers served v0-v1.
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }
 
 

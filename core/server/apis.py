@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from core.errors import CoreError, KafkaStorageError
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
+from core.server.cluster_types import PartitionState
 from core.server.handler_support import (
     NO_THROTTLE,
     BrokerServices,
@@ -25,6 +26,7 @@ from core.server.handler_support import (
     cluster_allowed,
     error_code,
     error_of,
+    live_brokers,
 )
 from core.server.internal_topics import (
     PROTECTED_TOPICS,
@@ -33,12 +35,19 @@ from core.server.internal_topics import (
     refused_for,
 )
 from core.server.kio_build import make, nested, nested_optional
+from core.server.metadata_cache import MetadataSnapshot
 from core.server.protocol import RequestContext
 from core.server.replica_manager import (
     FetchParams,
     FetchRequestPartition,
 )
-from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
+from core.server.topics import (
+    INTERNAL_TOPICS,
+    InvalidTopicError,
+    TopicExistsError,
+    validate_topic_name,
+)
+from core.server.zookeeper.errors import ZkError
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +63,63 @@ UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 # -- Metadata ---------------------------------------------------------------------------------
+def _partition_metadata(
+    broker: BrokerServices, ctx: RequestContext, snapshot: MetadataSnapshot, state: PartitionState
+) -> dict[str, Any]:
+    """One partition as Kafka's MetadataCache describes it: LEADER_NOT_AVAILABLE (leader -1)
+    while the leader is none, not alive, or not reachable on the request's listener (or is
+    this broker before it has taken the partition on); from v1 replicas and ISR are listed
+    whole, v0 keeps the live ones and says REPLICA_NOT_AVAILABLE when some are missing."""
+    node = broker.config.node_id
+    leader = state.leader
+    reachable = leader >= 0 and (
+        leader == node or snapshot.endpoint(leader, ctx.listener) is not None
+    )
+    if leader == node:
+        local = broker.replica_manager.partition(state.topic, state.partition)
+        reachable = local is not None and getattr(local, "is_leader", True)
+    replicas, isr = state.replicas, state.isr
+    error = ErrorCode.none
+    if ctx.api_version == 0:
+        replicas = tuple(r for r in replicas if snapshot.is_alive(r))
+        isr = tuple(r for r in isr if snapshot.is_alive(r))
+        if len(replicas) < len(state.replicas) or len(isr) < len(state.isr):
+            error = ErrorCode.replica_not_available
+    if not reachable:
+        error, leader = ErrorCode.leader_not_available, -1
+    return {
+        "error_code": error,
+        "partition_index": state.partition,
+        "leader_id": leader,
+        "leader_epoch": state.leader_epoch,
+        "replica_nodes": replicas,
+        "isr_nodes": isr,
+        "offline_replicas": state.offline_replicas,
+    }
+
+
+async def _auto_create(broker: BrokerServices, name: str) -> ErrorCode | None:
+    """Kafka's auto-creation on Metadata: None once created here or elsewhere (the caller
+    describes the topic if it is already known), else the error to answer."""
+    try:
+        await broker.create_topic(
+            name,
+            broker.config.num_partitions,
+            {},
+            replication_factor=broker.config.default_replication_factor,
+        )
+    except TopicExistsError:
+        return None  # another request or broker created it meanwhile
+    except CoreError as e:
+        return error_of(e)
+    return None
+
+
 async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "MetadataResponseTopic")
     partition_cls = nested(response_type, "MetadataResponsePartition")
     broker_cls = nested(response_type, "MetadataResponseBroker")
-    host, port = broker.advertised_endpoint(ctx.listener)
     requested = request.topics
     if ctx.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
@@ -77,91 +137,84 @@ async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: 
             topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
         )
 
-    topics = []
-    infos = []
-
     def may(operation: Operation, name: str) -> bool:
         return allowed(broker, ctx, operation, ResourceType.TOPIC, name)
 
+    topics: list[Any] = []
+    names: list[str] = []  # topics to describe from the metadata, in answer order
+    cache = broker.metadata_cache
     if requested is None:
         # Topics the principal may not DESCRIBE are left out, as if absent (Kafka's way).
-        infos = [t for t in broker.topics.all() if may(Operation.DESCRIBE, t.name)]
+        names = sorted(t for t in cache.topic_names() if may(Operation.DESCRIBE, t))
     else:
         for req in requested:
             name = req.name
             topic_id = getattr(req, "topic_id", None)
             if name is None and topic_id is not None and topic_id.int != 0:
-                info = broker.topics.by_id(topic_id)
-                if info is None or not may(Operation.DESCRIBE, info.name):
+                found = cache.topic_name(topic_id)
+                if found is None or not may(Operation.DESCRIBE, found):
                     topics.append(describe(None, topic_id, ErrorCode.unknown_topic_id))
                 else:
-                    infos.append(info)
+                    names.append(found)
                 continue
-            info = broker.topics.get(name) if name is not None else None
             if name is not None and not may(Operation.DESCRIBE, name):
                 # Existing or not: an unauthorized principal learns nothing about it.
                 topics.append(describe(name, None, ErrorCode.topic_authorization_failed))
                 continue
-            if info is None:
-                try:
-                    validate_topic_name(name or "")
-                except InvalidTopicError:
-                    topics.append(describe(name, None, ErrorCode.invalid_topic_exception))
-                    continue
-                if (
-                    allow_auto
-                    and broker.config.auto_create_topics_enable
-                    and (name not in PROTECTED_TOPICS)  # the broker creates those itself
-                    and (
-                        cluster_allowed(broker, ctx, Operation.CREATE)
-                        or may(Operation.CREATE, name or "")
-                    )
-                ):
-                    try:
-                        info = await broker.create_topic(name, broker.config.num_partitions, {})
-                    except CoreError as e:
-                        topics.append(describe(name, None, error_of(e)))
-                        continue
-                else:
-                    topics.append(describe(name, None, ErrorCode.unknown_topic_or_partition))
-                    continue
-            infos.append(info)
-    node = broker.config.node_id
-    for info in infos:
-        partitions = []
-        for index in range(info.partitions):
-            partition = broker.replica_manager.partition(info.name, index)
-            epoch = partition.leader_epoch if partition is not None else -1
-            partitions.append(
-                make(
-                    partition_cls,
-                    error_code=ErrorCode.none if partition else ErrorCode.leader_not_available,
-                    partition_index=index,
-                    leader_id=node,
-                    leader_epoch=epoch,
-                    replica_nodes=(node,),
-                    isr_nodes=(node,),
-                    offline_replicas=(),
-                )
-            )
-        topic = make(
-            topic_cls,
-            error_code=ErrorCode.none,
-            name=info.name,
-            topic_id=info.topic_id,
-            is_internal=info.is_internal,
-            partitions=tuple(partitions),
-            topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+            if name is not None and cache.contains_topic(name):
+                names.append(name)
+                continue
+            try:
+                validate_topic_name(name or "")
+            except InvalidTopicError:
+                topics.append(describe(name, None, ErrorCode.invalid_topic_exception))
+                continue
+            if not (
+                allow_auto
+                and broker.config.auto_create_topics_enable
+                and (name not in PROTECTED_TOPICS)  # the broker creates those itself
+                and (cluster_allowed(broker, ctx, Operation.CREATE) or may(Operation.CREATE, name))
+            ):
+                topics.append(describe(name, None, ErrorCode.unknown_topic_or_partition))
+                continue
+            failed = await _auto_create(broker, name)
+            if failed is not None:
+                topics.append(describe(name, None, failed))
+            elif cache.contains_topic(name):
+                names.append(name)
+            else:
+                # Created, its leaders not elected yet: clients ask again (Kafka's answer).
+                topics.append(describe(name, None, ErrorCode.leader_not_available))
+    snapshot = cache.snapshot()
+    for name in names:
+        states = snapshot.partitions_of(name)
+        if not states:  # deleted meanwhile
+            topics.append(describe(name, None, ErrorCode.unknown_topic_or_partition))
+            continue
+        partitions = tuple(
+            make(partition_cls, **_partition_metadata(broker, ctx, snapshot, state))
+            for state in states
         )
-        topics.append(topic)
+        topics.append(
+            make(
+                topic_cls,
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=snapshot.topic_id(name),
+                is_internal=name in INTERNAL_TOPICS,
+                partitions=partitions,
+                topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+            )
+        )
     return make(
         response_type,
         throttle_time=NO_THROTTLE,
-        brokers=(
-            make(broker_cls, node_id=node, host=host, port=port, rack=broker.config.broker_rack),
+        brokers=tuple(
+            make(broker_cls, node_id=node_id, host=host, port=port, rack=rack)
+            for node_id, host, port, rack in live_brokers(broker, ctx.listener, snapshot)
         ),
         cluster_id=broker.cluster_id,
-        controller_id=node,
+        controller_id=snapshot.controller_id if snapshot.controller_id is not None else -1,
         topics=tuple(topics),
         cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
         error_code=ErrorCode.none,
@@ -440,11 +493,13 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
             f"({asked} asked, max.partitions.per.request={limit})."
         )
         log.info("refused CreateTopics from %s: %s", ctx.client_address, refusal)
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
     results = []
     for topic in request.topics:
         error, message, info = ErrorCode.none, None, None
         partitions = topic.num_partitions
         replication = topic.replication_factor
+        assignments = None
         try:
             if refusal is not None:
                 raise TooManyPartitionsError(refusal)
@@ -463,6 +518,7 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
                     )
                 partitions = len(topic.assignments)
                 replication = max(len(a.broker_ids) for a in topic.assignments)
+                assignments = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
             if partitions == -1:
                 partitions = broker.config.num_partitions
             if replication == -1:
@@ -473,7 +529,9 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
                 partitions,
                 configs,
                 replication_factor=replication,
+                assignments=assignments,
                 validate_only=validate_only,
+                timeout_ms=timeout_ms,
             )
         except CoreError as e:
             error, message = error_of(e), str(e)
@@ -501,7 +559,7 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
                 error_message=message,
                 topic_config_error_code=ErrorCode.none,
                 num_partitions=info.partitions if info is not None else -1,
-                replication_factor=1 if info is not None else -1,
+                replication_factor=replication if info is not None else -1,
                 configs=described if info is not None else None,
             )
         )
@@ -544,7 +602,18 @@ async def handle_init_producer_id(broker: BrokerServices, ctx: RequestContext, r
         # KIP-360: an idempotent producer re-initialising keeps its id with a new epoch.
         new_pid, new_epoch = pid, epoch + 1
     else:
-        new_pid, new_epoch = broker.topics.allocate_producer_id(), 0
+        try:
+            new_pid, new_epoch = await broker.allocate_producer_id(), 0
+        except (CoreError, ZkError) as e:
+            # Kafka answers a failed block allocation with COORDINATOR_NOT_AVAILABLE: retry.
+            log.warning("cannot allocate a producer id: %s", e)
+            return make(
+                response_type,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.coordinator_not_available,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
     return make(
         response_type,
         throttle_time=NO_THROTTLE,

@@ -22,7 +22,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from core.server import acl_apis, admin_apis, apis, group_apis, membership_apis, sasl_apis
+from core.server import (
+    acl_apis,
+    admin_apis,
+    apis,
+    controller_apis,
+    group_apis,
+    membership_apis,
+    sasl_apis,
+)
 from core.server.api_keys import INTER_BROKER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler
 from core.server.kio_build import make, nested
@@ -109,6 +117,7 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
             "membership_apis": membership_apis.HANDLERS,
             "acl_apis": acl_apis.HANDLERS,
             "sasl_apis": sasl_apis.HANDLERS,
+            "controller_apis": controller_apis.HANDLERS,
         },
         SUPPORTED_VERSIONS,
         INTER_BROKER_VERSIONS,
