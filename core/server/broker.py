@@ -20,16 +20,20 @@ from core.log.config import LogConfig
 from core.log.log_manager import LogManager
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer
+from core.server.cluster_types import BrokerEndpoint, BrokerInfo
 from core.server.config import BrokerConfig
 from core.server.group_coordinator import Group, GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore
 from core.server.handler_support import error_code
 from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
 from core.server.internal_topics import BrokerTrust
+from core.server.local_controller import LocalController
+from core.server.metadata_cache import MetadataCache
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_manager import ReplicaManager
+from core.server.replication_settings import ReplicationSettings
 from core.server.security import listener_security
 from core.server.timing_wheel import Timer
 from core.server.topics import (
@@ -84,6 +88,8 @@ class Broker:
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
         self.replica_manager: ReplicaManager
+        self.metadata_cache = MetadataCache(config.node_id)
+        self.local_controller: LocalController
         self.timer: Timer | None = None
         self.server: SocketServer | None = None
         self.bound: list[BoundListener] = []
@@ -110,12 +116,20 @@ class Broker:
             max_size=self.config.get("group.max.size"),
             on_change=self._store_group,
         )
-        self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
-        for info in self.topics.all():
-            self.replica_manager.open_topic(info)
+        assert self.log_manager is not None
+        self.replica_manager = ReplicaManager(
+            self.log_manager,
+            self.timer,
+            self.metadata_cache,
+            ReplicationSettings.from_config(self.config),
+        )
+        # Embedded mode: this broker is the cluster; its controller is in-process.
+        self.local_controller = LocalController(
+            self.topics, self.replica_manager, self.metadata_cache, self._broker_info()
+        )
+        await self.local_controller.startup()
         await self._load_groups()
         self._schedule_offset_expiry()
-        assert self.log_manager is not None
         self.log_manager.startup()
         self.server = SocketServer(
             self.codec,
@@ -134,7 +148,17 @@ class Broker:
             for x in self.config.broker_listeners
         ]
         self.bound = await self.server.start(specs)
+        self.local_controller.set_broker_info(self._broker_info())
+        self.replica_manager.startup()
         return self.bound
+
+    def _broker_info(self) -> BrokerInfo:
+        """This broker as other brokers and clients reach it (the bound ports once bound)."""
+        endpoints = []
+        for adv in self.config.advertised_listeners:
+            host, port = self.advertised_endpoint(adv.name) if self.bound else (adv.host, adv.port)
+            endpoints.append(BrokerEndpoint(adv.name, host, port, adv.security_protocol))
+        return BrokerInfo(self.config.node_id, tuple(endpoints), self.config.broker_rack)
 
     def _schedule_offset_expiry(self) -> None:
         interval = self.config.get("offsets.retention.check.interval.ms") / 1000
@@ -242,6 +266,9 @@ class Broker:
             await asyncio.wait(list(self._topic_tasks))
         if self._offset_expiry is not None:
             self._offset_expiry.cancel()
+        replica_manager = getattr(self, "replica_manager", None)
+        if replica_manager is not None:  # started
+            await replica_manager.shutdown()
         if self._group_coordinator is not None:
             self._group_coordinator.shutdown()
         if self.timer is not None:
@@ -331,7 +358,7 @@ class Broker:
                 # Deleted between its registration and here: nothing to open.
                 log.info("topic %s was deleted before its partitions were opened", info.name)
                 return info
-            complete = await self.replica_manager.open_topic_in_steps(info)
+            complete = await self.local_controller.topic_created(info)
         if not complete:
             log.info("creation of topic %s interrupted by shutdown; resumed at start", info.name)
             return info
@@ -354,7 +381,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         async with self._topic_locks.hold(name):
             info = await loop.run_in_executor(None, self.topics.delete, name)
-            await self.replica_manager.remove_topic_in_steps(info)
+            await self.local_controller.topic_deleted(info)
         log.info("deleted topic %s", name)
         self._tell_remote_tier("on_topic_deleted", info)
         return info

@@ -156,3 +156,16 @@ def allowed(
 def cluster_allowed(broker: BrokerServices, ctx: RequestContext, operation: Operation) -> bool:
     """``allowed`` on the cluster resource."""
     return allowed(broker, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def is_broker_request(broker: BrokerServices, ctx: RequestContext) -> bool:
+    """Whether a request may act as another broker's: a follower's Fetch, ListOffsets or
+    OffsetsForLeaderEpoch (``replica_id >= 0``). Every principal may today, as Apache Kafka
+    without an authorizer allows; with one, ``cluster_action_allowed`` applies on top."""
+    return True
+
+
+def cluster_action_allowed(broker: BrokerServices, ctx: RequestContext) -> bool:
+    """A replica's request: a broker's (``is_broker_request``) with CLUSTER_ACTION on the
+    cluster when an authorizer is set (Kafka's check of followers' fetches)."""
+    return is_broker_request(broker, ctx) and cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION)
