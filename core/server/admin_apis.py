@@ -32,7 +32,9 @@ from core.server.handler_support import (
     BrokerServices,
     Handler,
     allowed,
+    cluster_action_allowed,
     cluster_allowed,
+    error_code,
     error_of,
 )
 from core.server.internal_topics import PROTECTED_TOPICS, protected_message, refused_for
@@ -450,7 +452,9 @@ async def handle_delete_records(broker: BrokerServices, ctx: RequestContext, req
             elif refused_for(broker.broker_trust, ctx, topic.name):
                 error = ErrorCode.policy_violation  # whatever the ACLs say
             elif partition is None:
-                error = ErrorCode.unknown_topic_or_partition
+                error = error_code(manager.missing_partition_error((topic.name, p.partition_index)))
+            elif not partition.is_leader:
+                error = ErrorCode.not_leader_or_follower
             elif not partition.log.config.delete:
                 # Kafka: records of a compacted-only topic cannot be deleted by offset.
                 error = ErrorCode.policy_violation
@@ -482,6 +486,10 @@ async def handle_offset_for_leader_epoch(
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "OffsetForLeaderTopicResult")
     partition_cls = nested(response_type, "EpochEndOffset")
+    # A follower's request (replica_id >= 0, v3+) is a broker's: Kafka lets CLUSTER_ACTION
+    # stand for DESCRIBE on every topic.
+    from_follower = getattr(request, "replica_id", -1) >= 0
+    as_broker = from_follower and cluster_action_allowed(broker, ctx)
     topics = []
     for topic in request.topics:
         results = []
@@ -489,11 +497,19 @@ async def handle_offset_for_leader_epoch(
             error, epoch, end = ErrorCode.none, -1, -1
             partition = broker.replica_manager.partition(topic.topic, p.partition)
             try:
-                if not allowed(broker, ctx, Operation.DESCRIBE, AclResource.TOPIC, topic.topic):
+                may_describe = as_broker or (
+                    not from_follower
+                    and allowed(broker, ctx, Operation.DESCRIBE, AclResource.TOPIC, topic.topic)
+                )
+                if not may_describe:
                     error = ErrorCode.topic_authorization_failed
                 elif partition is None:
-                    error = ErrorCode.unknown_topic_or_partition
+                    error = error_code(
+                        broker.replica_manager.missing_partition_error((topic.topic, p.partition))
+                    )
                 else:
+                    # Answered by the leader only, for followers and consumers alike.
+                    partition.check_leader()
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
                     plog = partition.log
                     epoch, end = plog.leader_epoch_cache.end_offset_for(

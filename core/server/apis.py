@@ -23,6 +23,7 @@ from core.server.handler_support import (
     BrokerServices,
     Handler,
     allowed,
+    cluster_action_allowed,
     cluster_allowed,
     error_code,
     error_of,
@@ -35,6 +36,7 @@ from core.server.internal_topics import (
     refused_for,
 )
 from core.server.kio_build import make, nested, nested_optional
+from core.server.leader_hints import FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, LeaderHints
 from core.server.metadata_cache import MetadataSnapshot
 from core.server.protocol import RequestContext
 from core.server.replica_manager import (
@@ -77,7 +79,7 @@ def _partition_metadata(
     )
     if leader == node:
         local = broker.replica_manager.partition(state.topic, state.partition)
-        reachable = local is not None and getattr(local, "is_leader", True)
+        reachable = local is not None and local.is_leader
     replicas, isr = state.replicas, state.isr
     error = ErrorCode.none
     if ctx.api_version == 0:
@@ -230,6 +232,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     partition_cls = nested(response_type, "PartitionProduceResponse")
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
+    hints = LeaderHints(broker.replica_manager.metadata_cache, response_type, ctx.listener)
     topics = []
     # (partition, its topic's result list, slot in it, offset the high watermark must reach)
     waits: list[tuple[Any, list[Any], int, int]] = []
@@ -249,12 +252,14 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     error = ErrorCode.topic_authorization_failed
                     message = protected_message(name, "produce to")
                 elif partition is None:
-                    error = ErrorCode.unknown_topic_or_partition
+                    error = error_code(
+                        broker.replica_manager.missing_partition_error((name, pdata.index))
+                    )
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
                 else:
-                    info = broker.replica_manager.append(partition, bytearray(pdata.records))
+                    info = broker.replica_manager.append(partition, bytearray(pdata.records), acks)
                     base_offset, start = info.first_offset, info.log_start_offset
                     waits.append((partition, results, len(results), info.last_offset + 1))
                     if info.log_append_time >= 0:
@@ -278,6 +283,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     log_start_offset=start,
                     record_errors=(),
                     error_message=message,
+                    **hints.partition_fields((name, pdata.index), error),
                 )
             )
         topics.append((name, results))
@@ -312,13 +318,19 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     log_start_offset=-1,
                     record_errors=(),
                     error_message=None,
+                    **hints.partition_fields(partition.tp, code),
                 )
     if acks == 0:
         return None
     responses = tuple(
         make(topic_cls, name=name, partition_responses=tuple(results)) for name, results in topics
     )
-    return make(response_type, responses=responses, throttle_time=NO_THROTTLE)
+    return make(
+        response_type,
+        responses=responses,
+        throttle_time=NO_THROTTLE,
+        node_endpoints=hints.node_endpoints(),
+    )
 
 
 # -- Fetch ------------------------------------------------------------------------------------
@@ -327,26 +339,37 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
     topic_cls = nested(response_type, "FetchableTopicResponse")
     partition_cls = nested(response_type, "PartitionData")
     aborted_cls = nested(response_type, "AbortedTransaction")
+    diverging_cls = nested_optional(response_type, "EpochEndOffset")  # v12+
     by_id = ctx.api_version >= 13
+    replica_state = getattr(request, "replica_state", None)  # v15+
+    replica_id = replica_state.replica_id if replica_state else getattr(request, "replica_id", -1)
+    # A follower's fetch (replica_id >= 0) reads every partition or none (Kafka's rule).
+    follower_allowed = replica_id >= 0 and cluster_action_allowed(broker, ctx)
+    hints = LeaderHints(
+        broker.replica_manager.metadata_cache,
+        response_type,
+        ctx.listener,
+        (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH),
+    )
     params = FetchParams(
         max_wait_ms=int(request.max_wait.total_seconds() * 1000),
         min_bytes=request.min_bytes,
         max_bytes=min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes),
         isolation_level=getattr(request, "isolation_level", 0),
+        replica_id=replica_id if follower_allowed else -1,
     )
     unknown_ids: list[tuple[Any, int]] = []
     denied: list[tuple[Any, int]] = []  # (topic key, partition): no READ on the topic
     layout: list[tuple[Any, list[int]]] = []  # response topics in request order
     for topic in request.topics:
-        if by_id:
-            info = broker.topics.by_id(topic.topic_id)
-            name = info.name if info is not None else None
-        else:
-            name = topic.topic
+        name = _topic_name(broker, topic.topic_id) if by_id else topic.topic
         indexes = []
-        may_read = name is not None and allowed(
-            broker, ctx, Operation.READ, ResourceType.TOPIC, name
-        )
+        if replica_id >= 0:
+            may_read = name is not None and follower_allowed
+        else:
+            may_read = name is not None and allowed(
+                broker, ctx, Operation.READ, ResourceType.TOPIC, name
+            )
         for p in topic.partitions:
             if name is None:
                 unknown_ids.append((topic.topic_id, p.partition))
@@ -361,6 +384,8 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
                     fetch_offset=p.fetch_offset,
                     max_bytes=p.partition_max_bytes,
                     current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                    last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+                    log_start_offset=getattr(p, "log_start_offset", -1),
                 )
             )
             indexes.append(len(params.partitions) - 1)
@@ -368,16 +393,20 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
             layout.append((topic.topic_id if by_id else name, indexes))
     results = await broker.replica_manager.fetch(params)
 
-    def partition_data(index: int, result: Any) -> Any:
+    def partition_data(req: FetchRequestPartition, result: Any) -> Any:
         aborted = None
         if result.aborted is not None:
             aborted = tuple(
                 make(aborted_cls, producer_id=pid, first_offset=first)
                 for pid, first in result.aborted
             )
+        extra = hints.partition_fields((req.topic, req.partition), result.error)
+        if result.diverging_epoch is not None and diverging_cls is not None:
+            epoch, end_offset = result.diverging_epoch
+            extra["diverging_epoch"] = make(diverging_cls, epoch=epoch, end_offset=end_offset)
         return make(
             partition_cls,
-            partition_index=index,
+            partition_index=req.partition,
             error_code=error_code(result.error),
             high_watermark=result.high_watermark,
             last_stable_offset=result.last_stable_offset,
@@ -385,11 +414,12 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
             aborted_transactions=aborted,
             preferred_read_replica=-1,
             records=result.records if result.records is not None else b"",
+            **extra,
         )
 
     topics = []
     for key, indexes in layout:
-        parts = tuple(partition_data(params.partitions[i].partition, results[i]) for i in indexes)
+        parts = tuple(partition_data(params.partitions[i], results[i]) for i in indexes)
         topics.append(make(topic_cls, topic=key, topic_id=key, partitions=parts))
     failed = [(key, i, ErrorCode.unknown_topic_id) for key, i in unknown_ids]
     failed += [(key, i, ErrorCode.topic_authorization_failed) for key, i in denied]
@@ -412,8 +442,18 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
         error_code=ErrorCode.none,
         session_id=0,  # no fetch sessions: clients keep sending full fetches (KIP-227)
         responses=tuple(topics),
-        node_endpoints=(),
+        node_endpoints=hints.node_endpoints(),
     )
+
+
+def _topic_name(broker: BrokerServices, topic_id: Any) -> str | None:
+    """The name of a topic id: the cluster's metadata, else the local topic registry (a
+    topic whose creation has not reached the metadata yet)."""
+    name = broker.replica_manager.metadata_cache.topic_name(topic_id)
+    if name is None:
+        info = broker.topics.by_id(topic_id)
+        name = info.name if info is not None else None
+    return name
 
 
 # -- ListOffsets ------------------------------------------------------------------------------
@@ -422,6 +462,8 @@ async def handle_list_offsets(broker: BrokerServices, ctx: RequestContext, reque
     topic_cls = nested(response_type, "ListOffsetsTopicResponse")
     partition_cls = nested(response_type, "ListOffsetsPartitionResponse")
     isolation = getattr(request, "isolation_level", 0)
+    # A follower (replica_id >= 0) sees the log end offset, not only what is committed.
+    from_follower = request.replica_id >= 0 and cluster_action_allowed(broker, ctx)
     topics = []
     for topic in request.topics:
         results = []
@@ -432,13 +474,18 @@ async def handle_list_offsets(broker: BrokerServices, ctx: RequestContext, reque
                 if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
                     error = ErrorCode.topic_authorization_failed
                 elif partition is None:
-                    error = ErrorCode.unknown_topic_or_partition
+                    error = error_code(
+                        broker.replica_manager.missing_partition_error(
+                            (topic.name, p.partition_index)
+                        )
+                    )
                 else:
                     found = await broker.replica_manager.list_offset(
                         partition,
                         p.timestamp,
                         isolation,
                         getattr(p, "current_leader_epoch", -1),
+                        from_follower=from_follower,
                     )
                     if found is not None:
                         ts, offset = found.timestamp, found.offset

@@ -35,7 +35,6 @@ from core.server.cluster_mode import ClusterMode, ClusterStartError
 from core.server.cluster_types import (
     BrokerEndpoint,
     BrokerInfo,
-    LeaderAndIsr,
     PartitionState,
     StopReplicaPartition,
     TopicPartition,
@@ -49,6 +48,8 @@ from core.server.group_offsets import GroupOffsetStore
 from core.server.handler_support import ControllerPort, error_code
 from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
 from core.server.internal_topics import BrokerTrust
+from core.server.isr_writer import ZkIsrWriter
+from core.server.local_controller import LocalController
 from core.server.metadata_cache import MetadataCache
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.node_client import ClientSettings, NodeClient
@@ -61,7 +62,8 @@ from core.server.offsets_topic import (
 from core.server.producer_ids import ProducerIdSource, RegistryProducerIds, ZkProducerIds
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.replica_assignment import InvalidReplicaAssignmentError
-from core.server.replica_manager import NotLeaderError, ReplicaManager
+from core.server.replica_manager import ReplicaManager
+from core.server.replication_settings import ReplicationSettings
 from core.server.security import listener_security
 from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
@@ -75,6 +77,7 @@ from core.server.topics import (
 from core.server.zk_admin import MetadataWaiters, ZkClusterAdmin
 from core.server.zookeeper.client import ZkConnectionState
 from core.server.zookeeper.data import EndPoint
+from core.server.zookeeper.errors import ZkError
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +138,9 @@ class Broker:
         self._config_sync: TopicConfigSync | None = None
         self._producer_ids: ProducerIdSource | None = None
         self._offsets_creation: asyncio.Task[None] | None = None
+        self.local_controller: LocalController | None = None  # running alone
+        self._isr_writer: ZkIsrWriter | None = None  # in a cluster
+        self._fetcher_client: NodeClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.timer: Timer | None = None
         self.server: SocketServer | None = None
@@ -187,14 +193,19 @@ class Broker:
             max_size=config.get("group.max.size"),
             on_change=self._store_group,
         )
-        self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
+        assert self.log_manager is not None
+        self.replica_manager = ReplicaManager(
+            self.log_manager,
+            self.timer,
+            self.metadata_cache,
+            ReplicationSettings.from_config(config),
+        )
         self._open_group_store()
         if cluster is None:
             await self._start_alone()
         else:
             self._start_in_cluster(cluster)
         self._schedule_offset_expiry()
-        assert self.log_manager is not None
         self.log_manager.startup()
         self.server = SocketServer(
             self.codec,
@@ -212,9 +223,10 @@ class Broker:
             ListenerSpec(x.name, x.host, x.port, security[x.name]) for x in config.broker_listeners
         ]
         self.bound = await self.server.start(specs)
-        if cluster is None:
-            self._publish_local_metadata()
-        else:
+        self.replica_manager.startup()
+        if self.local_controller is not None:
+            self.local_controller.set_broker_info(self._broker_info())
+        if cluster is not None:
             await self._join_cluster(cluster)
         return self.bound
 
@@ -249,32 +261,25 @@ class Broker:
         assert loop is not None
 
         async def append() -> int:
-            partition = self.replica_manager.partition(OFFSETS_TOPIC, index)
-            if partition is None:
-                raise NotLeaderError(f"{OFFSETS_TOPIC}-{index} is not led by this broker")
-            self.replica_manager.append(partition, batch)
+            # Kafka's coordinator writes with acks=all: NOT_ENOUGH_REPLICAS below
+            # min.insync.replicas, before anything is appended.
+            partition = self.replica_manager.leader_partition(OFFSETS_TOPIC, index)
+            self.replica_manager.append(partition, batch, required_acks=-1)
             return partition.log.log_end_offset
 
         return asyncio.run_coroutine_threadsafe(append(), loop).result(OFFSETS_APPEND_TIMEOUT_S)
 
     async def _start_alone(self) -> None:
-        """A broker running alone leads every partition it has, from its registry."""
+        """A broker running alone leads every partition it has, from its registry, through
+        its in-process controller (``LocalController``)."""
         self._producer_ids = RegistryProducerIds(self.topics)
-        for info in self.topics.all():
-            self.replica_manager.open_topic(info)
-        self._publish_local_metadata()
         loader = self._group_loader
         assert loader is not None
-        offsets = self.topics.get(OFFSETS_TOPIC)
-        assert offsets is not None
-        loader.on_partitions_changed(
-            [
-                p
-                for i in range(offsets.partitions)
-                if (p := self.replica_manager.partition(OFFSETS_TOPIC, i)) is not None
-            ],
-            [],
+        self.replica_manager.add_leadership_listener(loader)
+        self.local_controller = LocalController(
+            self.topics, self.replica_manager, self.metadata_cache, self._broker_info()
         )
+        await self.local_controller.startup()
         # The groups are back before the first request, as before the topic had leaders.
         await loader.wait_idle()
         first_dir = Path(self.config.log_dirs[0])
@@ -284,6 +289,18 @@ class Broker:
 
     def _start_in_cluster(self, cluster: ClusterMode) -> None:
         zk = cluster.connected_zk
+        config = self.config
+        manager = self.replica_manager
+        assert self._group_loader is not None
+        manager.add_leadership_listener(self._group_loader)
+        self._isr_writer = ZkIsrWriter(zk)
+        manager.set_isr_writer(self._isr_writer)
+        self._fetcher_client = NodeClient(
+            ClientSettings.from_config(
+                config, request_timeout_ms=config.get("replica.socket.timeout.ms")
+            )
+        )
+        manager.set_node_client(self._fetcher_client, config.inter_broker_listener_name)
         self._producer_ids = ZkProducerIds(zk, self.config.node_id)
         self._admin = ZkClusterAdmin(zk, self._waiters, self.config.log_config_defaults())
         self._config_sync = TopicConfigSync(zk, self._apply_topic_config)
@@ -303,38 +320,13 @@ class Broker:
         await cluster.register(advertised)
         await cluster.start_controller()
 
-    def _publish_local_metadata(self) -> None:
-        """A broker running alone is the whole cluster: its MetadataCache lists itself as
-        the only live broker and controller, leading every partition of its registry."""
-        node = self.config.node_id
+    def _broker_info(self) -> BrokerInfo:
+        """This broker as other brokers and clients reach it (the bound ports once bound)."""
         endpoints = []
-        protocols = self.config.listener_security_protocol_map
-        for listener in self.config.advertised_listeners:
-            if listener.name in self.config.controller_listener_names:
-                continue
-            host, port = self.advertised_endpoint(listener.name)
-            protocol = protocols.get(listener.name, listener.name)
-            endpoints.append(BrokerEndpoint(listener.name, host, port, protocol))
-        me = BrokerInfo(node, tuple(endpoints), self.config.broker_rack)
-        states = []
-        for info in self.topics.all():
-            for index in range(info.partitions):
-                epoch = info.leader_epochs[index] if index < len(info.leader_epochs) else 0
-                states.append(
-                    PartitionState(
-                        topic=info.name,
-                        topic_id=info.topic_id,
-                        partition=index,
-                        controller_epoch=0,
-                        leader_and_isr=LeaderAndIsr(node, epoch, (node,)),
-                        replicas=(node,),
-                    )
-                )
-        cache = self.metadata_cache
-        known = {s.tp for name in cache.topic_names() for s in cache.partitions_of(name)}
-        gone = known - {s.tp for s in states}
-        self.metadata_cache.update(node, 0, [me], states, gone)
-        self._waiters.changed()
+        for adv in self.config.advertised_listeners:
+            host, port = self.advertised_endpoint(adv.name) if self.bound else (adv.host, adv.port)
+            endpoints.append(BrokerEndpoint(adv.name, host, port, adv.security_protocol))
+        return BrokerInfo(self.config.node_id, tuple(endpoints), self.config.broker_rack)
 
     def _schedule_offset_expiry(self) -> None:
         interval = self.config.get("offsets.retention.check.interval.ms") / 1000
@@ -440,6 +432,14 @@ class Broker:
             task.cancel()
         if self._offset_expiry is not None:
             self._offset_expiry.cancel()
+        replica_manager = getattr(self, "replica_manager", None)
+        if replica_manager is not None:  # started
+            await replica_manager.shutdown()
+        if self._isr_writer is not None:
+            with contextlib.suppress(CoreError, ZkError):
+                await self._isr_writer.close()
+        if self._fetcher_client is not None:
+            await self._fetcher_client.close()
         if cluster is not None:
             await cluster.close()
         if self._group_coordinator is not None:
@@ -563,7 +563,6 @@ class Broker:
         )
         info = await asyncio.get_running_loop().run_in_executor(None, create)
         if not validate_only:
-            self._publish_local_metadata()
             await self._topic_change(self._open_topic(info))
         return info
 
@@ -574,7 +573,8 @@ class Broker:
                 # Deleted between its registration and here: nothing to open.
                 log.info("topic %s was deleted before its partitions were opened", info.name)
                 return info
-            complete = await self.replica_manager.open_topic_in_steps(info)
+            assert self.local_controller is not None
+            complete = await self.local_controller.topic_created(info)
         if not complete:
             log.info("creation of topic %s interrupted by shutdown; resumed at start", info.name)
             return info
@@ -601,8 +601,8 @@ class Broker:
         loop = asyncio.get_running_loop()
         async with self._topic_locks.hold(name):
             info = await loop.run_in_executor(None, self.topics.delete, name)
-            self._publish_local_metadata()
-            await self.replica_manager.remove_topic_in_steps(info)
+            assert self.local_controller is not None
+            await self.local_controller.topic_deleted(info)
         log.info("deleted topic %s", name)
         self._tell_remote_tier("on_topic_deleted", info)
         return info
@@ -788,7 +788,7 @@ class Broker:
         led = [
             StopReplicaPartition(tp, -1, False)
             for tp, partition in self.replica_manager.partitions.items()
-            if getattr(partition, "is_leader", True)
+            if partition.is_leader
         ]
         if not led:
             return

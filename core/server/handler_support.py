@@ -286,3 +286,17 @@ def live_brokers(
         host, port = broker.advertised_endpoint(listener)
         out.append((node, host, port, broker.config.broker_rack))
     return out
+
+
+def is_broker_request(broker: BrokerServices, ctx: RequestContext) -> bool:
+    """Whether a request may act as another broker's: a follower's Fetch, ListOffsets or
+    OffsetsForLeaderEpoch (``replica_id >= 0``), a controller's request: those whose
+    principal or connection ``BrokerTrust`` admits (core/server/internal_topics.py); with an
+    authorizer, ``cluster_action_allowed`` asks CLUSTER_ACTION on top."""
+    return broker.broker_trust.admits(ctx)
+
+
+def cluster_action_allowed(broker: BrokerServices, ctx: RequestContext) -> bool:
+    """A replica's request: a broker's (``is_broker_request``) with CLUSTER_ACTION on the
+    cluster when an authorizer is set (Kafka's check of followers' fetches)."""
+    return is_broker_request(broker, ctx) and cluster_allowed(broker, ctx, Operation.CLUSTER_ACTION)
