@@ -35,7 +35,6 @@ from core.server.group_coordinator import GroupCoordinator
 from core.server.handler_support import BrokerServices
 from core.server.handlers import HANDLERS
 from core.server.internal_topics import BrokerTrust
-from core.server.metadata_cache import MetadataCache
 from core.server.protocol import ProtocolCodec
 from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
@@ -79,7 +78,8 @@ class FakeBroker:
         self.group_coordinator = GroupCoordinator(Timer())
         self.authorizer: AclAuthorizer | None = None
         self.broker_trust = BrokerTrust()
-        self.metadata_cache = MetadataCache(self.config.node_id)
+        # The replica manager's: its NOT_LEADER_OR_FOLLOWER answers read the same metadata.
+        self.metadata_cache = self.replica_manager.metadata_cache
         self.broker_epoch = -1
         self.controller = SingleBrokerController(self.metadata_cache)
         self._publish()
