@@ -251,8 +251,14 @@ class Broker:
         self._group_loader = GroupLoader(
             self._group_offsets,
             self.group_coordinator,
-            lambda: len(self.metadata_cache.partitions_of(OFFSETS_TOPIC)),
+            self._offsets_partition_count,
         )
+
+    def _offsets_partition_count(self) -> int:
+        """``__consumer_offsets``' partition count (0 before it exists): from the registry,
+        which knows a topic before its leadership is applied (the MetadataCache follows)."""
+        info = self.topics.get(OFFSETS_TOPIC)
+        return info.partitions if info is not None else 0
 
     def _append_offsets_batch(self, index: int, batch: bytearray) -> int:
         """The journal's appender, called from the flushing thread: the append runs on the

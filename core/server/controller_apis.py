@@ -103,8 +103,10 @@ async def handle_leader_and_isr(broker: BrokerServices, ctx: RequestContext, req
         )
     except StaleControllerEpochError as e:
         log.info("LeaderAndIsr refused: %s", e)
-        code = STALE_CONTROLLER_EPOCH
-        return leader_and_isr_response(dict.fromkeys((s.tp for s in states), code), topic_ids, code)
+        errors = dict.fromkeys((s.tp for s in states), STALE_CONTROLLER_EPOCH)
+    if errors and all(code == STALE_CONTROLLER_EPOCH for code in errors.values()):
+        # Kafka answers an old controller at the top level.
+        return leader_and_isr_response(errors, topic_ids, STALE_CONTROLLER_EPOCH)
     return leader_and_isr_response(errors, topic_ids)
 
 
@@ -143,6 +145,8 @@ async def handle_stop_replica(broker: BrokerServices, ctx: RequestContext, reque
         )
     except StaleControllerEpochError as e:
         log.info("StopReplica refused: %s", e)
+        return stop_replica_response({}, STALE_CONTROLLER_EPOCH)
+    if errors and all(code == STALE_CONTROLLER_EPOCH for code in errors.values()):
         return stop_replica_response({}, STALE_CONTROLLER_EPOCH)
     return stop_replica_response(errors)
 
