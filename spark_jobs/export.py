@@ -3,33 +3,42 @@
 Layout under the output (a local path or an fsspec URL such as ``s3://bucket/prefix``)::
 
     topic=<t>/partition=<p>/date=<YYYY-MM-DD>/<segment id>-<first offset>.parquet
-    _tierlog_export.json        the segment ranges already exported (the job's memory)
+    _tierlog_export.json        the offsets of each segment already exported (the job's
+                                memory, ``spark_jobs.export_state``)
     _staging/<run id>/...       files of a run in progress (names starting with "_" are
                                 ignored by Spark, pyarrow and Hive readers)
 
-One Spark task per canonical segment range (``spark_jobs.datasource`` plans them); each task
-reads its range through the RSM plugin and writes its files to the run's staging folder.
-The driver then moves every staged file to its final name and only then records the ranges
-in ``_tierlog_export.json``. Final names are a function of the segment range, so a run killed
-anywhere leaves no partial file visible, and a re-run rewrites the same names: it never
-duplicates. A re-run skips the ranges already recorded (incremental).
+The driver plans the canonical segment ranges (``spark_jobs.datasource``) and keeps, of each,
+the offsets not recorded yet. One Spark task per remaining range reads it through the RSM
+plugin, keeps the records inside the time bounds, writes one file per date to the run's
+staging folder and returns the offsets it dealt with (``spark_jobs.export_ranges``): all of
+the range but the records outside the bounds, which a later run exports. The driver then
+moves every staged file to its final name and only then records the offsets.
+
+A final name is the segment and the first offset the run dealt with in the range, so it
+depends only on that range: two parts of a segment exported by two runs (the records after
+an ``--until`` bound, exported the next day) never share a name, as no two runs deal with
+the same offset. A run killed anywhere leaves no partial file visible, and a re-run with the
+same options deals with the same offsets and rewrites the same names: it never duplicates.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from core.extras import requires_extra
+from spark_jobs.archive import SCHEMA as ARROW_SCHEMA
 from spark_jobs.archive import read_range
 from spark_jobs.datasource import SegmentSplit, TierlogReader
+from spark_jobs.export_ranges import pending_splits, time_window
+from spark_jobs.export_state import ExportState
+from spark_jobs.offset_ranges import OffsetRanges
 
 with requires_extra("spark", "the Spark jobs (spark_jobs)"):
     import fsspec
@@ -58,10 +67,6 @@ class ExportSummary:
         )
 
 
-def split_key(split: SegmentSplit) -> str:
-    return f"{split.topic}/{split.partition}/{split.range.segment.segment_id}/{split.range.start}"
-
-
 def storage_options(options: Mapping[str, str]) -> dict[str, Any]:
     """fsspec/s3fs options for an ``s3://`` output, from the RSM's S3 settings."""
     out: dict[str, Any] = {}
@@ -80,39 +85,43 @@ def storage_options(options: Mapping[str, str]) -> dict[str, Any]:
 
 def _write_split(
     split: SegmentSplit, output: str, run: str, fs_options: dict[str, Any]
-) -> list[dict]:
-    """Executor side: read one range, write one Parquet file per date into staging."""
-    fs, root = fsspec.core.url_to_fs(output, **fs_options)
+) -> tuple[OffsetRanges, list[dict]]:
+    """Executor side: read one range, write its records inside the time bounds as one
+    Parquet file per date into staging; returns the offsets dealt with and the files."""
+    r = split.range
     rsm = split.config.open()
     try:
-        batches = list(
-            read_range(
-                rsm,
-                split.range,
-                split.topic,
-                split.partition,
-                split.aborted,
-                since_ms=split.since_ms,
-                until_ms=split.until_ms,
-            )
-        )
+        batches = list(read_range(rsm, r, split.topic, split.partition, split.aborted))
     finally:
         rsm.close()
-    if not batches:
-        return []
-    table = pa.Table.from_batches(batches)
+    table, covered = time_window(
+        pa.Table.from_batches(batches, schema=ARROW_SCHEMA),
+        r.start,
+        r.end,
+        split.since_ms,
+        split.until_ms,
+    )
+    if table.num_rows == 0:
+        return covered, []
+    fs, root = fsspec.core.url_to_fs(output, **fs_options)
+    # Named by the first offset dealt with, not the range's start: after a run with
+    # startingTimestamp, the next run's range starts where the first one's did.
+    name = f"{r.segment.segment_id}-{covered.ranges[0][0]}.parquet"
     dates = pc.strftime(table["timestamp"], format="%Y-%m-%d")
     out = []
     for date in sorted(set(dates.to_pylist())):
         part = table.filter(pc.equal(dates, date))
-        name = f"{split.range.segment.segment_id}-{split.range.start}.parquet"
         rel = f"topic={split.topic}/partition={split.partition}/date={date}/{name}"
         staged = f"{root}/{STAGING}/{run}/{rel}"
         fs.makedirs(staged.rsplit("/", 1)[0], exist_ok=True)
         with fs.open(staged, "wb") as f:
             pq.write_table(part.drop_columns(["topic", "partition"]), f, compression="zstd")
         out.append({"rel": rel, "rows": part.num_rows, "bytes": fs.size(staged)})
-    return out
+    return covered, out
+
+
+def _segment_id(split: SegmentSplit) -> str:
+    return str(split.range.segment.segment_id)
 
 
 def run_export(
@@ -122,23 +131,32 @@ def run_export(
     *,
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> ExportSummary:
-    """Export what ``options`` (those of ``format("tierlog")``) select to ``output``."""
+    """Export what ``options`` (those of ``format("tierlog")``) select to ``output``.
+
+    Raises:
+        ValueError: the state file cannot be read (nothing is written), or an option is
+            wrong (``TierlogOptionError``).
+    """
     began = time.monotonic()
     fs_options = storage_options(options)
     fs, root = fsspec.core.url_to_fs(output, **fs_options)
     fs.makedirs(root, exist_ok=True)
-    if fs.exists(f"{root}/{STAGING}"):
-        fs.rm(f"{root}/{STAGING}", recursive=True)  # a crashed run's leftovers
     state_path = f"{root}/{STATE_FILE}"
-    done: set[str] = set()
+    state = ExportState()
     if fs.exists(state_path):
         with fs.open(state_path, "rb") as f:
-            done = set(json.load(f)["exported"])
+            state = ExportState.from_json(f.read(), state_path)
+    if fs.exists(f"{root}/{STAGING}"):
+        fs.rm(f"{root}/{STAGING}", recursive=True)  # a crashed run's leftovers
     splits = [s for s in TierlogReader(options).partitions() if isinstance(s, SegmentSplit)]
-    todo = [s for s in splits if split_key(s) not in done]
-    progress(f"{len(splits)} segment ranges selected, {len(todo)} to export")
+    state = state.migrated(s.range.segment for s in splits)
+    todo = pending_splits(splits, lambda s: state.done(_segment_id(s)))
+    skipped = sum(
+        1 for s in splits if not state.done(_segment_id(s)).missing_from(s.range.start, s.range.end)
+    )
+    progress(f"{len(splits)} segment ranges selected, {len(todo)} ranges to export")
     run = uuid.uuid4().hex[:12]
-    results: list[tuple[SegmentSplit, list[dict]]] = []
+    results: list[tuple[SegmentSplit, tuple[OffsetRanges, list[dict]]]] = []
     if todo:
         sc = spark.sparkContext
         step = max(sc.defaultParallelism * 2, 1)
@@ -150,27 +168,29 @@ def run_export(
                 .collect()
             )
             results.extend(written)
-            progress(f"  {min(at + step, len(todo))}/{len(todo)} segment ranges written")
+            progress(f"  {min(at + step, len(todo))}/{len(todo)} ranges written")
     # Commit: staged files to their final names, then the state. Final names are fixed per
-    # range, so redoing this after a crash rewrites the same files.
-    rows = size = 0
-    for _, files in results:
+    # range dealt with, so redoing this after a crash rewrites the same files.
+    rows = size = exported = 0
+    for _, (covered, files) in results:
         for entry in files:
             final = f"{root}/{entry['rel']}"
             fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
             fs.mv(f"{root}/{STAGING}/{run}/{entry['rel']}", final)
             rows += entry["rows"]
             size += entry["bytes"]
-    done.update(split_key(s) for s, _ in results)
+        exported += bool(covered)
+    state = state.adding(
+        (split.topic, split.partition, _segment_id(split), covered)
+        for split, (covered, _) in results
+    )
     tmp = f"{state_path}.tmp"
     with fs.open(tmp, "w") as f:
-        json.dump({"exported": sorted(done), "updated": datetime.now(UTC).isoformat()}, f)
+        f.write(state.to_json())
     fs.mv(tmp, state_path)
     if fs.exists(f"{root}/{STAGING}"):
         fs.rm(f"{root}/{STAGING}", recursive=True)
-    return ExportSummary(
-        len(results), rows, size, time.monotonic() - began, len(splits) - len(todo)
-    )
+    return ExportSummary(exported, rows, size, time.monotonic() - began, skipped)
 
 
 def spark_session(master: str, app: str = "tierlog-export") -> Any:

@@ -29,7 +29,6 @@ exported: a later run with other bounds (or none) exports them.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 import uuid
@@ -43,6 +42,7 @@ import pyarrow.compute as pc
 from spark_jobs.archive import SCHEMA as ARROW_SCHEMA
 from spark_jobs.archive import read_range
 from spark_jobs.datasource import SegmentSplit, TierlogReader
+from spark_jobs.export_ranges import pending_splits, time_window
 from spark_jobs.iceberg_table import (
     ADDED_KEY,
     STATE_KEY,
@@ -52,7 +52,6 @@ from spark_jobs.iceberg_table import (
     load_or_create_table,
     open_catalog,
 )
-from spark_jobs.lineage import SegmentRange
 from spark_jobs.offset_ranges import ExportedRanges, OffsetRanges
 
 # isort: split
@@ -69,7 +68,6 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 
 COMMIT_ATTEMPTS = 5
-_US_PER_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -117,49 +115,7 @@ class IcebergExportSummary:
         )
 
 
-# -- planning ---------------------------------------------------------------------------------
-def pending_splits(splits: Sequence[SegmentSplit], done: ExportedRanges) -> list[SegmentSplit]:
-    """``splits`` cut down to the offsets not in ``done`` (a range may become several)."""
-    out = []
-    for split in splits:
-        r = split.range
-        for lo, hi in done.of(split.topic, split.partition).missing_from(r.start, r.end):
-            out.append(dataclasses.replace(split, range=SegmentRange(r.segment, lo, hi)))
-    return out
-
-
 # -- executors --------------------------------------------------------------------------------
-def time_window(
-    rows: pa.Table, first: int, last: int, since_ms: int | None, until_ms: int | None
-) -> tuple[pa.Table, OffsetRanges]:
-    """The rows of ``rows`` (range ``first..last``, offset order) inside the time bounds, and
-    the offsets of the range dealt with: all but the runs of rows outside the bounds."""
-    whole = OffsetRanges(((first, last),))
-    micros = rows["timestamp"].cast(pa.int64())
-    bounds = []
-    if since_ms is not None:
-        bounds.append(pc.greater_equal(micros, since_ms * _US_PER_MS))
-    if until_ms is not None:
-        bounds.append(pc.less(micros, until_ms * _US_PER_MS))
-    if not bounds:
-        return rows, whole
-    keep = bounds[0] if len(bounds) == 1 else pc.and_(*bounds)
-    if pc.all(keep).as_py() is not False:  # True, or None for no rows
-        return rows, whole
-    left_out: list[tuple[int, int]] = []
-    run: list[int] = []
-    for offset, kept in zip(rows["offset"].to_pylist(), keep.to_pylist(), strict=True):
-        if kept:
-            if run:
-                left_out.append((run[0], run[-1]))
-                run = []
-        else:
-            run.append(offset)
-    if run:
-        left_out.append((run[0], run[-1]))
-    return rows.filter(keep), OffsetRanges.of(left_out).missing_from(first, last)
-
-
 def _partition_key(metadata: Any, partition: int, day: int) -> PartitionKey:
     """The table's partition tuple for (``partition``, ``day``) in its default spec (checked
     to be identity(partition), day(timestamp) in some order)."""
@@ -324,7 +280,7 @@ def run_iceberg_export(
     table = load_or_create_table(catalog, target)
     done = exported_ranges(table)
     splits = [s for s in TierlogReader(options).partitions() if isinstance(s, SegmentSplit)]
-    todo = pending_splits(splits, done)
+    todo = pending_splits(splits, lambda s: done.of(s.topic, s.partition))
     selected = sum(s.range.end - s.range.start + 1 for s in splits)
     remaining = sum(s.range.end - s.range.start + 1 for s in todo)
     progress(

@@ -1,8 +1,9 @@
 """Sets of Kafka offsets as sorted, disjoint, inclusive ranges; and such sets per partition.
 
-The Iceberg export records which offsets of each partition it has dealt with (exported, or
-read and left out for good: control records, aborted transactions) so that a re-run exports
-only the others. Offsets are inclusive, as in Kafka's RemoteLogSegmentMetadata.
+The exports record which offsets they have dealt with (exported, or read and left out for
+good: control records, aborted transactions) so that a re-run exports only the others: the
+Iceberg export per partition, the Parquet export per remote segment. Offsets are inclusive,
+as in Kafka's RemoteLogSegmentMetadata.
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@
   left in COPY_SEGMENT_STARTED by a crash are deleted on the next run.
 - ``ExpirationTask`` (RLMExpirationTask), on a leader. FINISHED segments go, oldest first,
   when past ``retention.ms`` (by their max timestamp), beyond ``retention.bytes`` (remote
-  bytes plus bytes only held locally), or wholly below the log start offset
-  (DeleteRecords); the log start offset moves past them first. Segments outside the current
-  leader-epoch lineage (an unclean election's leftovers) go too, without moving the log
-  start offset.
+  bytes plus the local segments above the highest offset of those remote segments), or
+  wholly below the log start offset (DeleteRecords); the log start offset moves past them
+  first. Segments outside the current leader-epoch lineage (an unclean election's
+  leftovers) go too, without moving the log start offset.
 - ``FollowerTask`` (RLMFollowerTask, Kafka 3.9), on a follower: keeps
   ``highest_offset_in_remote_storage`` up with what the leader copied, so that the
   follower's local retention may delete what is safely remote.
@@ -450,8 +450,14 @@ class ExpirationTask(RLMTask):
         log_start = plog.log_start_offset
         breach = 0
         if cfg.retention_bytes >= 0:
+            # Kafka's size (RLMExpirationTask.buildRetentionSizeData): the remote segments
+            # plus the local segments above the highest remote offset. That offset is taken
+            # from the segments summed here, not from the log's
+            # highest_offset_in_remote_storage: the copy task moves that only after
+            # COPY_SEGMENT_FINISHED is recorded, so in between a just-copied segment would
+            # count twice, remote and local, and one segment too many would go.
             remote = sum(m.segment_size_in_bytes for m in valid)
-            highest = plog.highest_offset_in_remote_storage
+            highest = max((m.end_offset for m in valid), default=-1)
             local_only = sum(s.size for s in plog.segments() if s.base_offset > highest)
             breach = remote + local_only - cfg.retention_bytes
         doomed: list[RemoteLogSegmentMetadata] = []

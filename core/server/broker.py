@@ -61,10 +61,15 @@ from core.server.offsets_topic import (
 )
 from core.server.producer_ids import ProducerIdSource, RegistryProducerIds, ZkProducerIds
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.quota_enforcement import handle_with_quotas
+from core.server.quota_store import LocalQuotaStore
+from core.server.quotas import ClientQuotas
 from core.server.replica_assignment import InvalidReplicaAssignmentError
 from core.server.replica_manager import ReplicaManager
 from core.server.replication_settings import ReplicationSettings
-from core.server.security import listener_security
+from core.server.sasl import ScramCredentialSource
+from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
+from core.server.security import ListenerSecurity, listener_security, with_runtime_scram
 from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
 from core.server.topics import (
@@ -74,7 +79,7 @@ from core.server.topics import (
     UnknownTopicError,
     read_partition_metadata,
 )
-from core.server.zk_admin import MetadataWaiters, ZkClusterAdmin
+from core.server.zk_admin import MetadataWaiters, RequestTimedOutError, ZkClusterAdmin
 from core.server.zookeeper.client import ZkConnectionState
 from core.server.zookeeper.data import EndPoint
 from core.server.zookeeper.errors import ZkError
@@ -84,6 +89,30 @@ log = logging.getLogger(__name__)
 # How long a write to __consumer_offsets waits for the event loop to take it (from the
 # flushing thread); only a broker stopping under it makes it wait this long.
 OFFSETS_APPEND_TIMEOUT_S = 30.0
+# How long the opening of CreatePartitions' new partitions waits for their leaders in a
+# cluster; the request answers REQUEST_TIMED_OUT at its own timeout, usually shorter.
+CREATE_PARTITIONS_WAIT_MS = 120_000
+
+
+def listeners_security(
+    config: BrokerConfig, runtime_scram: ScramCredentialSource, *, cluster: bool = False
+) -> tuple[dict[str, ListenerSecurity], BrokerTrust]:
+    """What each broker listener requires, and who acts as a broker.
+
+    Run-time SCRAM credentials (AlterUserScramCredentials) authenticate on every SASL
+    listener except the one whose connections act as brokers (``internal_topics``, rule 2):
+    the accounts that listener accepts must stay the brokers' own, those of its JAAS entry,
+    or whoever may create a SCRAM user could write the internal topics.
+
+    Raises:
+        InvalidConfigError: a listener's setting, naming the key.
+    """
+    security = {x.name: listener_security(config, x) for x in config.broker_listeners}
+    trust = BrokerTrust.from_config(config, security, cluster=cluster)
+    for name, listener in security.items():
+        if name != trust.broker_listener:
+            security[name] = with_runtime_scram(listener, runtime_scram)
+    return security, trust
 
 
 class NameLocks:
@@ -120,6 +149,7 @@ class Broker:
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS, SERVED_INTER_BROKER_VERSIONS)
         self._group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        self.quotas: ClientQuotas  # loaded with the storage
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
         self._group_coordinator: GroupCoordinator | None = None
@@ -149,6 +179,10 @@ class Broker:
         self._topic_locks = NameLocks()
         self._topic_tasks: set[asyncio.Future[TopicInfo]] = set()
         self._background: set[asyncio.Future[Any]] = set()
+        # What the SCRAM servers of the SASL listeners check, filled from the store when
+        # the log dirs are open (before any listener accepts a connection).
+        self._scram_cache = ScramCredentialCache()
+        self.scram_credentials: LocalScramCredentialStore
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> list[BoundListener]:
@@ -163,9 +197,10 @@ class Broker:
         config = self.config
         # TLS material and SASL accounts first: a bad setting stops start-up naming its key
         # before any disk work.
-        security = {x.name: listener_security(config, x) for x in config.broker_listeners}
         cluster = self.cluster
-        self.broker_trust = BrokerTrust.from_config(config, security, cluster=cluster is not None)
+        security, self.broker_trust = listeners_security(
+            config, self._scram_cache, cluster=cluster is not None
+        )
         if self.broker_trust.cluster_warning:
             log.warning("%s", self.broker_trust.cluster_warning)
         cluster_id = ""
@@ -373,6 +408,14 @@ class Broker:
         config = self.config
         first_dir = Path(config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
+        # SCRAM credentials and client quotas stay in each broker's first log dir, in a
+        # cluster too (not shared through ZooKeeper yet: docs/OPERATIONS.md says so).
+        self.scram_credentials = LocalScramCredentialStore(first_dir, self._scram_cache)
+        self.quotas = ClientQuotas.open(
+            LocalQuotaStore(first_dir),
+            samples=config.get("quota.window.num"),
+            window_seconds=config.get("quota.window.size.seconds"),
+        )
         if self.cluster is None:
             self.topics = TopicRegistry(first_dir, config.log_config_defaults())
             ensure_offsets_topic(
@@ -468,7 +511,7 @@ class Broker:
         handler = self.handlers.get(context.api_key)
         if handler is None:  # advertised but not wired: a bug, logged by the network layer
             raise RuntimeError(f"no handler for api key {context.api_key}")
-        return await handler(self, context, request)
+        return await handle_with_quotas(self, handler, context, request)
 
     def _unsupported_version(self, context: RequestContext) -> Any:
         response_type = self.codec.response_type(ApiKey.API_VERSIONS, 0)
@@ -572,7 +615,10 @@ class Broker:
             await self._topic_change(self._open_topic(info))
         return info
 
-    async def _open_topic(self, info: TopicInfo) -> TopicInfo:
+    async def _open_topic(self, info: TopicInfo, *, added_from: int | None = None) -> TopicInfo:
+        """Open the partitions of a registered topic not open yet (all of a new topic's,
+        or those CreatePartitions added from index ``added_from``), then tell the remote
+        tier, which starts tiering the new partitions of a tiered topic."""
         async with self._topic_locks.hold(info.name):
             current = self.topics.get(info.name)
             if current is None or current.topic_id != info.topic_id:
@@ -580,15 +626,87 @@ class Broker:
                 log.info("topic %s was deleted before its partitions were opened", info.name)
                 return info
             assert self.local_controller is not None
-            complete = await self.local_controller.topic_created(info)
+            if added_from is None:
+                complete = await self.local_controller.topic_created(info)
+            else:
+                complete = await self.local_controller.partitions_added(info, added_from)
         if not complete:
             log.info("creation of topic %s interrupted by shutdown; resumed at start", info.name)
             return info
-        log.info(
-            "created topic %s (%d partitions, id %s)", info.name, info.partitions, info.topic_id
-        )
+        if added_from is None:
+            log.info(
+                "created topic %s (%d partitions, id %s)", info.name, info.partitions, info.topic_id
+            )
+        else:
+            log.info(
+                "added partitions %d..%d to topic %s",
+                added_from,
+                info.partitions - 1,
+                info.name,
+            )
         self._tell_remote_tier("on_topic_created", info)
         return info
+
+    async def create_partitions(
+        self,
+        name: str,
+        count: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        """Raise a topic's partition count to ``count`` (CreatePartitions). Alone: the
+        registry first, then the new partitions' logs opened on executor threads a step at
+        a time, as for a new topic. In a cluster: the new assignment written to ZooKeeper
+        (``assignments`` or Kafka's placement), which the controller carries out. Returns
+        the topic as registered and the opening, done when the new partitions are served
+        (alone) or led (in a cluster); None with ``validate_only``.
+
+        Raises:
+            UnknownTopicError, InvalidPartitionsError, InvalidReplicaAssignmentError.
+        """
+        if self._admin is not None:
+            return await self._create_partitions_in_cluster(name, count, assignments, validate_only)
+        add = functools.partial(
+            self.topics.add_partitions, name, count, validate_only=validate_only
+        )
+        before, after = await asyncio.get_running_loop().run_in_executor(None, add)
+        if validate_only:
+            return after, None
+        opening = self._topic_change_task(self._open_topic(after, added_from=before.partitions))
+        return after, opening
+
+    async def _create_partitions_in_cluster(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        assert self._admin is not None
+        new = await self._admin.create_partitions(
+            name, count, assignments, validate_only=validate_only
+        )
+        current = self.topics.get(name)
+        if current is None:
+            raise UnknownTopicError(f"The topic '{name}' does not exist.")
+        grown = replace(current, partitions=count)
+        if validate_only:
+            return grown, None
+
+        async def led() -> TopicInfo:
+            # The request's own timeout bounds its wait; this one only ends the waiter of
+            # a request that stopped waiting.
+            if not await self._waiters.wait_for(
+                lambda snapshot: all(
+                    (s := snapshot.partition((name, p))) is not None and s.leader >= 0 for p in new
+                ),
+                CREATE_PARTITIONS_WAIT_MS,
+            ):
+                raise RequestTimedOutError(f"the new partitions of {name} have no leader yet")
+            return grown
+
+        return grown, asyncio.ensure_future(led())
 
     async def delete_topic(self, name: str, *, timeout_ms: int = 0) -> TopicInfo:
         """Delete a topic. Alone: unregistered and no longer served at once, its partition
@@ -616,10 +734,15 @@ class Broker:
     async def _topic_change(self, change: Coroutine[Any, Any, TopicInfo]) -> TopicInfo:
         """Run a topic's creation or deletion as the broker's own task: a request cancelled
         because its client went away does not cut it short, and ``stop`` waits for it."""
+        return await asyncio.shield(self._topic_change_task(change))
+
+    def _topic_change_task(
+        self, change: Coroutine[Any, Any, TopicInfo]
+    ) -> asyncio.Future[TopicInfo]:
         task = asyncio.ensure_future(change)
         self._topic_tasks.add(task)
         task.add_done_callback(self._topic_change_done)
-        return await asyncio.shield(task)
+        return task
 
     def _topic_change_done(self, task: asyncio.Future[TopicInfo]) -> None:
         self._topic_tasks.discard(task)

@@ -1,5 +1,5 @@
 """The cluster's control APIs: LeaderAndIsr, UpdateMetadata, StopReplica and
-ControlledShutdown (from the controller, or to it), ElectLeaders and DescribeCluster.
+ControlledShutdown (from the controller, or to it) and ElectLeaders.
 
 The controller's requests are accepted only from a request that acts as a broker
 (``BrokerTrust``; CLUSTER_ACTION on the cluster too when an authorizer is set, as Kafka
@@ -13,8 +13,6 @@ asks): anyone else gets CLUSTER_AUTHORIZATION_FAILED. Then, as Kafka's KafkaApis
 
 ControlledShutdown and ElectLeaders are served by the active controller; another broker
 answers NOT_CONTROLLER (AdminClients send ElectLeaders to the controller Metadata names).
-DescribeCluster answers from the MetadataCache: the live brokers with their endpoint on
-the request's listener, and the controller.
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ from core.server.handler_support import (
     cluster_allowed,
     error_code,
     error_of,
-    live_brokers,
 )
 from core.server.interbroker_schema import (
     ControlledShutdownResponse,
@@ -217,34 +214,10 @@ async def handle_elect_leaders(broker: BrokerServices, ctx: RequestContext, requ
     )
 
 
-# -- DescribeCluster --------------------------------------------------------------------------
-async def handle_describe_cluster(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
-    broker_cls = nested(response_type, "DescribeClusterBroker")
-    snapshot = broker.metadata_cache.snapshot()
-    brokers = [
-        make(broker_cls, broker_id=node_id, host=host, port=port, rack=rack, is_fenced=False)
-        for node_id, host, port, rack in live_brokers(broker, ctx.listener, snapshot)
-    ]
-    controller = snapshot.controller_id
-    return make(
-        response_type,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        error_message=None,
-        endpoint_type=1,  # brokers (v1: 2 would ask for KRaft controllers)
-        cluster_id=broker.cluster_id,
-        controller_id=controller if controller is not None else -1,
-        brokers=tuple(brokers),
-        cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
-    )
-
-
 HANDLERS: dict[int, Handler] = {
     ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
     ApiKey.UPDATE_METADATA: handle_update_metadata,
     ApiKey.STOP_REPLICA: handle_stop_replica,
     ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
     ApiKey.ELECT_LEADERS: handle_elect_leaders,
-    ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
 }

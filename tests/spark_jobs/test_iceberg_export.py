@@ -23,9 +23,9 @@ from pyiceberg.types import BinaryType, LongType, NestedField, StringType
 
 from spark_jobs.datasource import SegmentSplit, TierlogReader
 from spark_jobs.export import spark_session
+from spark_jobs.export_ranges import pending_splits
 from spark_jobs.iceberg_export import (
     commit_written,
-    pending_splits,
     run_iceberg_export,
     stage_append,
     write_split,
@@ -232,7 +232,7 @@ def test_a_concurrent_export_is_never_duplicated(spark, tmp_path):
     assert all(isinstance(s, SegmentSplit) for s in splits)
     written = [
         write_split(s, stale.metadata.model_dump_json(), dict(stale.io.properties))
-        for s in pending_splits(splits, done)
+        for s in pending_splits(splits, lambda s: done.of(s.topic, s.partition))
     ]
     # ... while export B commits part of it first.
     middle = T0 + 70 * HOUR

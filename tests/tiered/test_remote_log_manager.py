@@ -219,6 +219,46 @@ def test_expiration_by_size_counts_remote_and_local_only_bytes(env, memory_rsm):
     assert memory_rsm.segment_ids() == {md.segment_id for md in left}
 
 
+def test_expiration_by_size_counts_a_just_finished_copy_once(env, memory_rsm, monkeypatch):
+    """The copy task records COPY_SEGMENT_FINISHED, then moves the log's highest offset in
+    remote storage. The expiration task runs on another thread pool: here it runs exactly
+    between the two steps of every copy, and must count the new segment once, not as remote
+    and as local-only too (that made retention.bytes delete one segment too many)."""
+    produce(env.plog, 40)
+    assert len(env.plog.segments()) >= 5
+    # retention.bytes is the log's whole size: no byte is past it, nothing may go.
+    total = sum(s.size for s in env.plog.segments())
+    env.plog.update_config(tiered_config(retention_bytes=total))
+    update = env.rlmm.update_remote_log_segment_metadata
+    in_window: list[tuple[int, int]] = []  # (highest remote offset seen, segments deleted)
+
+    def finish_then_expire(event):
+        future = update(event)
+        if event.state == S.COPY_SEGMENT_FINISHED:
+            future.result(10)  # applied: list_remote_log_segments shows it FINISHED
+            seen = env.plog.highest_offset_in_remote_storage
+            in_window.append((seen, env.expire()))
+        return future
+
+    monkeypatch.setattr(env.rlmm, "update_remote_log_segment_metadata", finish_then_expire)
+    copied = env.copy()
+    monkeypatch.undo()
+    assert [deleted for _, deleted in in_window] == [0] * copied
+    remote = sorted(env.segments(), key=lambda m: m.start_offset)
+    assert copied == len(remote) == len(in_window) >= 4
+    # The window is real: each expiration saw the segment FINISHED before highest moved.
+    assert [seen for seen, _ in in_window] == [-1] + [md.end_offset for md in remote[:-1]]
+    assert all(md.state == S.COPY_SEGMENT_FINISHED for md in remote)
+    assert env.plog.log_start_offset == 0
+    # One byte over: the oldest segment is still not wholly past retention.bytes ...
+    env.plog.update_config(tiered_config(retention_bytes=total - 1))
+    assert env.expire() == 0
+    # ... and once it is, it goes, and only it.
+    env.plog.update_config(tiered_config(retention_bytes=total - remote[0].segment_size_in_bytes))
+    assert env.expire() == 1
+    assert env.plog.log_start_offset == remote[1].start_offset
+
+
 def test_delete_records_below_remote_segments(env, memory_rsm):
     remote = tier_everything(env)
     target = remote[2].start_offset + 1  # inside the third segment

@@ -36,6 +36,9 @@ from core.server.handler_support import BrokerServices
 from core.server.handlers import HANDLERS
 from core.server.internal_topics import BrokerTrust
 from core.server.protocol import ProtocolCodec
+from core.server.quota_store import LocalQuotaStore
+from core.server.quotas import ClientQuotas
+from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
 from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo
@@ -83,6 +86,9 @@ class FakeBroker:
         self.broker_epoch = -1
         self.controller = SingleBrokerController(self.metadata_cache)
         self._publish()
+        self.scram_cache = ScramCredentialCache()
+        self.scram_credentials = LocalScramCredentialStore(directory, self.scram_cache)
+        self.quotas = ClientQuotas.open(LocalQuotaStore(directory))
         # A member added to the Protocol and not here fails every handler test at once.
         assert isinstance(self, BrokerServices)
 
@@ -140,6 +146,26 @@ class FakeBroker:
         self.replica_manager.remove_topic(name)
         self._publish()
         return info
+
+    async def create_partitions(
+        self,
+        name: str,
+        count: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        _, after = self.topics.add_partitions(name, count, validate_only=validate_only)
+        if validate_only:
+            return after, None
+
+        async def opening() -> TopicInfo:
+            # As the broker's: the new partitions are served a step after registration.
+            self.replica_manager.open_topic(after)
+            self._publish()
+            return after
+
+        return after, asyncio.ensure_future(opening())
 
     async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
         info = self.topics.set_configs(name, configs)
