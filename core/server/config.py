@@ -112,12 +112,14 @@ _BROKER_KEYS = [
               "zookeeper.session.timeout.ms).", at_least(1)),
     ConfigKey("zookeeper.max.in.flight.requests", I, 10,
               "ZooKeeper requests a broker has in flight at once.", at_least(1)),
+    # Only false is accepted, which changes nothing: hence inert.
     ConfigKey("zookeeper.set.acl", B, False,
               "Kafka: put ZooKeeper ACLs on the znodes a broker creates (with a SASL "
-              "ZooKeeper login). Not supported: true stops start-up.", _unsupported_if_true),
+              "ZooKeeper login). Not supported: true stops start-up naming the key.",
+              _unsupported_if_true, inert=True),
     ConfigKey("zookeeper.ssl.client.enable", B, False,
-              "Kafka: TLS to ZooKeeper. Not supported: true stops start-up.",
-              _unsupported_if_true),
+              "Kafka: TLS to ZooKeeper. Not supported: true stops start-up naming the key.",
+              _unsupported_if_true, inert=True),
     # -- listeners --------------------------------------------------------------------------
     ConfigKey("listeners", LS, [DEFAULT_LISTENERS],
               "NAME://host:port to bind; empty host binds all interfaces, port 0 an ephemeral "
@@ -356,32 +358,33 @@ _BROKER_KEYS = [
     # -- fetching ---------------------------------------------------------------------------
     ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
               at_least(1024)),
-    # Inert until replication: tierlog keeps one replica per partition and has no followers.
-    # Validated as Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
+    # Read by the replica fetchers and the leaders' ISR checks (core/server/replica_fetcher.py,
+    # core/server/partition.py); a broker running alone has no followers, so there they change
+    # nothing. Validated as Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
     ConfigKey("replica.fetch.wait.max.ms", I, 500,
-              "Kafka: how long a follower's fetch waits for data at the leader. tierlog has no "
-              "followers (one replica per partition).", at_least(0), inert=True),
+              "How long a follower's fetch waits at the leader for data (its max_wait).",
+              at_least(0)),
     ConfigKey("replica.fetch.min.bytes", I, 1,
-              "Kafka: the bytes a follower's fetch waits for. tierlog has no followers.",
-              at_least(1), inert=True),
+              "The bytes a follower's fetch waits for at the leader (its min_bytes).",
+              at_least(1)),
     ConfigKey("replica.fetch.max.bytes", I, 1048576,
-              "Kafka: the bytes per partition a follower fetches at once. tierlog has no "
-              "followers.", at_least(0), inert=True),
+              "The bytes per partition a follower asks for in one fetch (a larger first "
+              "batch is still returned whole, as in Kafka).", at_least(0)),
     ConfigKey("replica.fetch.response.max.bytes", I, 10485760,
-              "Kafka: the size cap of a follower's fetch response. tierlog has no followers.",
-              at_least(0), inert=True),
+              "The size cap of a follower's whole fetch response.", at_least(0)),
     ConfigKey("replica.fetch.backoff.ms", I, 1000,
-              "Kafka: a follower's pause after a failed fetch. tierlog has no followers.",
-              at_least(0), inert=True),
+              "A follower's pause after a failed fetch or a lost connection to the leader.",
+              at_least(0)),
     ConfigKey("replica.lag.time.max.ms", L, 30000,
-              "Kafka: a follower that has not caught up for this long leaves the ISR. tierlog "
-              "has no followers: the ISR is the leader alone.", inert=True),
+              "A follower that has not caught up with the leader's log end for this long "
+              "leaves the ISR (the leader checks every half of it and records the change in "
+              "ZooKeeper)."),
     ConfigKey("replica.socket.timeout.ms", I, 30000,
-              "Kafka: the socket timeout of a follower's fetches. tierlog has no followers.",
-              inert=True),
+              "How long a follower waits for the leader's answer to a fetch."),
     ConfigKey("num.replica.fetchers", I, 1,
-              "Kafka: fetcher threads per source broker. tierlog has no followers.",
-              at_least(1), inert=True),
+              "Fetchers (each one connection and one task) per source broker; a partition "
+              "goes to fetcher abs(31 * hash(topic) + partition) % num.replica.fetchers.",
+              at_least(1)),
     # -- log cleaner (compaction) ------------------------------------------------------------
     ConfigKey("log.cleaner.enable", B, True,
               "Run the log cleaner, which compacts topics with cleanup.policy=compact "
