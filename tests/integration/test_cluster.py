@@ -179,3 +179,36 @@ def test_a_consumer_group_survives_the_crash_of_its_coordinator(cluster_factory)
         assert resumed[:100] == list(range(100, 200))
     finally:
         second.close()
+
+
+def test_an_unclean_election_truncates_the_old_leaders_diverged_tail(cluster_factory) -> None:
+    cluster = cluster_factory()
+    create_topic(
+        cluster,
+        "unclean",
+        1,
+        configs={"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
+    )
+    common = produce(cluster, "unclean", values("common", 50))
+    wait_replicas_identical(cluster, "unclean", 1, BROKERS)
+    old_leader = cluster.leader("unclean", 0)
+    first, second = (b for b in BROKERS if b != old_leader)
+    cluster.kill(first)
+    cluster.kill(second)
+    cluster.wait(lambda: cluster.isr("unclean", 0) == [old_leader], "an ISR of the leader alone")
+    # Acknowledged by the leader alone (acks=1): lost by the unclean election below.
+    produce(cluster, "unclean", values("doomed", 20), acks=1, **{"enable.idempotence": False})
+    cluster.kill(old_leader)
+
+    # Only an out-of-sync replica comes back: the topic allows it to lead.
+    cluster.restart(first)
+    cluster.wait_leader("unclean", 0, among=[first])
+    after = produce(cluster, "unclean", values("after", 30))
+    cluster.restart(old_leader)
+    cluster.wait(lambda: old_leader in cluster.isr("unclean", 0), "the old leader back in the ISR")
+    wait_replicas_identical(cluster, "unclean", 1, [first, old_leader])
+    got = consume_all(cluster, "unclean", 1)
+    assert [v for _, _, v in sorted(got)] == [v for _, _, v in common + after]
+    # The old leader counted what it lost.
+    log = cluster.brokers[old_leader].log_file.read_text()
+    assert "unclean-0: truncating to 50, removing 20 offsets (50-69)" in log
