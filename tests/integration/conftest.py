@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_process import BrokerProcess, start_broker
-from tests.support.cluster import cluster_factory  # noqa: F401 - fixture
 
 
 @pytest.fixture

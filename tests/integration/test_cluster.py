@@ -16,7 +16,8 @@ from kafka import KafkaProducer
 from kafka.errors import NotEnoughReplicasError
 
 from core.server.coordinator_records import partition_for
-from tests.integration.cluster_clients import (
+from tests.support.cluster import DEADLINE_S
+from tests.support.cluster_clients import (
     BackgroundProducer,
     assert_read_exactly_once,
     consume_all,
@@ -24,7 +25,6 @@ from tests.integration.cluster_clients import (
     produce,
     wait_replicas_identical,
 )
-from tests.support.cluster import DEADLINE_S
 
 BROKERS = [1, 2, 3]
 
