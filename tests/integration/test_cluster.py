@@ -9,6 +9,10 @@ offsets.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -27,6 +31,16 @@ from tests.support.cluster_clients import (
 )
 
 BROKERS = [1, 2, 3]
+
+
+def tierlog(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tierlog", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE_S * 2,
+    )
 
 
 def values(prefix: str, count: int) -> list[bytes]:
@@ -56,6 +70,15 @@ def test_a_replicated_topic_survives_the_crash_of_a_leader(cluster_factory) -> N
         cluster.wait_isr("orders", p, 3)
     wait_replicas_identical(cluster, "orders", 3, BROKERS)
     assert_read_exactly_once(acked, consume_all(cluster, "orders", 3))
+
+    # Leadership goes back to the first replica when asked (kafka-leader-election.sh's way).
+    preferred = cluster.replicas("orders", 0)[0]
+    result = tierlog(
+        "cluster", "elect-leaders", "--preferred", "--partition", "orders:0",
+        "--bootstrap-server", cluster.bootstrap,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert cluster.wait_leader("orders", 0, among=[preferred]) == preferred
 
 
 def test_min_insync_replicas_refuses_acks_all_and_acks_1_still_works(cluster_factory) -> None:
@@ -111,6 +134,15 @@ def test_the_cluster_keeps_working_when_its_controller_crashes(cluster_factory) 
     metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=DEADLINE_S)
     assert metadata.controller_id in others
     assert sorted(metadata.brokers) == others
+    # tierlog cluster describe shows the same, and the partitions missing a replica.
+    result = tierlog("cluster", "describe", "--json", "--bootstrap-server", cluster.bootstrap)
+    assert result.returncode == 0, result.stderr
+    described = json.loads(result.stdout)
+    assert described["controller"] in others
+    assert [b["id"] for b in described["brokers"]] == others
+    before = [p for p in described["partitions"] if p["topic"] == "before"]
+    assert len(before) == 3 and all(p["under_replicated"] for p in before)
+    assert described["offline"] == 0
 
 
 def test_sigterm_moves_leadership_away_before_the_broker_stops(cluster_factory) -> None:
