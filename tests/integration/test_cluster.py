@@ -15,7 +15,7 @@ import sys
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka import KafkaProducer
 from kafka.errors import NotEnoughReplicasError
 
@@ -131,7 +131,13 @@ def test_the_cluster_keeps_working_when_its_controller_crashes(cluster_factory) 
     assert_read_exactly_once(
         produce(cluster, "after", values("after", 50)), consume_all(cluster, "after", 2)
     )
-    metadata = AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=DEADLINE_S)
+    # CreatePartitions: the new controller places and elects the new partitions too.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.create_partitions([NewPartitions("after", 3)]).values():
+        future.result(DEADLINE_S)
+    cluster.wait_isr("after", 2, 2)
+    assert set(cluster.replicas("after", 2)) <= set(others)
+    metadata = admin.list_topics(timeout=DEADLINE_S)
     assert metadata.controller_id in others
     assert sorted(metadata.brokers) == others
     # tierlog cluster describe shows the same, and the partitions missing a replica.
