@@ -53,6 +53,7 @@ COMMANDS: tuple[str, ...] = (
     "tierlog.export_cmd",
     "tierlog.groups_cmd",
     "tierlog.restore_cmd",
+    "tierlog.cluster_cmd",
 )
 """Modules that register a subcommand, in the order ``--help`` lists them."""
 

@@ -472,6 +472,23 @@ class PartitionLog:
             fallback = self.high_watermark if fallback_offset is None else fallback_offset
             return follower_truncation_state(leader, local, self._log_end_offset, fallback)
 
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """A new leader's epoch starts at ``start_offset`` (its log end offset when it
+        became leader), recorded before any batch of the epoch is written (Kafka's
+        maybeAssignEpochStartOffset in makeLeader): OffsetsForLeaderEpoch then answers for
+        the new epoch at once, and a follower holding later epochs of a deposed leader
+        truncates to the right offset.
+
+        The rule is the append path's (only an epoch newer than the cached latest is
+        assigned), so calling it after the epoch's first append is a no-op. Writes the
+        leader-epoch checkpoint when it changes (blocking).
+
+        Raises:
+            KafkaStorageError: the checkpoint could not be written.
+        """
+        with self.lock:
+            self._maybe_assign_epoch(epoch, start_offset)
+
     def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> EpochEndOffset | None:
         """The leader's check of a follower's Fetch (v12+) naming its last fetched epoch.
 

@@ -72,10 +72,16 @@ class TopicInfo:
 
 
 class TopicRegistry:
-    """Thread-safe registry of topics, persisted in ``<dir>/tierlog-metadata.json``."""
+    """Thread-safe registry of topics, persisted in ``<dir>/tierlog-metadata.json``.
 
-    def __init__(self, directory: Path, broker_defaults: Mapping[str, str]) -> None:
-        self.path = directory / REGISTRY_FILE
+    In a cluster (``zookeeper.connect``) ZooKeeper holds the topics: the broker keeps an
+    in-memory registry (``in_memory``) that mirrors what it has learnt of them (names,
+    ids, partition counts, config overrides; ``put`` and ``remove``), so that the parts
+    that look topics up by name or id work the same in both modes.
+    """
+
+    def __init__(self, directory: Path | None, broker_defaults: Mapping[str, str]) -> None:
+        self.path = directory / REGISTRY_FILE if directory is not None else None
         self.broker_defaults = dict(broker_defaults)
         self._lock = threading.RLock()
         self._topics: dict[str, TopicInfo] = {}
@@ -84,9 +90,14 @@ class TopicRegistry:
         self._producer_id_limit = 0
         self._load()
 
+    @classmethod
+    def in_memory(cls, broker_defaults: Mapping[str, str]) -> TopicRegistry:
+        """A registry that is never written to disk (a cluster broker's mirror)."""
+        return cls(None, broker_defaults)
+
     # -- persistence -----------------------------------------------------------------------
     def _load(self) -> None:
-        if not self.path.exists():
+        if self.path is None or not self.path.exists():
             return
         try:
             doc = json.loads(self.path.read_text("utf-8"))
@@ -119,6 +130,8 @@ class TopicRegistry:
         self._next_producer_id = self._producer_id_limit
 
     def _save(self) -> None:
+        if self.path is None:
+            return
         doc = {
             "version": 1,
             "producer_id_limit": self._producer_id_limit,
@@ -272,6 +285,25 @@ class TopicRegistry:
                 self._topics[name] = replace(info, leader_epochs=tuple(e + 1 for e in epochs))
             if self._topics:
                 self._save()
+
+    def put(self, info: TopicInfo) -> None:
+        """Add or replace a topic as it is (a mirror learning of a topic or a change)."""
+        with self._lock:
+            previous = self._topics.get(info.name)
+            if previous is not None and previous.topic_id != info.topic_id:
+                self._by_id.pop(previous.topic_id, None)
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info.name
+            self._save()
+
+    def remove(self, name: str) -> TopicInfo | None:
+        """Forget a topic if known (a mirror learning of a deletion); returns it."""
+        with self._lock:
+            info = self._topics.pop(name, None)
+            if info is not None:
+                self._by_id.pop(info.topic_id, None)
+                self._save()
+            return info
 
     def adopt(self, name: str, topic_id: uuid.UUID, partitions: int) -> TopicInfo:
         """Register a topic found in the log dirs but missing from the registry."""
