@@ -74,6 +74,11 @@ class AbstractIndex(ABC, Generic[E]):
         max_index_size: bytes to preallocate, rounded down to a multiple of ``ENTRY_SIZE``.
         writable: False maps the file read-only and never changes it; mutators then raise
             ``ValueError``.
+        grow: whether an existing writable file is grown back to ``max_index_size`` on
+            open (a new file always is). Only an active segment's indexes need the room;
+            Kafka opens the others at their trimmed size and resizes the active segment's
+            (``resize``) when it is loaded. False keeps an old segment's file as it is,
+            cut to its valid entries.
 
     Raises:
         ValueError: ``max_index_size`` is smaller than one entry (writable indexes).
@@ -88,6 +93,8 @@ class AbstractIndex(ABC, Generic[E]):
         base_offset: int,
         max_index_size: int = 10 * 1024 * 1024,
         writable: bool = True,
+        *,
+        grow: bool = True,
     ) -> None:
         if writable and max_index_size < self.ENTRY_SIZE:
             raise ValueError(f"invalid max index size {max_index_size} for {path}")
@@ -103,12 +110,12 @@ class AbstractIndex(ABC, Generic[E]):
         self._closed = False
         # Found while opening; reported by sanity_check, which Kafka's loader calls right after.
         self._open_problem: str | None = None
-        self._open()
+        self._open(grow)
         self._entries_changed()
 
     # -- opening ------------------------------------------------------------------------
 
-    def _open(self) -> None:
+    def _open(self, grow: bool) -> None:
         size = self._rounded(self.max_index_size)
         if not self.writable:
             with open(self._path, "rb") as f:
@@ -136,10 +143,14 @@ class AbstractIndex(ABC, Generic[E]):
                 self._unmap()
                 # Cut everything after the valid prefix first: growing the file back then
                 # zero-fills, which keeps the next crash scan from seeing stale slots.
-                size = max(size, self._entries * self.ENTRY_SIZE)
-                os.ftruncate(fd, self._entries * self.ENTRY_SIZE)
-            os.ftruncate(fd, size)
-            self._mmap = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+                valid = self._entries * self.ENTRY_SIZE
+                size = max(size, valid) if grow else valid
+                if length != valid:
+                    os.ftruncate(fd, valid)
+            if size != (0 if created else self._entries * self.ENTRY_SIZE):
+                os.ftruncate(fd, size)
+            if size:
+                self._mmap = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
             self._length = size
             self._max_entries = size // self.ENTRY_SIZE
         finally:

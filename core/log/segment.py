@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,22 +100,101 @@ class LogSegment:
         self.log = FileRecords(
             segment_file(directory, base_offset, LOG_SUFFIX, file_suffix), create=create
         )
-        self.offset_index = OffsetIndex(
-            segment_file(directory, base_offset, INDEX_SUFFIX, file_suffix),
-            base_offset,
-            config.segment_index_bytes,
-        )
-        self.time_index = TimeIndex(
-            segment_file(directory, base_offset, TIME_INDEX_SUFFIX, file_suffix),
-            base_offset,
-            config.segment_index_bytes,
-        )
+        # The offset and time indexes are opened on first use (Kafka's LazyIndex): a restart
+        # then costs nothing per segment behind the recovery point but opening its .log.
+        # A new segment creates (preallocates) them at once.
+        self._index_bytes = config.segment_index_bytes
+        self._offset_index_path = segment_file(directory, base_offset, INDEX_SUFFIX, file_suffix)
+        self._time_index_path = segment_file(directory, base_offset, TIME_INDEX_SUFFIX, file_suffix)
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._index_lock = threading.Lock()
+        # Set by the loader for segments it does not recover: their indexes are checked
+        # when first opened, and rebuilt from the log if found corrupt.
+        self.verify_indexes_on_open = False
+        self._indexes_closed = False  # closed or deleted: never (re)create the files
         self.txn_index = TransactionIndex(
             segment_file(directory, base_offset, TXN_INDEX_SUFFIX, file_suffix), base_offset
         )
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_so_far: TimestampOffset | None = None
         self._rolling_based_timestamp: int | None = None
+        if create:
+            self._open_indexes()
+
+    # -- indexes (opened lazily) ---------------------------------------------------------
+    @property
+    def offset_index(self) -> OffsetIndex:
+        index = self._offset_index
+        return index if index is not None else self._open_indexes()[0]
+
+    @property
+    def time_index(self) -> TimeIndex:
+        index = self._time_index
+        return index if index is not None else self._open_indexes()[1]
+
+    @property
+    def indexes_open(self) -> bool:
+        """Whether the offset and time indexes have been opened (they open on first use)."""
+        return self._offset_index is not None
+
+    def _open_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        with self._index_lock:
+            if self._offset_index is not None and self._time_index is not None:
+                return self._offset_index, self._time_index
+            if self._indexes_closed:
+                raise ValueError(f"the indexes of segment {self.base_offset} are closed")
+            # An existing file keeps its (trimmed) size: only the active segment needs
+            # room, and the log grows its indexes with ``resize_indexes``.
+            offset_index = OffsetIndex(
+                self._offset_index_path, self.base_offset, self._index_bytes, grow=False
+            )
+            time_index = TimeIndex(
+                self._time_index_path, self.base_offset, self._index_bytes, grow=False
+            )
+            if self.verify_indexes_on_open:
+                try:
+                    offset_index.sanity_check()
+                    time_index.sanity_check()
+                except CoreError as e:
+                    log.warning(
+                        "%s: rebuilding the indexes of segment %d on first use: %s",
+                        self.directory,
+                        self.base_offset,
+                        e,
+                    )
+                    self._rebuild_indexes(offset_index, time_index)
+            # The time index first: a reader that sees the offset index sees both.
+            self._time_index = time_index
+            self._offset_index = offset_index
+            return offset_index, time_index
+
+    def _rebuild_indexes(self, offset_index: OffsetIndex, time_index: TimeIndex) -> None:
+        """Rebuild both indexes from the batch headers of the log (Kafka rebuilds a corrupt
+        index from its segment). The log itself is not touched: a segment behind the
+        recovery point was flushed whole."""
+        for index in (offset_index, time_index):
+            index.reset()
+        self._max_timestamp_so_far = TimestampOffset(-1, self.base_offset)
+        self._bytes_since_last_index_entry = 0
+        batches = [
+            AppendedBatch(
+                position, header.base_offset, header.last_offset, header.max_timestamp, size
+            )
+            for position, header in self.log.batch_headers()
+            if (size := header.size_in_bytes) > 0
+        ]
+        self._index_batches(0, batches, offset_index, time_index)
+        ts = self._max_timestamp_so_far
+        if ts.timestamp >= 0:
+            time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        offset_index.trim_to_valid_size()
+        time_index.trim_to_valid_size()
+
+    def resize_indexes(self, size: int) -> None:
+        """Give the indexes room to grow (the active segment's, after loading)."""
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -199,8 +280,18 @@ class LogSegment:
             self._rolling_based_timestamp = batches[0].max_timestamp
         self._index_batches(start, batches)
 
-    def _index_batches(self, start: int, batches: Sequence[AppendedBatch]) -> None:
+    def _index_batches(
+        self,
+        start: int,
+        batches: Sequence[AppendedBatch],
+        offset_index: OffsetIndex | None = None,
+        time_index: TimeIndex | None = None,
+    ) -> None:
         """Track the max timestamp and add index entries every ``index.interval.bytes``."""
+        if offset_index is None:
+            offset_index = self.offset_index
+        if time_index is None:
+            time_index = self.time_index
         current = self.max_timestamp_so_far
         max_ts, max_ts_offset = current.timestamp, current.offset
         since = self._bytes_since_last_index_entry
@@ -209,9 +300,9 @@ class LogSegment:
             if batch_max_ts > max_ts:
                 max_ts, max_ts_offset = batch_max_ts, last_offset
             if since > interval:
-                self.offset_index.append(last_offset, start + position)
-                if max_ts > self.time_index.last_entry.timestamp:
-                    self.time_index.maybe_append(max_ts, max_ts_offset)
+                offset_index.append(last_offset, start + position)
+                if max_ts > time_index.last_entry.timestamp:
+                    time_index.maybe_append(max_ts, max_ts_offset)
                 since = 0
             since += size
         self._bytes_since_last_index_entry = since
@@ -223,8 +314,9 @@ class LogSegment:
 
     def flush(self) -> None:
         self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
+        if self._offset_index is not None and self._time_index is not None:
+            self._offset_index.flush()
+            self._time_index.flush()
         self.txn_index.flush()
 
     # -- reads ---------------------------------------------------------------------------
@@ -347,8 +439,11 @@ class LogSegment:
         Returns:
             The number of bytes truncated from the end of the log.
         """
-        self.offset_index.truncate()
-        self.time_index.truncate()
+        self.verify_indexes_on_open = False  # rebuilt below: no need to check them
+        # Full size while rebuilding (an old segment's files were trimmed), trimmed after,
+        # as Kafka's recover does; the log grows the active segment's again.
+        self.offset_index.reset()
+        self.time_index.reset()
         self.txn_index.reset()
         self._max_timestamp_so_far = TimestampOffset(-1, self.base_offset)
         self._bytes_since_last_index_entry = 0
@@ -392,6 +487,8 @@ class LogSegment:
         ts = self.max_timestamp_so_far
         if ts.timestamp >= 0:
             self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
         return truncated
 
     def truncate_to(self, offset: int) -> int:
@@ -434,11 +531,15 @@ class LogSegment:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        ts = self.max_timestamp_so_far
-        if ts.timestamp >= 0:
-            self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
-        self.offset_index.close()
-        self.time_index.close()
+        with self._index_lock:
+            offset_index, time_index = self._offset_index, self._time_index
+            self._indexes_closed = True
+        if offset_index is not None and time_index is not None:
+            ts = self.max_timestamp_so_far
+            if ts.timestamp >= 0:
+                time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+            offset_index.close()
+            time_index.close()
         self.txn_index.close()
         self.log.close()
 
@@ -452,14 +553,28 @@ class LogSegment:
             return path.with_name(name + new_suffix)
 
         self.log.rename_to(renamed(self.log.path))
-        self.offset_index.rename_to(renamed(self.offset_index.path))
-        self.time_index.rename_to(renamed(self.time_index.path))
+        with self._index_lock:
+            if self._offset_index is not None and self._time_index is not None:
+                self._offset_index.rename_to(renamed(self._offset_index.path))
+                self._time_index.rename_to(renamed(self._time_index.path))
+            else:  # never opened: rename the files where they are
+                for path in (self._offset_index_path, self._time_index_path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(path, renamed(path))
+            self._offset_index_path = renamed(self._offset_index_path)
+            self._time_index_path = renamed(self._time_index_path)
         self.txn_index.rename_to(renamed(self.txn_index.path))
 
     def delete_if_exists(self) -> None:
         self.log.delete_if_exists()
-        self.offset_index.delete_if_exists()
-        self.time_index.delete_if_exists()
+        with self._index_lock:
+            if self._offset_index is not None and self._time_index is not None:
+                self._offset_index.delete_if_exists()
+                self._time_index.delete_if_exists()
+            else:
+                self._offset_index_path.unlink(missing_ok=True)
+                self._time_index_path.unlink(missing_ok=True)
+            self._indexes_closed = True
         self.txn_index.delete_if_exists()
 
     def __repr__(self) -> str:
