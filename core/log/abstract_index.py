@@ -353,6 +353,7 @@ class AbstractIndex(ABC, Generic[E]):
         """
         with self._lock:
             self._truncate_to_entries(0)
+            self._open_problem = None  # what the file held when opened is gone
 
     def reset(self) -> None:
         """Remove every entry and grow the file back to ``max_index_size``."""

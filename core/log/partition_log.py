@@ -350,7 +350,17 @@ class PartitionLog:
         """Load the newest usable snapshot and replay the batches after it."""
         replay_from = self.producer_state.load(self.log_start_offset, self._log_end_offset)
         first = max(0, bisect.bisect_right(self._bases, replay_from) - 1)
+        # Kafka's rebuildProducerState: snapshots at the base offsets of the last two
+        # segments, so that the next load (after another crash) replays only from there,
+        # whatever snapshots recovery had to delete.
+        snapshot_at = {s.base_offset for s in self._segments[-2:]}
         for segment in self._segments[first:]:
+            if (
+                segment.base_offset in snapshot_at
+                and segment.base_offset > replay_from
+                and segment.base_offset >= self.producer_state.map_end_offset
+            ):
+                self.producer_state.take_snapshot(segment.base_offset)
             start = segment.offset_index.lookup(replay_from).position
             for position, view in segment.log.batch_headers(start):
                 if view.last_offset < replay_from:
