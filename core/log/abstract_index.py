@@ -21,6 +21,7 @@ raises ``ValueError`` on a read from a closed mmap, and the lock costs far less 
 from __future__ import annotations
 
 import array
+import errno
 import itertools
 import mmap
 import operator
@@ -63,6 +64,20 @@ def first_break(ordered: Callable[[int, int], bool], values: Sequence[int]) -> i
         return None  # the common case, and the fastest loop: all() over a C map
     broken = map(operator.not_, map(ordered, values, itertools.islice(values, 1, None)))
     return next(itertools.compress(itertools.count(), broken), None)
+
+
+def _data_end(fd: int, length: int) -> int:
+    """Where the last data region of the file ends (``SEEK_DATA``/``SEEK_HOLE``): every
+    byte past it is a hole and reads as zero. ``length`` where holes cannot be found."""
+    end = position = 0
+    try:
+        while position < length:
+            position = os.lseek(fd, position, os.SEEK_DATA)
+            position = end = os.lseek(fd, position, os.SEEK_HOLE)
+    except OSError as e:
+        if e.errno != errno.ENXIO:  # ENXIO: no data after position
+            return length
+    return min(end, length)
 
 
 class AbstractIndex(ABC, Generic[E]):
@@ -122,8 +137,9 @@ class AbstractIndex(ABC, Generic[E]):
                 length = os.fstat(f.fileno()).st_size
                 if length:
                     self._mmap = mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ)
+                data_end = _data_end(f.fileno(), length)
             self._length = length
-            self._entries = self._scan_existing(length)
+            self._entries = self._scan_existing(length, data_end)
             self._max_entries = length // self.ENTRY_SIZE
             return
         try:
@@ -139,7 +155,7 @@ class AbstractIndex(ABC, Generic[E]):
                 length = os.fstat(fd).st_size
                 if length:
                     self._mmap = mmap.mmap(fd, length, access=mmap.ACCESS_READ)
-                self._entries = self._scan_existing(length)
+                self._entries = self._scan_existing(length, _data_end(fd, length))
                 self._unmap()
                 # Cut everything after the valid prefix first: growing the file back then
                 # zero-fills, which keeps the next crash scan from seeing stale slots.
@@ -157,8 +173,13 @@ class AbstractIndex(ABC, Generic[E]):
             # The mmap keeps its own descriptor; Kafka likewise closes the file after mapping.
             os.close(fd)
 
-    def _scan_existing(self, length: int) -> int:
-        """Count the entries of an existing file and note anything that looks corrupt."""
+    def _scan_existing(self, length: int, data_end: int) -> int:
+        """Count the entries of an existing file and note anything that looks corrupt.
+
+        Only the bytes before ``data_end`` are read: past it the file is a hole (the
+        preallocated tail ``ftruncate`` left sparse), which reads as zeros anyway. An
+        untrimmed 10 MiB index after a crash then costs its entries, not 10 MiB.
+        """
         size = self.ENTRY_SIZE
         if length % size:
             self._open_problem = (
@@ -167,7 +188,7 @@ class AbstractIndex(ABC, Generic[E]):
         slots = length // size
         if slots == 0 or self._mmap is None:
             return 0
-        data = self._mmap[: slots * size]
+        data = self._mmap[: min(slots * size, -(-data_end // size) * size)]
         # Only slots up to the last non-zero byte can hold entries: the rest is the zeroed
         # preallocation of a file that was never trimmed.
         candidates = -(-len(data.rstrip(b"\0")) // size)

@@ -440,6 +440,11 @@ class LogSegment:
             The number of bytes truncated from the end of the log.
         """
         self.verify_indexes_on_open = False  # rebuilt below: no need to check them
+        with self._index_lock:
+            if self._offset_index is None and not self._indexes_closed:
+                # Not opened yet: start from new files rather than scan what is rebuilt.
+                self._offset_index_path.unlink(missing_ok=True)
+                self._time_index_path.unlink(missing_ok=True)
         # Full size while rebuilding (an old segment's files were trimmed), trimmed after,
         # as Kafka's recover does; the log grows the active segment's again.
         self.offset_index.reset()
