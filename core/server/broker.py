@@ -134,6 +134,9 @@ class Broker:
             for x in self.config.broker_listeners
         ]
         self.bound = await self.server.start(specs)
+        # Only now can clients reach the coordinator: the restored members' sessions count
+        # from here (see GroupCoordinator.restore).
+        self.group_coordinator.start_restored_sessions()
         return self.bound
 
     def _schedule_offset_expiry(self) -> None:
