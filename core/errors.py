@@ -6,6 +6,8 @@ message. Codes are Kafka's (``org.apache.kafka.common.protocol.Errors``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 
@@ -27,6 +29,55 @@ class InvalidRecordError(CoreError):
     """A well-framed batch that breaks a rule of the format or of the broker (INVALID_RECORD)."""
 
     error_code = 87
+
+
+@dataclass(frozen=True, slots=True)
+class RecordError:
+    """One refused record of a batch (KIP-467): its index in the batch and why."""
+
+    batch_index: int
+    message: str | None
+
+    def __str__(self) -> str:
+        # Kafka's ProduceResponse.RecordError.toString, which the partition's message embeds.
+        shown = "null" if self.message is None else f"'{self.message}'"
+        return f"RecordError(batchIndex={self.batch_index}, message={shown})"
+
+
+class RecordValidationError(InvalidRecordError):
+    """A batch refused because of some of its records (Kafka's RecordValidationException).
+
+    Nothing of the batch is appended. ``record_errors`` names the refused records by their
+    index in the batch; Produce v8+ answers them as ``record_errors`` and the message as
+    ``error_message`` (KIP-467), so that a client can tell the bad records from the others.
+    The message is Kafka's: the count and the first three errors.
+    """
+
+    def __init__(self, record_errors: Sequence[RecordError], message: str | None = None) -> None:
+        self.record_errors = tuple(record_errors)
+        if message is None:
+            shown = ", ".join(str(e) for e in self.record_errors[:3])
+            message = (
+                f"One or more records have been rejected due to {len(self.record_errors)} "
+                f"record errors in total, and only showing the first three errors at most: "
+                f"[{shown}]"
+            )
+        super().__init__(message)
+
+
+class InvalidTimestampError(RecordValidationError):
+    """Records whose CreateTime is out of the topic's bounds (INVALID_TIMESTAMP), KIP-467 style.
+
+    ``message.timestamp.before.max.ms`` / ``message.timestamp.after.max.ms``, or a producer
+    claiming LogAppendTime on a topic that assigns it.
+    """
+
+    error_code = 32
+
+    def __init__(self, record_errors: Sequence[RecordError]) -> None:
+        super().__init__(
+            record_errors, "One or more records have been rejected due to invalid timestamp"
+        )
 
 
 class UnsupportedVersionError(CoreError):

@@ -13,19 +13,28 @@ way the Prometheus JMX exporter names such beans, lower-cased:
 
 Every series carries ``topic`` and ``partition`` labels (Kafka's broker-wide beans are
 ``sum(...)`` over them). A deleted partition's series disappear with it.
+
+Client quotas (``QuotaCollector``): Kafka's ``kafka.server:type={Produce,Fetch,Request},
+user=<user>,client-id=<client-id>`` metrics, one series per quota sensor in use, labelled
+``user`` and ``client_id`` (``""`` for a level the quota does not name):
+``kafka_server_produce_byte_rate``, ``kafka_server_fetch_byte_rate`` (bytes per second over
+the quota's samples), ``kafka_server_request_request_time`` (percent of the event loop) and
+``kafka_server_{produce,fetch,request}_throttle_time`` (mean throttle time in ms).
+
 Enabled with ``metrics.prometheus.port`` (-1: off, 0: any free port).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.server.quotas import QuotaMetric, QuotaType
 from tiered.metrics import COUNTERS, GAUGES, TieringMetrics
 
 log = logging.getLogger(__name__)
@@ -66,12 +75,58 @@ class TieringCollector(Collector):
             yield gauge
 
 
+# Kafka's name of the rate attribute of each quota type's sensors.
+_RATE_NAMES = {
+    QuotaType.PRODUCE: "byte_rate",
+    QuotaType.FETCH: "byte_rate",
+    QuotaType.REQUEST: "request_time",
+}
+
+
+class QuotaCollector(Collector):
+    """Reads the client quota sensors at each scrape (``ClientQuotas.metrics``)."""
+
+    def __init__(self, source: Callable[[], Sequence[QuotaMetric]]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        metrics = self.source()
+        labels = ["user", "client_id"]
+        for quota_type in QuotaType:
+            prefix = f"kafka_server_{quota_type.value.lower()}_"
+            rate = GaugeMetricFamily(
+                prefix + _RATE_NAMES[quota_type],
+                f"Kafka's {quota_type.value} {_RATE_NAMES[quota_type].replace('_', '-')} "
+                "per user/client-id",
+                labels=labels,
+            )
+            throttle = GaugeMetricFamily(
+                prefix + "throttle_time",
+                f"Kafka's {quota_type.value} throttle-time: mean throttle in ms",
+                labels=labels,
+            )
+            for m in metrics:
+                if m.quota_type is quota_type:
+                    rate.add_metric([m.user, m.client_id], m.rate)
+                    throttle.add_metric([m.user, m.client_id], m.throttle_time_avg_ms)
+            yield rate
+            yield throttle
+
+
 class PrometheusEndpoint:
     """An HTTP server on a daemon thread serving ``/metrics``."""
 
-    def __init__(self, host: str, port: int, source: Callable[[], TieringMetrics | None]):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        source: Callable[[], TieringMetrics | None],
+        collectors: Sequence[Collector] = (),
+    ):
         self.registry = CollectorRegistry()
         self.registry.register(TieringCollector(source))
+        for collector in collectors:
+            self.registry.register(collector)
         self._server: Any = None
         self._thread: Any = None
         self.host, self.port = host, port

@@ -44,7 +44,7 @@ from tiered.api import (
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rlm_config import RemoteLogManagerConfig
 from tierlog.metadata_topic import InProcessMetadataTopicClient
-from tierlog.metrics_http import PrometheusEndpoint
+from tierlog.metrics_http import PrometheusEndpoint, QuotaCollector
 
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog, TimestampAndOffset
@@ -244,7 +244,8 @@ class TieredBroker:
             port = self.broker.config.get("metrics.prometheus.port")
             if port >= 0:
                 host = self.broker.config.get("metrics.prometheus.host")
-                endpoint = PrometheusEndpoint(host, port, self._tiering_metrics)
+                quotas = QuotaCollector(self.broker.quotas.metrics)
+                endpoint = PrometheusEndpoint(host, port, self._tiering_metrics, [quotas])
                 try:
                     endpoint.start()
                 except OSError as e:

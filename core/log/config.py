@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -33,6 +34,30 @@ def _retention_at_least_minus_one(name: str, value: Any) -> None:
 
 def _local_retention(name: str, value: Any) -> None:
     at_least(LOCAL_RETENTION_SAME_AS_TOTAL)(name, value)
+
+
+def _gzip_level(name: str, value: Any) -> None:
+    # Kafka's GzipCompression validator: 1..9, or -1 (Deflater.DEFAULT_COMPRESSION).
+    if value != -1 and not 1 <= value <= 9:
+        raise InvalidConfigError(
+            f"Invalid value {value} for configuration {name}: Value must be between 1 and 9 "
+            "or equal to -1"
+        )
+
+
+_THROTTLED_REPLICA = re.compile(r"([0-9]+:[0-9]+)?")
+
+
+def _throttled_replicas(name: str, value: Any) -> None:
+    # Kafka's ThrottledReplicaListValidator: partition:broker entries, or the literal *.
+    entries = [str(v).strip() for v in value]
+    if entries == ["*"] or all(_THROTTLED_REPLICA.fullmatch(e) for e in entries):
+        return
+    raise InvalidConfigError(
+        f"Invalid value {','.join(entries)} for configuration {name}: {name} must be the "
+        "literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
 
 
 L = ConfigType.LONG
@@ -172,6 +197,26 @@ TOPIC_CONFIG = ConfigDef(
             one_of("CreateTime", "LogAppendTime"),
             "log.message.timestamp.type",
         ),
+        # KIP-937's bounds on CreateTime timestamps, with Kafka 4's defaults (KIP-1030 set
+        # after.max.ms to one hour). Kafka 4 removed message.timestamp.difference.max.ms.
+        ConfigKey(
+            "message.timestamp.before.max.ms",
+            L,
+            INT64_MAX,
+            "With CreateTime, refuse records whose timestamp is more than this before the "
+            "broker's time (INVALID_TIMESTAMP, naming the records).",
+            at_least(0),
+            "log.message.timestamp.before.max.ms",
+        ),
+        ConfigKey(
+            "message.timestamp.after.max.ms",
+            L,
+            3_600_000,
+            "With CreateTime, refuse records whose timestamp is more than this after the "
+            "broker's time (INVALID_TIMESTAMP, naming the records).",
+            at_least(0),
+            "log.message.timestamp.after.max.ms",
+        ),
         ConfigKey(
             "cleanup.policy",
             ConfigType.LIST,
@@ -247,6 +292,67 @@ TOPIC_CONFIG = ConfigDef(
             "compression.type",
             inert=True,
         ),
+        # KIP-390's levels, for the recompression compression.type would ask for.
+        ConfigKey(
+            "compression.gzip.level",
+            I,
+            -1,
+            "Kafka: the gzip level (1-9, -1 for the codec's default) when compression.type=gzip "
+            "makes the broker recompress. tierlog never recompresses (see compression.type).",
+            _gzip_level,
+            "compression.gzip.level",
+            inert=True,
+        ),
+        ConfigKey(
+            "compression.lz4.level",
+            I,
+            9,
+            "Kafka: the lz4 level (1-17) when compression.type=lz4 makes the broker recompress. "
+            "tierlog never recompresses (see compression.type).",
+            between(1, 17),
+            "compression.lz4.level",
+            inert=True,
+        ),
+        ConfigKey(
+            "compression.zstd.level",
+            I,
+            3,
+            "Kafka: the zstd level (-131072 to 22) when compression.type=zstd makes the broker "
+            "recompress. tierlog never recompresses (see compression.type).",
+            between(-131072, 22),
+            "compression.zstd.level",
+            inert=True,
+        ),
+        ConfigKey(
+            "preallocate",
+            ConfigType.BOOLEAN,
+            False,
+            "Kafka: create each new segment file at segment.bytes. tierlog's segment files "
+            "grow as they are written.",
+            None,
+            "log.preallocate",
+            inert=True,
+        ),
+        # Topic-only keys (no broker default), set by Kafka's reassignment tool.
+        ConfigKey(
+            "leader.replication.throttled.replicas",
+            ConfigType.LIST,
+            [],
+            "Kafka: the replicas (partition:broker, or *) whose leader-side replication traffic "
+            "is throttled. tierlog keeps one replica per partition and throttles nothing.",
+            _throttled_replicas,
+            inert=True,
+        ),
+        ConfigKey(
+            "follower.replication.throttled.replicas",
+            ConfigType.LIST,
+            [],
+            "Kafka: the replicas (partition:broker, or *) whose follower-side replication "
+            "traffic is throttled. tierlog keeps one replica per partition and throttles "
+            "nothing.",
+            _throttled_replicas,
+            inert=True,
+        ),
     ]
 )
 del L, I
@@ -273,6 +379,8 @@ class LogConfig:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     file_delete_delay_ms: int = 60_000
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
     cleanup_policy: tuple[str, ...] = ("delete",)
     delete_retention_ms: int = DAY_MS
     min_cleanable_dirty_ratio: float = 0.5
@@ -281,6 +389,12 @@ class LogConfig:
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    preallocate: bool = False
+    leader_replication_throttled_replicas: tuple[str, ...] = ()
+    follower_replication_throttled_replicas: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _validate_local_retention(self)
@@ -297,7 +411,9 @@ class LogConfig:
         """
         values = TOPIC_CONFIG.parse(props, defaults=defaults)
         kwargs = {_field_name(k): v for k, v in values.items()}
-        kwargs["cleanup_policy"] = tuple(kwargs["cleanup_policy"])
+        for key in TOPIC_CONFIG:
+            if key.type is ConfigType.LIST:
+                kwargs[_field_name(key.name)] = tuple(kwargs[_field_name(key.name)])
         return cls(**kwargs)
 
     def to_props(self) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """PartitionLog: the local log of one partition (Kafka's UnifiedLog, local part).
 
 Appends validate batch headers and CRCs, assign offsets and the leader epoch by patching
-the header in place, and write the bytes as they came: records are never decoded here.
+the header in place, and write the bytes as they came: records are decoded only where a
+per-record rule can fail (core.log.record_validation).
 Reads return file slices for zero-copy sends. Loading recovers from an unclean shutdown.
 """
 
@@ -54,7 +55,8 @@ from core.log.files import (
     segment_file,
 )
 from core.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCheckpointFile, LeaderEpochFileCache
-from core.log.producer_state import ProducerStateManager, read_txn_marker
+from core.log.producer_state import ProducerStateEntry, ProducerStateManager, read_txn_marker
+from core.log.record_validation import validate_records
 from core.log.replicated_batches import scan_replicated_batches
 from core.log.segment import AppendedBatch, FetchDataInfo, LogOffsetMetadata, LogSegment
 from core.log.txn_index import AbortedTxn
@@ -74,7 +76,6 @@ from core.records.batch import (
     scan_client_batches,
     set_log_append_time,
 )
-from core.records.record import decode_records
 from core.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -505,7 +506,9 @@ class PartitionLog:
 
         Raises:
             CorruptRecordError: torn framing or a CRC mismatch (CORRUPT_MESSAGE).
-            InvalidRecordError: a batch breaking a rule for client batches (INVALID_RECORD).
+            InvalidRecordError: a batch breaking a rule for client batches (INVALID_RECORD);
+                ``RecordValidationError`` (``InvalidTimestampError``) when the rule concerns
+                single records, which it names (core.log.record_validation).
             UnsupportedVersionError: a magic other than 2.
             RecordTooLargeError: a batch above ``max.message.bytes``.
             OutOfOrderSequenceError, InvalidProducerEpochError: idempotence violations.
@@ -513,8 +516,7 @@ class PartitionLog:
         """
         buf = records if isinstance(records, bytearray) else bytearray(records)
         batches = scan_client_batches(buf, self.config.max_message_bytes)
-        if self.config.compact:
-            self._check_keys(buf, batches)
+        validate_records(buf, batches, self.config, f"{self.topic}-{self.partition}", self.clock())
         with self.lock:
             if self._closed:
                 raise KafkaStorageError(f"log {self.dir} is closed")
@@ -528,17 +530,6 @@ class PartitionLog:
                 if duplicate is not None:
                     return duplicate
             return self._append_validated(buf, batches, idempotent, leader_epoch)
-
-    def _check_keys(self, buf: bytearray, batches: list[tuple[int, tuple[int, ...]]]) -> None:
-        # Kafka's LogValidator rule: compaction keeps the latest record per key, so a
-        # compacted topic refuses records it could never compact.
-        for pos, _ in batches:
-            for record in decode_records(RecordBatchHeader(buf, pos), verify=False):
-                if record.key is None:
-                    raise InvalidRecordError(
-                        f"Compacted topic cannot accept message without key in topic "
-                        f"partition {self.topic}-{self.partition}."
-                    )
 
     def _check_producer_state(self, headers: list[RecordBatchHeader]) -> LogAppendInfo | None:
         seen: dict[int, RecordBatchHeader] = {}
@@ -1143,6 +1134,14 @@ class PartitionLog:
             excess -= segment.size
             out.append(segment)
         return out
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """The state of every producer the partition remembers, by producer id (Kafka's
+        activeProducers, for DescribeProducers); under the log's lock, as expiration
+        changes it from the scheduler's threads."""
+        with self.lock:
+            producers = self.producer_state.active_producers
+        return [producers[pid] for pid in sorted(producers)]
 
     def remove_expired_producers(self, now: int | None = None) -> int:
         """Forget producers idle for ``producer.id.expiration.ms`` without an open

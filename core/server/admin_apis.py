@@ -1,12 +1,12 @@
-"""Admin APIs: DeleteTopics, DescribeConfigs, IncrementalAlterConfigs, DeleteRecords and
-OffsetForLeaderEpoch, with Kafka's error codes.
+"""Admin APIs: DeleteTopics, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
+DeleteRecords and OffsetForLeaderEpoch, with Kafka's error codes.
 
-Config resources follow Kafka's ConfigResource types: 2 TOPIC and 4 BROKER. Topic configs
-are the keys of ``core.log.config.TOPIC_CONFIG``; a value comes from the topic's override
-(DYNAMIC_TOPIC_CONFIG), else from the broker key that sets its default
-(STATIC_BROKER_CONFIG, e.g. ``log.segment.bytes`` for ``segment.bytes``), else from the
-key's default (DEFAULT_CONFIG). Broker configs are static: described read-only, never
-altered (Kafka answers INVALID_REQUEST for a broker key it cannot update dynamically).
+Config resources follow Kafka's ConfigResource types: 2 TOPIC and 4 BROKER. DescribeConfigs
+shows what ``core.server.config_entries`` builds (Kafka's entries, order, sources and
+synonyms). AlterConfigs replaces a topic's overrides whole, IncrementalAlterConfigs applies
+SET/DELETE/APPEND/SUBTRACT to them; both validate with LogConfig and refuse the internal
+topics to non-brokers. Broker configs are static: described read-only, never altered
+(Kafka answers INVALID_REQUEST for a broker key it cannot update dynamically).
 """
 
 from __future__ import annotations
@@ -15,17 +15,23 @@ import asyncio
 import enum
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from core.config import ConfigKey, ConfigType, format_value
+from core.config import ConfigType
 from core.errors import CoreError, InvalidConfigError
 from core.log.config import TOPIC_CONFIG, LogConfig
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation
 from core.server.authorizer import ResourceType as AclResource
-from core.server.config import BROKER_CONFIG
+from core.server.config_entries import (
+    ConfigEntry,
+    ConfigSource,
+    broker_entries,
+    topic_entries,
+)
 from core.server.group_apis import flush_offsets
 from core.server.handler_support import (
     NO_THROTTLE,
@@ -50,16 +56,6 @@ class ResourceType(enum.IntEnum):
     BROKER = 4
 
 
-class ConfigSource(enum.IntEnum):
-    """Kafka's DescribeConfigsResponse.ConfigSource ids."""
-
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-
-
 class AlterOp(enum.IntEnum):
     """Kafka's AlterConfigOp.OpType ids."""
 
@@ -67,19 +63,6 @@ class AlterOp(enum.IntEnum):
     DELETE = 1
     APPEND = 2
     SUBTRACT = 3
-
-
-# Kafka's DescribeConfigsResponse.ConfigType ids (SHORT 4 and CLASS 8 have no keys here).
-CONFIG_TYPE_IDS: dict[ConfigType, int] = {
-    ConfigType.BOOLEAN: 1,
-    ConfigType.STRING: 2,
-    ConfigType.INT: 3,
-    ConfigType.LONG: 5,
-    ConfigType.DOUBLE: 6,
-    ConfigType.LIST: 7,
-    ConfigType.PASSWORD: 9,
-}
-UNKNOWN_CONFIG_TYPE = 0
 
 
 # -- DeleteTopics -----------------------------------------------------------------------------
@@ -161,89 +144,49 @@ async def handle_delete_topics(broker: BrokerServices, ctx: RequestContext, requ
 
 
 # -- DescribeConfigs --------------------------------------------------------------------------
-def _format(key: ConfigKey, raw: Any) -> str:
-    """A stored value in Kafka's printed form (raw strings are re-parsed to normalise)."""
+def _broker_id_error(rname: str, node: str) -> str | None:
+    """Kafka's refusal of a BROKER resource name other than this node's id or ``""``."""
     try:
-        return format_value(key, TOPIC_CONFIG.parse_value(key.name, raw))
-    except InvalidConfigError:
-        return str(raw)
-
-
-# Broker keys that also set a topic key's default, most specific first (Kafka's synonyms).
-_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
-    "segment.ms": ("log.roll.ms", "log.roll.hours"),
-    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
-    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-    "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-}
-
-_BROKER_KEYS = {key.name: key for key in BROKER_CONFIG}
-
-Synonym = tuple[str, str | None, int]  # name, value, ConfigSource
-Entry = tuple[str, ConfigKey | None, str | None, list[Synonym]]  # name, key, value, synonyms
-
-
-def _set_by_broker(broker: BrokerServices, key: ConfigKey) -> Synonym | None:
-    """The broker key that sets ``key``'s default, with its value, if the broker sets one.
-
-    Uses the config's ``originals`` (the keys given explicitly; the value in the broker
-    key's own unit, as Kafka shows it).
-    """
-    broker_name = key.server_default_property
-    if broker_name is None:
-        return None
-    originals = broker.config.originals
-    for name in _BROKER_SYNONYMS.get(key.name, (broker_name,)):
-        if name in originals:
-            return name, str(originals[name]).strip(), ConfigSource.STATIC_BROKER_CONFIG
+        int(rname)
+    except ValueError:
+        return f"Broker id must be an integer, but it is: {rname}"
+    if rname != node:
+        return f"Unexpected broker id, expected {node} or empty string, but received {rname}"
     return None
 
 
-def _topic_config_entries(
-    broker: BrokerServices, info: TopicInfo, wanted: set[str] | None
-) -> list[Entry]:
-    """One entry per topic key; synonyms in precedence order, the first is the source."""
-    broker_defaults = broker.topics.broker_defaults
-    out = []
-    for key in TOPIC_CONFIG:
-        if wanted is not None and key.name not in wanted:
-            continue
-        synonyms: list[Synonym] = []
-        if key.name in info.configs:
-            value = _format(key, info.configs[key.name])
-            synonyms.append((key.name, value, ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        from_broker = _set_by_broker(broker, key)
-        if from_broker is not None:
-            synonyms.append(from_broker)
-        default_name = key.server_default_property or key.name
-        default = format_value(key, key.default)
-        synonyms.append((default_name, default, ConfigSource.DEFAULT_CONFIG))
-        # The value is the effective one (a broker key in hours is shown in ms here).
-        value = info.configs.get(key.name, broker_defaults.get(key.name, key.default))
-        out.append((key.name, key, _format(key, value), synonyms))
-    return out
+def _describe_resource(
+    broker: BrokerServices, rtype: int, rname: str, wanted: Any
+) -> tuple[ErrorCode, str | None, list[ConfigEntry]]:
+    if rtype == ResourceType.TOPIC:
+        info = broker.topics.get(rname)
+        if info is None:
+            return ErrorCode.unknown_topic_or_partition, f"The topic '{rname}' does not exist.", []
+        effective = broker.topics.effective_config(info).to_props()
+        return ErrorCode.none, None, topic_entries(broker.config, info, effective, wanted)
+    if rtype == ResourceType.BROKER:
+        if rname == "":
+            return ErrorCode.none, None, []  # the cluster-wide dynamic defaults: there are none
+        refused = _broker_id_error(rname, str(broker.config.node_id))
+        if refused is not None:
+            return ErrorCode.invalid_request, refused, []
+        return ErrorCode.none, None, broker_entries(broker.config, wanted)
+    return ErrorCode.invalid_request, f"Unsupported resource type: {rtype}", []
 
 
-def _broker_config_entries(broker: BrokerServices, wanted: set[str] | None) -> list[Entry]:
-    """Every broker key: read-only (nothing is dynamic), sensitive values hidden."""
-    originals = broker.config.originals
-    out: list[Entry] = []
-    for name, value in sorted(broker.config.to_props().items()):
-        if wanted is not None and name not in wanted:
-            continue
-        key = _BROKER_KEYS.get(name)
-        text = None if value is None or _is_sensitive(name, key) else str(value)
-        source = (
-            ConfigSource.STATIC_BROKER_CONFIG if name in originals else ConfigSource.DEFAULT_CONFIG
-        )
-        out.append((name, key, text, [(name, text, source)]))
-    return out
-
-
-def _is_sensitive(name: str, key: ConfigKey | None) -> bool:
-    if key is not None and key.type is ConfigType.PASSWORD:
-        return True
-    return "password" in name or "jaas.config" in name
+def _describe_refusal(
+    broker: BrokerServices, ctx: RequestContext, rtype: int, rname: str
+) -> tuple[ErrorCode, str] | None:
+    """The authorization error of describing a resource, with Kafka's message, or None."""
+    if rtype == ResourceType.TOPIC and not allowed(
+        broker, ctx, Operation.DESCRIBE_CONFIGS, AclResource.TOPIC, rname
+    ):
+        return ErrorCode.topic_authorization_failed, "Topic authorization failed."
+    if rtype == ResourceType.BROKER and not cluster_allowed(
+        broker, ctx, Operation.DESCRIBE_CONFIGS
+    ):
+        return ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+    return None
 
 
 async def handle_describe_configs(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -253,70 +196,46 @@ async def handle_describe_configs(broker: BrokerServices, ctx: RequestContext, r
     synonym_cls = nested(response_type, "DescribeConfigsSynonym")
     include_synonyms = getattr(request, "include_synonyms", False)
     include_docs = getattr(request, "include_documentation", False)
-    node = str(broker.config.node_id)
-    results = []
-    for resource in request.resources:
-        error, message = ErrorCode.none, None
-        keys = resource.configuration_keys
-        wanted = set(keys) if keys is not None else None
-        entries: list[Entry] = []
-        rtype, rname = resource.resource_type, resource.resource_name
-        if rtype == ResourceType.TOPIC:
-            info = broker.topics.get(rname)
-            if not allowed(broker, ctx, Operation.DESCRIBE_CONFIGS, AclResource.TOPIC, rname):
-                error = ErrorCode.topic_authorization_failed
-            elif info is None:
-                error = ErrorCode.unknown_topic_or_partition
-                message = f"The topic '{rname}' does not exist."
-            else:
-                entries = _topic_config_entries(broker, info, wanted)
-        elif rtype == ResourceType.BROKER:
-            if not cluster_allowed(broker, ctx, Operation.DESCRIBE_CONFIGS):
-                error = ErrorCode.cluster_authorization_failed
-            elif rname == node:
-                entries = _broker_config_entries(broker, wanted)
-            elif rname == "":
-                entries = []  # the cluster-wide dynamic defaults: there are none
-            else:
-                error = ErrorCode.invalid_request
-                message = f"Unexpected broker id, expected {node} or empty string, got {rname}"
-        else:
-            error = ErrorCode.invalid_request
-            message = f"Unsupported resource type: {rtype}"
-        configs = []
-        for name, key, value, synonyms in entries:
-            is_broker = rtype == ResourceType.BROKER
-            configs.append(
-                make(
-                    entry_cls,
-                    name=name,
-                    value=value,
-                    read_only=is_broker,
-                    config_source=int(synonyms[0][2]),
-                    is_default=synonyms[0][2] == ConfigSource.DEFAULT_CONFIG,
-                    is_sensitive=is_broker and _is_sensitive(name, key),
-                    synonyms=tuple(
-                        make(synonym_cls, name=n, value=v, source=int(s)) for n, v, s in synonyms
-                    )
-                    if include_synonyms
-                    else (),
-                    config_type=CONFIG_TYPE_IDS.get(key.type, UNKNOWN_CONFIG_TYPE)
-                    if key is not None
-                    else UNKNOWN_CONFIG_TYPE,
-                    documentation=(key.doc if key is not None else None) if include_docs else None,
-                )
+
+    def answer(e: ConfigEntry) -> Any:
+        return make(
+            entry_cls,
+            name=e.name,
+            value=e.value,
+            read_only=e.read_only,
+            config_source=int(e.source),
+            is_default=e.source == ConfigSource.DEFAULT_CONFIG,
+            is_sensitive=e.sensitive,
+            synonyms=tuple(
+                make(synonym_cls, name=s.name, value=s.value, source=int(s.source))
+                for s in e.synonyms
             )
-        results.append(
-            make(
-                result_cls,
-                error_code=error,
-                error_message=message,
-                resource_type=rtype,
-                resource_name=rname,
-                configs=tuple(configs),
-            )
+            if include_synonyms
+            else (),
+            config_type=e.config_type,
+            documentation=e.documentation if include_docs else None,
         )
-    return make(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
+
+    described, refused = [], []
+    for resource in request.resources:
+        rtype, rname = resource.resource_type, resource.resource_name
+        refusal = _describe_refusal(broker, ctx, rtype, rname)
+        if refusal is not None:
+            error, message, entries = refusal[0], refusal[1], []
+        else:
+            wanted = resource.configuration_keys
+            error, message, entries = _describe_resource(broker, rtype, rname, wanted)
+        result = make(
+            result_cls,
+            error_code=error,
+            error_message=message,
+            resource_type=rtype,
+            resource_name=rname,
+            configs=tuple(answer(e) for e in entries),
+        )
+        # Kafka answers the resources it may describe first, the refused ones after them.
+        (described if refusal is None else refused).append(result)
+    return make(response_type, throttle_time=NO_THROTTLE, results=tuple(described + refused))
 
 
 # -- IncrementalAlterConfigs ------------------------------------------------------------------
@@ -367,54 +286,92 @@ def _altered_overrides(broker: BrokerServices, info: TopicInfo, configs: Any) ->
     return overrides
 
 
-async def handle_incremental_alter_configs(
-    broker: BrokerServices, ctx: RequestContext, request: Any
+def _replaced_overrides(broker: BrokerServices, configs: Any) -> dict[str, str]:
+    """AlterConfigs (the non-incremental one): the request's configs become the topic's
+    whole set of overrides, as in Kafka; a key it does not list goes back to its default.
+
+    Raises:
+        _RequestError: duplicate keys, a null value.
+        InvalidConfigError: an unknown key or an invalid value.
+    """
+    names = Counter(c.name for c in configs)
+    if any(n > 1 for n in names.values()):
+        raise _RequestError("Error due to duplicate config keys")
+    nulls = [c.name for c in configs if c.value is None]
+    if nulls:
+        raise _RequestError(f"Null value not supported for : {', '.join(nulls)}")
+    for c in configs:
+        if c.name not in TOPIC_CONFIG:
+            raise InvalidConfigError(f"Unknown topic config name: {c.name}")
+    overrides = {c.name: c.value for c in configs}
+    LogConfig.from_props(overrides, defaults=broker.topics.broker_defaults)
+    return overrides
+
+
+OverridesOf = Callable[[BrokerServices, TopicInfo, Any], dict[str, str]]
+
+
+def _alter_resource(
+    broker: BrokerServices,
+    ctx: RequestContext,
+    resource: Any,
+    validate_only: bool,
+    overrides_of: OverridesOf,
+) -> tuple[ErrorCode, str | None]:
+    """Alter one resource of an (Incremental)AlterConfigs request: its error and message.
+
+    Raises:
+        _RequestError, CoreError: the resource is refused (INVALID_REQUEST, the error's code).
+    """
+    rtype, rname = resource.resource_type, resource.resource_name
+    if rtype == ResourceType.TOPIC:
+        if not allowed(broker, ctx, Operation.ALTER_CONFIGS, AclResource.TOPIC, rname):
+            return ErrorCode.topic_authorization_failed, "Topic authorization failed."
+        if refused_for(broker.broker_trust, ctx, rname):
+            # retention.ms=1 on __remote_log_metadata would erase it, for one.
+            return ErrorCode.policy_violation, protected_message(rname, "alter the configs of")
+        info = broker.topics.get(rname)
+        if info is None:
+            return ErrorCode.unknown_topic_or_partition, f"The topic '{rname}' does not exist."
+        overrides = overrides_of(broker, info, resource.configs)
+        if not validate_only and overrides != dict(info.configs):
+            broker.alter_topic_configs(rname, overrides)
+            log.info("topic %s configs now %s", rname, overrides)
+        return ErrorCode.none, None
+    if rtype == ResourceType.BROKER:
+        if not cluster_allowed(broker, ctx, Operation.ALTER_CONFIGS):
+            return ErrorCode.cluster_authorization_failed, "Cluster authorization failed."
+        node = str(broker.config.node_id)
+        if rname not in ("", node):
+            raise _RequestError(
+                f"Unexpected broker id, expected {node} or empty string, but received {rname}"
+            )
+        if resource.configs:
+            # Kafka refuses a key it cannot change at run time this way; tierlog has none.
+            keys = ", ".join(sorted({c.name for c in resource.configs}))
+            raise _RequestError(
+                f"Cannot update these configs dynamically: {keys} (tierlog broker "
+                "configs are static: change the properties file and restart)"
+            )
+        return ErrorCode.none, None  # nothing to set: no dynamic broker config to remove
+    raise _RequestError(f"Unsupported resource type {rtype}: only topics (2) and brokers (4)")
+
+
+def _alter_configs(
+    broker: BrokerServices, ctx: RequestContext, request: Any, overrides_of: OverridesOf
 ) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "AlterConfigsResourceResponse")
-    node = str(broker.config.node_id)
     seen = Counter((r.resource_type, r.resource_name) for r in request.resources)
     results = []
     for resource in request.resources:
-        error, message = ErrorCode.none, None
         rtype, rname = resource.resource_type, resource.resource_name
         try:
             if seen[(rtype, rname)] > 1:
                 raise _RequestError("Error due to duplicate resource")
-            if rtype == ResourceType.TOPIC:
-                info = broker.topics.get(rname)
-                if not allowed(broker, ctx, Operation.ALTER_CONFIGS, AclResource.TOPIC, rname):
-                    error = ErrorCode.topic_authorization_failed
-                elif refused_for(broker.broker_trust, ctx, rname):
-                    # retention.ms=1 on __remote_log_metadata would erase it, for one.
-                    error = ErrorCode.policy_violation
-                    message = protected_message(rname, "alter the configs of")
-                elif info is None:
-                    error = ErrorCode.unknown_topic_or_partition
-                    message = f"The topic '{rname}' does not exist."
-                else:
-                    overrides = _altered_overrides(broker, info, resource.configs)
-                    if not request.validate_only and overrides != dict(info.configs):
-                        broker.alter_topic_configs(rname, overrides)
-                        log.info("topic %s configs now %s", rname, overrides)
-            elif rtype == ResourceType.BROKER:
-                if not cluster_allowed(broker, ctx, Operation.ALTER_CONFIGS):
-                    error = ErrorCode.cluster_authorization_failed
-                elif rname not in ("", node):
-                    raise _RequestError(
-                        f"Unexpected broker id, expected {node} or empty string, "
-                        f"but received {rname}"
-                    )
-                elif resource.configs:
-                    keys = ", ".join(sorted({c.name for c in resource.configs}))
-                    raise _RequestError(
-                        f"Cannot update these configs dynamically: {keys} (tierlog broker "
-                        "configs are static: change the properties file and restart)"
-                    )
-            else:
-                raise _RequestError(
-                    f"Unsupported resource type {rtype}: only topics (2) and brokers (4)"
-                )
+            error, message = _alter_resource(
+                broker, ctx, resource, request.validate_only, overrides_of
+            )
         except _RequestError as e:
             error, message = ErrorCode.invalid_request, str(e)
         except CoreError as e:
@@ -429,6 +386,19 @@ async def handle_incremental_alter_configs(
             )
         )
     return make(response_type, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def handle_incremental_alter_configs(
+    broker: BrokerServices, ctx: RequestContext, request: Any
+) -> Any:
+    return _alter_configs(broker, ctx, request, _altered_overrides)
+
+
+# -- AlterConfigs -----------------------------------------------------------------------------
+async def handle_alter_configs(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    """The non-incremental AlterConfigs (KafkaJS and librdkafka still send it): each resource's
+    configs replace its overrides whole."""
+    return _alter_configs(broker, ctx, request, lambda b, _info, c: _replaced_overrides(b, c))
 
 
 # -- DeleteRecords ----------------------------------------------------------------------------
@@ -517,6 +487,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.DELETE_RECORDS: handle_delete_records,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
 }

@@ -14,15 +14,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from core.errors import CoreError, KafkaStorageError
+from core.errors import CoreError, KafkaStorageError, RecordValidationError
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
 from core.server.handler_support import (
     NO_THROTTLE,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
     BrokerServices,
     Handler,
     allowed,
+    authorized_operations,
     cluster_allowed,
+    cluster_authorized_operations,
     error_code,
     error_of,
 )
@@ -33,11 +36,14 @@ from core.server.internal_topics import (
     refused_for,
 )
 from core.server.kio_build import make, nested, nested_optional
+from core.server.produce_validation import produce_records_refusal
 from core.server.protocol import RequestContext
+from core.server.quota_enforcement import fetch_quota_bytes, fetch_throttle_ms, produce_throttle_ms
 from core.server.replica_manager import (
     FetchParams,
     FetchRequestPartition,
 )
+from core.server.throttle import ThrottledResponse
 from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -48,9 +54,6 @@ class TooManyPartitionsError(CoreError):
     ``max.partitions.per.request`` (Kafka's controller answers it so)."""
 
     error_code = 44
-
-
-UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 # -- Metadata ---------------------------------------------------------------------------------
@@ -151,7 +154,11 @@ async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: 
             topic_id=info.topic_id,
             is_internal=info.is_internal,
             partitions=tuple(partitions),
-            topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+            topic_authorized_operations=authorized_operations(
+                broker, ctx, ResourceType.TOPIC, info.name
+            )
+            if getattr(request, "include_topic_authorized_operations", False)
+            else UNKNOWN_AUTHORIZED_OPERATIONS,
         )
         topics.append(topic)
     return make(
@@ -163,7 +170,10 @@ async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: 
         cluster_id=broker.cluster_id,
         controller_id=node,
         topics=tuple(topics),
-        cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+        # Metadata v8-v10 (librdkafka's describe_cluster and describe_topics ask here).
+        cluster_authorized_operations=cluster_authorized_operations(broker, ctx)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else UNKNOWN_AUTHORIZED_OPERATIONS,
         error_code=ErrorCode.none,
     )
 
@@ -175,6 +185,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "TopicProduceResponse")
     partition_cls = nested(response_type, "PartitionProduceResponse")
+    record_error_cls = nested_optional(response_type, "BatchIndexAndErrorMessage")
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     topics = []
@@ -185,6 +196,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
         results = []
         for pdata in topic_data.partition_data:
             error, message, base_offset, start, append_time = ErrorCode.none, None, -1, -1, None
+            record_errors: tuple[Any, ...] = ()
             partition = broker.replica_manager.partition(name, pdata.index)
             try:
                 if acks not in (0, 1, -1):
@@ -200,6 +212,8 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
+                elif refusal := produce_records_refusal(ctx.api_version, pdata.records):
+                    error, message = refusal
                 else:
                     info = broker.replica_manager.append(partition, bytearray(pdata.records))
                     base_offset, start = info.first_offset, info.log_start_offset
@@ -208,6 +222,21 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                         append_time = datetime.datetime.fromtimestamp(
                             info.log_append_time / 1000, tz=datetime.UTC
                         )
+            except RecordValidationError as e:
+                # KIP-467: the batch is refused whole, its bad records named (v8+), and the
+                # partition's log start offset given, as Kafka's ReplicaManager does.
+                error, message = error_of(e), str(e)
+                start = partition.log.log_start_offset if partition is not None else -1
+                if record_error_cls is not None:
+                    record_errors = tuple(
+                        make(
+                            record_error_cls,
+                            batch_index=r.batch_index,
+                            batch_index_error_message=r.message,
+                        )
+                        for r in e.record_errors
+                    )
+                log.debug("produce to %s-%d refused: %s", name, pdata.index, e)
             except CoreError as e:
                 error, message = error_of(e), str(e)
                 if isinstance(e, KafkaStorageError):
@@ -223,7 +252,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     base_offset=base_offset,
                     log_append_time=append_time,
                     log_start_offset=start,
-                    record_errors=(),
+                    record_errors=record_errors,
                     error_message=message,
                 )
             )
@@ -260,12 +289,16 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     record_errors=(),
                     error_message=None,
                 )
+    # producer_byte_rate counts the request once it is answered (acks=0 too: Kafka mutes
+    # the connection of a throttled acks=0 producer though it sends no answer).
+    throttle_ms = produce_throttle_ms(broker, ctx)
     if acks == 0:
-        return None
+        return ThrottledResponse(None, throttle_ms) if throttle_ms else None
     responses = tuple(
         make(topic_cls, name=name, partition_responses=tuple(results)) for name, results in topics
     )
-    return make(response_type, responses=responses, throttle_time=NO_THROTTLE)
+    throttle = datetime.timedelta(milliseconds=throttle_ms)
+    return make(response_type, responses=responses, throttle_time=throttle)
 
 
 # -- Fetch ------------------------------------------------------------------------------------
@@ -275,10 +308,16 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
     partition_cls = nested(response_type, "PartitionData")
     aborted_cls = nested(response_type, "AbortedTransaction")
     by_id = ctx.api_version >= 13
+    # Kafka bounds a fetch by what consumer_byte_rate allows in one quota span.
+    max_bytes = min(
+        getattr(request, "max_bytes", 2**31 - 1),
+        broker.config.fetch_max_bytes,
+        fetch_quota_bytes(broker, ctx, request),
+    )
     params = FetchParams(
         max_wait_ms=int(request.max_wait.total_seconds() * 1000),
-        min_bytes=request.min_bytes,
-        max_bytes=min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes),
+        min_bytes=min(request.min_bytes, max_bytes),
+        max_bytes=max_bytes,
         isolation_level=getattr(request, "isolation_level", 0),
     )
     unknown_ids: list[tuple[Any, int]] = []
@@ -314,6 +353,19 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
         if name is not None and may_read:
             layout.append((topic.topic_id if by_id else name, indexes))
     results = await broker.replica_manager.fetch(params)
+    size = sum(len(r.records) for r in results if r.records is not None)
+    throttle_ms = fetch_throttle_ms(broker, ctx, request, size)
+    if throttle_ms:
+        # Over consumer_byte_rate: no data, only the throttle time (Kafka's throttled
+        # fetch response); the client fetches the same offsets again after it.
+        return make(
+            response_type,
+            throttle_time=datetime.timedelta(milliseconds=throttle_ms),
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=(),
+            node_endpoints=(),
+        )
 
     def partition_data(index: int, result: Any) -> Any:
         aborted = None

@@ -29,8 +29,13 @@ from core.server.internal_topics import BrokerTrust
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.quota_enforcement import handle_with_quotas
+from core.server.quota_store import LocalQuotaStore
+from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
-from core.server.security import listener_security
+from core.server.sasl import ScramCredentialSource
+from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
+from core.server.security import ListenerSecurity, listener_security, with_runtime_scram
 from core.server.timing_wheel import Timer
 from core.server.topics import (
     InvalidReplicationFactorError,
@@ -41,6 +46,27 @@ from core.server.topics import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def listeners_security(
+    config: BrokerConfig, runtime_scram: ScramCredentialSource
+) -> tuple[dict[str, ListenerSecurity], BrokerTrust]:
+    """What each broker listener requires, and who acts as a broker.
+
+    Run-time SCRAM credentials (AlterUserScramCredentials) authenticate on every SASL
+    listener except the one whose connections act as brokers (``internal_topics``, rule 2):
+    the accounts that listener accepts must stay the brokers' own, those of its JAAS entry,
+    or whoever may create a SCRAM user could write the internal topics.
+
+    Raises:
+        InvalidConfigError: a listener's setting, naming the key.
+    """
+    security = {x.name: listener_security(config, x) for x in config.broker_listeners}
+    trust = BrokerTrust.from_config(config, security)
+    for name, listener in security.items():
+        if name != trust.broker_listener:
+            security[name] = with_runtime_scram(listener, runtime_scram)
+    return security, trust
 
 
 class NameLocks:
@@ -77,6 +103,7 @@ class Broker:
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS, SERVED_INTER_BROKER_VERSIONS)
         self._group_offsets: GroupOffsetStore | None = None
         self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        self.quotas: ClientQuotas  # loaded with the storage
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
         self._group_coordinator: GroupCoordinator | None = None
@@ -90,6 +117,10 @@ class Broker:
         self._stopped = asyncio.Event()
         self._topic_locks = NameLocks()
         self._topic_tasks: set[asyncio.Future[TopicInfo]] = set()
+        # What the SCRAM servers of the SASL listeners check, filled from the store when
+        # the log dirs are open (before any listener accepts a connection).
+        self._scram_cache = ScramCredentialCache()
+        self.scram_credentials: LocalScramCredentialStore
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> list[BoundListener]:
@@ -97,8 +128,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         # TLS material and SASL accounts first: a bad setting stops start-up naming its key
         # before any disk work.
-        security = {x.name: listener_security(self.config, x) for x in self.config.broker_listeners}
-        self.broker_trust = BrokerTrust.from_config(self.config, security)
+        security, self.broker_trust = listeners_security(self.config, self._scram_cache)
         # Loading and recovery do blocking disk work: keep them off the event loop.
         await loop.run_in_executor(None, self._open_storage)
         self.timer = Timer(loop)
@@ -201,10 +231,16 @@ class Broker:
         first_dir = Path(self.config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
         self.topics = TopicRegistry(first_dir, self.config.log_config_defaults())
+        self.scram_credentials = LocalScramCredentialStore(first_dir, self._scram_cache)
         ensure_offsets_topic(
             self.topics,
             self.config.get("offsets.topic.num.partitions"),
             self.config.get("offsets.topic.segment.bytes"),
+        )
+        self.quotas = ClientQuotas.open(
+            LocalQuotaStore(first_dir),
+            samples=self.config.get("quota.window.num"),
+            window_seconds=self.config.get("quota.window.size.seconds"),
         )
         if self.config.get("authorizer.class.name"):
             self.authorizer = AclAuthorizer(
@@ -262,7 +298,7 @@ class Broker:
         handler = self.handlers.get(context.api_key)
         if handler is None:  # advertised but not wired: a bug, logged by the network layer
             raise RuntimeError(f"no handler for api key {context.api_key}")
-        return await handler(self, context, request)
+        return await handle_with_quotas(self, handler, context, request)
 
     def _unsupported_version(self, context: RequestContext) -> Any:
         response_type = self.codec.response_type(ApiKey.API_VERSIONS, 0)
@@ -327,7 +363,10 @@ class Broker:
             await self._topic_change(self._open_topic(info))
         return info
 
-    async def _open_topic(self, info: TopicInfo) -> TopicInfo:
+    async def _open_topic(self, info: TopicInfo, *, added_from: int | None = None) -> TopicInfo:
+        """Open the partitions of a registered topic not open yet (all of a new topic's,
+        or those CreatePartitions added from index ``added_from``), then tell the remote
+        tier, which starts tiering the new partitions of a tiered topic."""
         async with self._topic_locks.hold(info.name):
             current = self.topics.get(info.name)
             if current is None or current.topic_id != info.topic_id:
@@ -338,11 +377,39 @@ class Broker:
         if not complete:
             log.info("creation of topic %s interrupted by shutdown; resumed at start", info.name)
             return info
-        log.info(
-            "created topic %s (%d partitions, id %s)", info.name, info.partitions, info.topic_id
-        )
+        if added_from is None:
+            log.info(
+                "created topic %s (%d partitions, id %s)", info.name, info.partitions, info.topic_id
+            )
+        else:
+            log.info(
+                "added partitions %d..%d to topic %s",
+                added_from,
+                info.partitions - 1,
+                info.name,
+            )
         self._tell_remote_tier("on_topic_created", info)
         return info
+
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        """Raise a topic's partition count to ``count`` (CreatePartitions): the registry
+        first, then the new partitions' logs opened on executor threads a step at a time,
+        as for a new topic. Returns the topic as registered and the opening, which runs as
+        the broker's own task (None with ``validate_only``).
+
+        Raises:
+            UnknownTopicError, InvalidPartitionsError.
+        """
+        add = functools.partial(
+            self.topics.add_partitions, name, count, validate_only=validate_only
+        )
+        before, after = await asyncio.get_running_loop().run_in_executor(None, add)
+        if validate_only:
+            return after, None
+        opening = self._topic_change_task(self._open_topic(after, added_from=before.partitions))
+        return after, opening
 
     async def delete_topic(self, name: str) -> TopicInfo:
         """Delete a topic: unregistered and no longer served at once, its partition logs
@@ -365,10 +432,15 @@ class Broker:
     async def _topic_change(self, change: Coroutine[Any, Any, TopicInfo]) -> TopicInfo:
         """Run a topic's creation or deletion as the broker's own task: a request cancelled
         because its client went away does not cut it short, and ``stop`` waits for it."""
+        return await asyncio.shield(self._topic_change_task(change))
+
+    def _topic_change_task(
+        self, change: Coroutine[Any, Any, TopicInfo]
+    ) -> asyncio.Future[TopicInfo]:
         task = asyncio.ensure_future(change)
         self._topic_tasks.add(task)
         task.add_done_callback(self._topic_change_done)
-        return await asyncio.shield(task)
+        return task
 
     def _topic_change_done(self, task: asyncio.Future[TopicInfo]) -> None:
         self._topic_tasks.discard(task)

@@ -228,6 +228,22 @@ _BROKER_KEYS = [
               "read, and counted); a frame admitted below it may go past it. At least "
               "socket.request.max.bytes; 0 or less: unbounded (Kafka's default is -1; "
               "tierlog bounds it by default)."),
+    # -- client quotas (core/server/quotas.py) -----------------------------------------------
+    ConfigKey("quota.window.num", I, 11,
+              "Samples of a client quota's rate (producer_byte_rate, consumer_byte_rate, "
+              "request_percentage): the rate is measured over this many windows, and an idle "
+              "client may send quota x (num - 1) x window in a burst before it is throttled.",
+              at_least(1)),
+    ConfigKey("quota.window.size.seconds", I, 1,
+              "Length of each sample of a client quota's rate; also the longest throttle for "
+              "request_percentage.", at_least(1)),
+    ConfigKey("controller.quota.window.num", I, 11,
+              "Kafka: samples of the controller_mutation_rate quota (KIP-599). tierlog stores "
+              "and describes controller_mutation_rate but does not enforce it.",
+              at_least(1), inert=True),
+    ConfigKey("controller.quota.window.size.seconds", I, 1,
+              "Kafka: length of each sample of the controller_mutation_rate quota. Not "
+              "enforced by tierlog.", at_least(1), inert=True),
     # -- connections to other brokers (core/server/node_client.py) ---------------------------
     ConfigKey("request.timeout.ms", I, 30000,
               "How long a broker waits for another broker's response before it closes the "
@@ -447,8 +463,6 @@ _COMPATIBILITY_DOCS = {
     "__share_group_state. tierlog has no share groups.",
     "share.coordinator.state.topic.min.isr": "Kafka 4 (KIP-932): min.insync.replicas of "
     "__share_group_state. tierlog has no share groups.",
-    "log.preallocate": "Kafka: preallocate new segment files. tierlog's segment files grow as "
-    "they are written.",
     "max.connections.per.ip": "Kafka: a connection limit per client address. tierlog bounds "
     "only the total (max.connections).",
     "background.threads": "Kafka: threads for background tasks. tierlog's background tasks run "

@@ -1,4 +1,5 @@
-"""FindCoordinator, OffsetCommit, OffsetFetch (membership APIs: ``membership_apis``).
+"""FindCoordinator, OffsetCommit, OffsetFetch, OffsetDelete (membership APIs:
+``membership_apis``).
 
 This broker is the coordinator of every group. A commit is validated as Kafka validates it:
 against the group's members and generation when the group has members
@@ -8,6 +9,13 @@ an unknown group, UNKNOWN_MEMBER_ID for a known one). Offsets live in
 :class:`core.server.group_offsets.GroupOffsetStore`, journaled in ``__consumer_offsets``; a
 commit is answered once its records are appended and fsynced (NOT_COORDINATOR if that
 failed, as Kafka answers a failed write to the offsets topic).
+
+OffsetDelete (DELETE on the group, READ on each topic) drops committed offsets with
+tombstones in ``__consumer_offsets``, as Kafka's coordinator does: an unknown group is
+GROUP_ID_NOT_FOUND; a group without members loses the offsets asked for; a ``consumer``
+group with members keeps those of the topics its members subscribe to
+(GROUP_SUBSCRIBED_TO_TOPIC) and loses the others; a group of another protocol type with
+members is NON_EMPTY_GROUP.
 
 Transactions have no coordinator yet: FindCoordinator for key type 1 answers
 COORDINATOR_NOT_AVAILABLE with a message saying so.
@@ -25,6 +33,7 @@ from core.clock import now_ms
 from core.errors import CoreError
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType
+from core.server.group_coordinator import GroupCoordinator
 from core.server.group_offsets import CommittedOffset, GroupOffsetStore, TopicPartition
 from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler, allowed
 from core.server.kio_build import make, nested
@@ -269,8 +278,79 @@ async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, reque
     return make(response_type, throttle_time=NO_THROTTLE, groups=groups)
 
 
+# -- OffsetDelete -----------------------------------------------------------------------------
+def _offset_delete_group_error(
+    broker: BrokerServices, group_id: str
+) -> tuple[ErrorCode, set[str] | None]:
+    """Kafka's GroupCoordinator.handleDeleteOffsets: the group's error, and the topics whose
+    offsets stay because live members subscribe to them (None: no member)."""
+    group = broker.group_coordinator.groups.get(group_id)
+    if group is None or not group.members:
+        known = group is not None or broker.group_offsets.has_group(group_id)
+        return (ErrorCode.none if known else ErrorCode.group_id_not_found), None
+    if group.protocol_type != "consumer":
+        return ErrorCode.non_empty_group, None
+    return ErrorCode.none, GroupCoordinator.subscribed_topics(group) or set()
+
+
+async def handle_offset_delete(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    # The in-memory deletion happens before the first await, as a commit does.
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    topic_cls = nested(response_type, "OffsetDeleteResponseTopic")
+    partition_cls = nested(response_type, "OffsetDeleteResponsePartition")
+    group_id = request.group_id
+
+    def answer(error: ErrorCode, topics: tuple[Any, ...] = ()) -> Any:
+        return make(response_type, throttle_time=NO_THROTTLE, error_code=error, topics=topics)
+
+    if not allowed(broker, ctx, Operation.DELETE, ResourceType.GROUP, group_id):
+        return answer(ErrorCode.group_authorization_failed)
+    group_error, subscribed = _offset_delete_group_error(broker, group_id)
+    if group_error is not ErrorCode.none:
+        return answer(group_error)
+    layout: dict[str, dict[int, ErrorCode]] = {}
+    doomed: list[TopicPartition] = []
+    for topic in request.topics:
+        info = broker.topics.get(topic.name)
+        may_read = allowed(broker, ctx, Operation.READ, ResourceType.TOPIC, topic.name)
+        for p in topic.partitions:
+            index = p.partition_index
+            if not may_read:
+                error = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= index < info.partitions:
+                error = ErrorCode.unknown_topic_or_partition
+            elif subscribed is not None and topic.name in subscribed:
+                error = ErrorCode.group_subscribed_to_topic
+            else:
+                error = ErrorCode.none
+                doomed.append((topic.name, index))
+            layout.setdefault(topic.name, {})[index] = error
+    if doomed:
+        store = broker.group_offsets
+        version = store.delete_offsets(group_id, doomed)
+        log.info("deleted the committed offsets of group %s for %s", group_id, doomed)
+        try:
+            await flush_offsets(store, version)
+        except (OSError, CoreError) as e:
+            # Kafka answers a failed write to __consumer_offsets with NOT_COORDINATOR.
+            log.error("cannot persist the offset deletion of group %s: %s", group_id, e)
+            return answer(ErrorCode.not_coordinator)
+    topics = tuple(
+        make(
+            topic_cls,
+            name=name,
+            partitions=tuple(
+                make(partition_cls, partition_index=i, error_code=e) for i, e in errors.items()
+            ),
+        )
+        for name, errors in layout.items()
+    )
+    return answer(ErrorCode.none, topics)
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.FIND_COORDINATOR: handle_find_coordinator,
     ApiKey.OFFSET_COMMIT: handle_offset_commit,
     ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
 }

@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from core.clock import now_ms
+from core.server.consumer_protocol import SubscriptionFormatError, subscription_topics
 from core.server.coordinator_records import GroupMetadataValue, MemberMetadata
 from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from core.server.timing_wheel import Timer
@@ -681,6 +682,23 @@ class GroupCoordinator:
         }
         active = {gid for gid, g in self.groups.items() if g.members}
         return empty, active
+
+    @staticmethod
+    def subscribed_topics(group: Group) -> set[str] | None:
+        """The topics the members of a ``consumer`` group subscribe to, read from their
+        metadata for the group's protocol (Kafka's GroupMetadata.subscribedTopics); None
+        when unknown: no protocol chosen yet, or metadata that does not parse (Kafka then
+        treats no topic as subscribed)."""
+        if group.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            try:
+                topics.update(subscription_topics(member.metadata(group.protocol_name)))
+            except SubscriptionFormatError as e:
+                log.info("group %s: member %s: %s", group.group_id, member.member_id, e)
+                return None
+        return topics
 
     def delete(self, group_id: str) -> GroupError:
         group = self.groups.get(group_id)

@@ -281,6 +281,13 @@ class GroupOffsetStore:
                     self._queue(group, [(group_metadata_key(group), None)])
             return self._version, dropped
 
+    def delete_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> int:
+        """Forget some of a group's committed offsets (OffsetDelete): tombstones for those
+        it has; returns the version to flush."""
+        with self._state_lock:
+            self._drop(group, list(partitions))
+            return self._version
+
     def delete_group(self, group: str) -> int:
         """Forget a group's offsets and metadata (DeleteGroups); returns the version to
         flush."""

@@ -15,6 +15,7 @@ use it for, then give it to ``core.server.broker.Broker`` and to the fakes.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -29,7 +30,9 @@ from core.server.group_coordinator import GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore
 from core.server.internal_topics import BrokerTrust
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
+from core.server.scram_credentials import ScramCredentialStore
 from core.server.topics import TopicInfo, TopicRegistry
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -88,6 +91,14 @@ class BrokerServices(Protocol):
         """Delete a topic and its partitions, off the event loop (DeleteTopics)."""
         ...
 
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        """Raise a topic's partition count (CreatePartitions): the topic as registered, and
+        the opening of the new partitions, done when they are served (None when only
+        validating)."""
+        ...
+
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
         """Replace a topic's overrides and apply them (IncrementalAlterConfigs)."""
         ...
@@ -101,6 +112,16 @@ class BrokerServices(Protocol):
     @property
     def broker_trust(self) -> BrokerTrust:
         """Who acts as a broker: may write the internal topics (``internal_topics``)."""
+        ...
+
+    @property
+    def scram_credentials(self) -> ScramCredentialStore:
+        """SCRAM credentials managed at run time (Describe/AlterUserScramCredentials)."""
+        ...
+
+    @property
+    def quotas(self) -> ClientQuotas:
+        """Client quota configs and their enforcement: throttle times (``quotas``)."""
         ...
 
     # -- groups ----------------------------------------------------------------------------------
@@ -156,3 +177,48 @@ def allowed(
 def cluster_allowed(broker: BrokerServices, ctx: RequestContext, operation: Operation) -> bool:
     """``allowed`` on the cluster resource."""
     return allowed(broker, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+# Kafka's AclEntry.supportedOperations: what authorized-operation fields report.
+SUPPORTED_OPERATIONS: Mapping[ResourceType, tuple[Operation, ...]] = {
+    ResourceType.TOPIC: (
+        Operation.READ,
+        Operation.WRITE,
+        Operation.CREATE,
+        Operation.DESCRIBE,
+        Operation.DELETE,
+        Operation.ALTER,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+    ),
+    ResourceType.CLUSTER: (
+        Operation.CREATE,
+        Operation.CLUSTER_ACTION,
+        Operation.DESCRIBE_CONFIGS,
+        Operation.ALTER_CONFIGS,
+        Operation.IDEMPOTENT_WRITE,
+        Operation.ALTER,
+        Operation.DESCRIBE,
+    ),
+}
+# The schemas' default of authorized-operation fields: not asked for.
+UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def authorized_operations(
+    broker: BrokerServices, ctx: RequestContext, resource: ResourceType, name: str
+) -> int:
+    """Kafka's 32-bit field: bit ``op`` set for each operation of the resource type the
+    principal may perform (all of them without an authorizer)."""
+    bits = 0
+    for operation in SUPPORTED_OPERATIONS[resource]:
+        if allowed(broker, ctx, operation, resource, name):
+            bits |= 1 << operation
+    return bits
+
+
+def cluster_authorized_operations(broker: BrokerServices, ctx: RequestContext) -> int:
+    """The cluster's field as Kafka fills it: 0 without DESCRIBE on the cluster."""
+    if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
+        return 0
+    return authorized_operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)

@@ -22,7 +22,20 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from core.server import acl_apis, admin_apis, apis, group_apis, membership_apis, sasl_apis
+from core.server import (
+    acl_apis,
+    admin_apis,
+    apis,
+    cluster_apis,
+    group_apis,
+    log_dir_apis,
+    membership_apis,
+    partition_apis,
+    producer_apis,
+    quota_apis,
+    sasl_apis,
+    scram_apis,
+)
 from core.server.api_keys import INTER_BROKER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler
 from core.server.kio_build import make, nested
@@ -109,6 +122,12 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
             "membership_apis": membership_apis.HANDLERS,
             "acl_apis": acl_apis.HANDLERS,
             "sasl_apis": sasl_apis.HANDLERS,
+            "partition_apis": partition_apis.HANDLERS,
+            "log_dir_apis": log_dir_apis.HANDLERS,
+            "producer_apis": producer_apis.HANDLERS,
+            "cluster_apis": cluster_apis.HANDLERS,
+            "scram_apis": scram_apis.HANDLERS,
+            "quota_apis": quota_apis.HANDLERS,
         },
         SUPPORTED_VERSIONS,
         INTER_BROKER_VERSIONS,

@@ -13,8 +13,9 @@ could trim them (DeleteRecords, a short ``retention.ms``) could erase them. So, 
 - create them or alter their configs (CreateTopics, IncrementalAlterConfigs; others get
   POLICY_VIOLATION).
 
-Nobody deletes them (DeleteTopics answers INVALID_TOPIC_EXCEPTION). Reading them stays
-open, as in Kafka (``tierlog metadata`` and ``tierlog groups`` read them). Apache Kafka
+Nobody deletes them (DeleteTopics answers INVALID_TOPIC_EXCEPTION) or adds partitions to
+them (CreatePartitions answers POLICY_VIOLATION: each one's count is a broker key). Reading
+them stays open, as in Kafka (``tierlog metadata`` and ``tierlog groups`` read them). Apache Kafka
 lets ACLs alone decide this for ``__remote_log_metadata`` (its metadata manager writes it
 with an ordinary producer), and refuses client produce to the other two with
 INVALID_TOPIC_EXCEPTION; tierlog refuses more, on purpose.
@@ -36,8 +37,10 @@ calling; and the default inter-broker listener (named after
 ``security.inter.broker.protocol``, PLAINTEXT) is the one clients use in most setups. Rule 2
 holds the operator to one promise, stated in docs/CONFIGURATION.md: the accounts or
 certificates that listener accepts are the brokers' own (``listener.name.<l>.*`` settings);
-where that cannot be promised, list the brokers' principal in ``super.users`` instead. This
-is the seam replication uses to let other brokers' produce requests and replica fetchers in.
+where that cannot be promised, list the brokers' principal in ``super.users`` instead.
+SCRAM users created at run time (AlterUserScramCredentials) are therefore not accepted on
+that listener (``core.server.broker.listeners_security``). This is the seam replication
+uses to let other brokers' produce requests and replica fetchers in.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ in request order, as Kafka clients require.
 A frame that cannot be parsed, an unknown api key, a size out of bounds or a handler crash
 closes that one connection; nothing else is affected.
 
+Quotas (KIP-219): a handler's answer may come as a ``ThrottledResponse``; the connection is
+then muted, no further request of it served, until its throttle time has passed (and an
+answer to a client older than KIP-219 is itself held that long).
+
 Memory: every frame reserves its size in the broker-wide ``RequestMemoryPool``
 (``queued.max.request.bytes``) before its body is read, and releases it when its handler has
 finished; while the pool is full, large frames wait unread. Before a SASL exchange has
@@ -37,6 +41,7 @@ from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.sasl_session import SaslSession
 from core.server.security import ANONYMOUS, ListenerSecurity, principal_of_certificate
 from core.server.socket_buffers import set_receive_buffer, set_send_buffer
+from core.server.throttle import ThrottledResponse
 
 log = logging.getLogger(__name__)
 
@@ -229,12 +234,16 @@ class Connection:
         self._room = asyncio.Event()
         self._room.set()
         self._closing = False
+        self._closed = asyncio.Event()  # set when the connection ends: throttle waits stop
+        # KIP-219: no request is served before this loop time (a quota's throttle).
+        self._unmute_at = 0.0
         self._last_frame_head: bytes | None = None
         # The wait for room in the memory pool, cancelled when the connection is aborted.
         self._pool_wait: asyncio.Task[Reservation] | None = None
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def abort(self) -> None:
+        self._closed.set()
         self.writer.transport.abort()
         if self._pool_wait is not None:
             self._pool_wait.cancel()
@@ -257,6 +266,7 @@ class Connection:
                 log.debug("the frame began %s", self._last_frame_head.hex())
         finally:
             self._closing = True
+            self._closed.set()
             # Nobody will read the answers: stop the requests still in progress (a parked
             # long-poll fetch would otherwise hold the connection until its max.wait.ms).
             # Appends already made stay; only the waiting ends.
@@ -292,7 +302,31 @@ class Connection:
                     self.sasl_max_receive,
                 )
                 return
+            await self._throttle_ends()
             await self._serve_frame(size)
+
+    async def _throttle_ends(self) -> None:
+        """While the connection is muted for a quota (KIP-219), wait: its next request is
+        served only once the throttle time of the last throttled answer has passed."""
+        delay = self._unmute_at - asyncio.get_running_loop().time()
+        if delay > 0:
+            await self._pause(delay)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the connection ends."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._closed.wait()
+
+    async def _throttled(self, answer: ThrottledResponse) -> Any:
+        """Mute the connection for ``answer``'s throttle time, from now; an answer to an
+        older client (before KIP-219) itself waits that long. Returns the response."""
+        seconds = answer.throttle_ms / 1000
+        loop = asyncio.get_running_loop()
+        self._unmute_at = max(self._unmute_at, loop.time() + seconds)
+        if answer.delay_response:
+            await self._pause(seconds)
+        return answer.response
 
     async def _serve_frame(self, size: int) -> None:
         """Reserve memory for a frame, read it and start serving it; the memory is released
@@ -436,6 +470,8 @@ class Connection:
             self._pending.popleft()
             if len(self._pending) < MAX_IN_FLIGHT_PER_CONNECTION:
                 self._room.set()
+            if isinstance(response, ThrottledResponse):
+                response = await self._throttled(response)
             if response is None:
                 continue
             if context is None:

@@ -59,6 +59,8 @@ class RequestContext:
     client_address: str
     # Kafka's KafkaPrincipal as text: User:ANONYMOUS until TLS or SASL says who it is.
     principal: str = "User:ANONYMOUS"
+    # Bytes of the request frame (header and body): what a produce quota counts.
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +153,7 @@ class ProtocolCodec:
             listener=listener,
             client_address=client_address,
             principal=principal,
+            size=len(frame),
         )
         return context, request
 

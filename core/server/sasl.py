@@ -9,10 +9,15 @@ Kafka configures a SASL listener with ``listener.name.<listener>.<mechanism>.sas
         user_admin="admin-secret" user_alice="alice-secret";
 
 The ``user_<name>="<password>"`` options are the accounts PLAIN accepts. For SCRAM Kafka keeps
-salted credentials in its metadata (``kafka-configs --alter --add-config 'SCRAM-SHA-256=[...]'``);
-tierlog has no such store and reads the same ``user_<name>`` options from the SCRAM module's
-JAAS string instead, salting each password once at start-up (4096 iterations, Kafka's
-minimum and default). Passwords are never logged and never leave this module.
+salted credentials in its metadata, managed at run time with AlterUserScramCredentials
+(``kafka-configs --alter --add-config 'SCRAM-SHA-256=[...]'``); tierlog does too
+(``core.server.scram_credentials``: a ``ScramCredentialSource`` every SCRAM listener reads at
+each exchange, so a change applies to the next authentication). For compatibility it also
+reads ``user_<name>`` options from the SCRAM module's JAAS string, salting each password once
+at start-up (4096 iterations, Kafka's minimum and default). Precedence: a run-time credential
+of a user and mechanism wins over a JAAS account of the same name; deleting it brings the
+JAAS account back. A SCRAM JAAS entry may thus list no account at all. Passwords are never
+logged and never leave this module.
 
 SCRAM follows RFC 5802 / RFC 7677 as Kafka's ScramSaslServer does: no channel binding
 (``n,,`` only), an optional authorization id that must equal the user, the ``tokenauth``
@@ -34,9 +39,10 @@ import hmac
 import re
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 from core.errors import CoreError
 
@@ -111,14 +117,15 @@ def users_from_jaas(text: str, mechanism: str) -> dict[str, str]:
     """The ``user_<name>="<password>"`` accounts of a JAAS string for ``mechanism``.
 
     Raises:
-        JaasConfigError: not parseable, the wrong login module, or no account at all.
+        JaasConfigError: not parseable, the wrong login module, or PLAIN without any account
+            (SCRAM accounts may all come from AlterUserScramCredentials).
     """
     module, options = parse_jaas(text)
     expected = _LOGIN_MODULES[mechanism]
     if module != expected:
         raise JaasConfigError(f"login module {module} does not serve {mechanism} (use {expected})")
     users = {k.removeprefix("user_"): v for k, v in options.items() if k.startswith("user_")}
-    if not users:
+    if not users and mechanism == PLAIN:
         raise JaasConfigError('no account: add user_<name>="<password>" options')
     return users
 
@@ -147,6 +154,15 @@ class ScramCredential:
         _, stored_key, server_key = scram_keys(mechanism, password, salt, iterations)
         return cls(salt, iterations, stored_key, server_key)
 
+    @classmethod
+    def from_salted_password(
+        cls, mechanism: str, salt: bytes, salted_password: bytes, iterations: int
+    ) -> ScramCredential:
+        """The credential of a password a client salted itself (AlterUserScramCredentials
+        sends SaltedPassword = Hi(password, salt, iterations), never the password)."""
+        _, stored_key, server_key = _keys_of_salted(mechanism, salted_password)
+        return cls(salt, iterations, stored_key, server_key)
+
 
 def scram_keys(
     mechanism: str, password: str, salt: bytes, iterations: int
@@ -158,6 +174,11 @@ def scram_keys(
     """
     hash_name = _SCRAM_HASH[mechanism]
     salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+    return _keys_of_salted(mechanism, salted)
+
+
+def _keys_of_salted(mechanism: str, salted: bytes) -> tuple[bytes, bytes, bytes]:
+    hash_name = _SCRAM_HASH[mechanism]
     client_key = hmac.digest(salted, b"Client Key", hash_name)
     return (
         client_key,
@@ -171,15 +192,58 @@ def scram_hmac(mechanism: str, key: bytes, message: bytes) -> bytes:
     return hmac.digest(key, message, _SCRAM_HASH[mechanism])
 
 
+class ScramCredentialSource(Protocol):
+    """SCRAM credentials managed at run time (``core.server.scram_credentials``)."""
+
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        """The user's current credential for ``mechanism``, or None. Thread-safe."""
+        ...
+
+    def scram_users(self, mechanism: str) -> frozenset[str]:
+        """The users with a credential for ``mechanism``."""
+        ...
+
+
+class ScramAccounts(Mapping[str, ScramCredential]):
+    """The SCRAM accounts of one listener and mechanism: run-time credentials first, then
+    the JAAS accounts. Each lookup reads the source afresh."""
+
+    def __init__(
+        self,
+        mechanism: str,
+        jaas: Mapping[str, ScramCredential],
+        runtime: ScramCredentialSource | None,
+    ) -> None:
+        self._mechanism = mechanism
+        self._jaas = jaas
+        self._runtime = runtime
+
+    def __getitem__(self, user: str) -> ScramCredential:
+        if self._runtime is not None:
+            credential = self._runtime.scram_credential(self._mechanism, user)
+            if credential is not None:
+                return credential
+        return self._jaas[user]
+
+    def __iter__(self) -> Iterator[str]:
+        runtime = self._runtime.scram_users(self._mechanism) if self._runtime else frozenset()
+        return iter(sorted(runtime | set(self._jaas)))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class SaslCredentials:
     """The accounts of one listener, per enabled mechanism."""
 
     plain: Mapping[str, str]
-    scram: Mapping[str, Mapping[str, ScramCredential]]
+    scram: Mapping[str, Mapping[str, ScramCredential]]  # the JAAS accounts
     # Keys the fake SCRAM credentials of unknown users; drawn once per SaslCredentials
     # (each listener's, at start-up), never stored or sent.
     unknown_user_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    # Run-time SCRAM credentials (AlterUserScramCredentials), shared by every listener.
+    runtime_scram: ScramCredentialSource | None = None
 
     @property
     def mechanisms(self) -> tuple[str, ...]:
@@ -187,8 +251,12 @@ class SaslCredentials:
         return tuple(m for m in SUPPORTED_MECHANISMS if m in found)
 
     @classmethod
-    def from_jaas(cls, jaas_by_mechanism: Mapping[str, str]) -> SaslCredentials:
-        """Accounts from a JAAS string per mechanism.
+    def from_jaas(
+        cls,
+        jaas_by_mechanism: Mapping[str, str],
+        runtime_scram: ScramCredentialSource | None = None,
+    ) -> SaslCredentials:
+        """Accounts from a JAAS string per mechanism, and the run-time SCRAM credentials.
 
         Raises:
             JaasConfigError: see ``users_from_jaas``.
@@ -207,6 +275,7 @@ class SaslCredentials:
         return cls(
             MappingProxyType(plain),
             MappingProxyType({m: MappingProxyType(u) for m, u in scram.items()}),
+            runtime_scram=runtime_scram,
         )
 
     def server(self, mechanism: str) -> SaslServer:
@@ -218,8 +287,9 @@ class SaslCredentials:
         if mechanism == PLAIN and self.plain:
             return PlainSaslServer(self.plain)
         if mechanism in self.scram:
+            accounts = ScramAccounts(mechanism, self.scram[mechanism], self.runtime_scram)
             return ScramSaslServer(
-                mechanism, self.scram[mechanism], unknown_user_secret=self.unknown_user_secret
+                mechanism, accounts, unknown_user_secret=self.unknown_user_secret
             )
         raise ValueError(f"mechanism {mechanism} is not enabled")
 

@@ -25,6 +25,7 @@ mechanism's JAAS entry.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import ssl
 import tempfile
@@ -39,6 +40,7 @@ from core.server.sasl import (
     SUPPORTED_MECHANISMS,
     JaasConfigError,
     SaslCredentials,
+    ScramCredentialSource,
     parse_jaas,
     users_from_jaas,
 )
@@ -136,7 +138,10 @@ def listener_security(config: BrokerConfig, listener: Listener) -> ListenerSecur
     if protocol not in ("SASL_PLAINTEXT", "SASL_SSL"):
         return ListenerSecurity(protocol, context)
     return ListenerSecurity(
-        protocol, context, _sasl(lookup), lookup.get("sasl.server.max.receive.size")
+        protocol,
+        context,
+        _sasl(lookup),
+        lookup.get("sasl.server.max.receive.size"),
     )
 
 
@@ -388,6 +393,18 @@ def _sasl(lookup: _Lookup) -> SaslCredentials:
             raise InvalidConfigError(f"Invalid value [hidden] for configuration {name}: {e}") from e
         jaas[mechanism] = value
     return SaslCredentials.from_jaas(jaas)
+
+
+def with_runtime_scram(
+    security: ListenerSecurity, source: ScramCredentialSource
+) -> ListenerSecurity:
+    """The listener's security with the SCRAM credentials managed at run time
+    (AlterUserScramCredentials) among its SCRAM accounts; a listener without SASL as it is."""
+    if security.sasl is None:
+        return security
+    return dataclasses.replace(
+        security, sasl=dataclasses.replace(security.sasl, runtime_scram=source)
+    )
 
 
 def _bad(lookup: _Lookup, name: str, value: object, reason: str) -> InvalidConfigError:

@@ -222,6 +222,37 @@ class TopicRegistry:
             self._save()
             return info
 
+    def add_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> tuple[TopicInfo, TopicInfo]:
+        """Raise a topic's partition count to ``count`` (CreatePartitions); the new
+        partitions start at leader epoch 0. Returns the topic before and after.
+
+        Raises:
+            UnknownTopicError: no such topic.
+            InvalidPartitionsError: ``count`` is not larger than the current count.
+        """
+        with self._lock:
+            info = self._topics.get(name)
+            if info is None:
+                raise UnknownTopicError(f"The topic '{name}' does not exist.")
+            if count < info.partitions:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {info.partitions} partitions, which is higher than "
+                    f"the requested {count}."
+                )
+            if count == info.partitions:
+                raise InvalidPartitionsError(f"Topic already has {info.partitions} partitions.")
+            epochs = list(info.leader_epochs) + [0] * (info.partitions - len(info.leader_epochs))
+            grown = replace(
+                info, partitions=count, leader_epochs=tuple(epochs) + (0,) * (count - len(epochs))
+            )
+            if validate_only:
+                return info, grown
+            self._topics[name] = grown
+            self._save()
+            return info, grown
+
     def bump_leader_epochs(self) -> None:
         """A new leadership term for every partition (the broker became leader again)."""
         with self._lock:

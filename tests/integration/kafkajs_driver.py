@@ -160,13 +160,17 @@ class GroupMember:
     far. ``leave()`` closes its stdin: it disconnects, which sends LeaveGroup, and exits.
     """
 
-    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
-        command = {
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, *, metadata_max_age_ms: int | None = None
+    ) -> None:
+        command: dict[str, Any] = {
             "op": "group",
             "client": client_config(bootstrap),
             "topic": topic,
             "groupId": group,
         }
+        if metadata_max_age_ms is not None:
+            command["metadataMaxAge"] = metadata_max_age_ms  # KafkaJS's metadata.max.age.ms
         self.proc = subprocess.Popen(
             [_node(), str(SCRIPT)],
             stdin=subprocess.PIPE,

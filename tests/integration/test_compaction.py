@@ -160,6 +160,68 @@ def test_a_compacted_topic_refuses_records_without_a_key(broker_factory) -> None
     broker.kill()
 
 
+BATCH = [(b"a", b"v0"), (None, b"v1"), (b"c", b"v2"), (None, b"v3"), (b"e", b"v4")]
+KEYLESS = [1, 3]  # the indexes of the records without a key in BATCH
+WHY = f"Compacted topic cannot accept message without key in topic partition {TOPIC}-0."
+
+
+def test_librdkafka_learns_which_records_of_its_batch_were_refused(broker_factory) -> None:
+    """Produce v8+ names the keyless records (KIP-467). librdkafka (confluent-kafka 2.16)
+    fails those with INVALID_RECORD and the rest of their batch with the local
+    _INVALID_DIFFERENT_RECORD, retrying none; the application resends the others."""
+    from confluent_kafka import KafkaError, Producer
+
+    broker: BrokerProcess = broker_factory()
+    create(broker, TOPIC, {"cleanup.policy": "compact"})
+    reports: dict[int, Any] = {}
+    # One batch: every record is queued long before the linger ends.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000})
+    for i, (key, value) in enumerate(BATCH):
+        producer.produce(
+            TOPIC,
+            key=key,
+            value=value,
+            partition=0,
+            on_delivery=lambda e, _m, i=i: reports.update({i: e}),
+        )
+    assert producer.flush(30) == 0
+    codes = {i: (e.code(), e.retriable()) for i, e in reports.items()}
+    assert codes == {
+        i: (
+            KafkaError.INVALID_RECORD if i in KEYLESS else KafkaError._INVALID_DIFFERENT_RECORD,
+            False,
+        )
+        for i in range(len(BATCH))
+    }
+    assert read_all(broker) == []  # nothing of the batch was appended
+    produce(broker, [r for i, r in enumerate(BATCH) if i not in KEYLESS])
+    assert read_all(broker) == [(0, b"a", b"v0"), (1, b"c", b"v2"), (2, b"e", b"v4")]
+    broker.kill()
+
+
+def test_kafka_python_learns_which_records_of_its_batch_were_refused(broker_factory) -> None:
+    """kafka-python fails the keyless records with the broker's per-record message and the
+    others of their batch with a generic error, as Kafka's Java producer does."""
+    from kafka import KafkaProducer
+    from kafka.errors import InvalidRecordError, KafkaError
+
+    broker: BrokerProcess = broker_factory()
+    create(broker, TOPIC, {"cleanup.policy": "compact"})
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=1000)
+    futures = [producer.send(TOPIC, key=k, value=v, partition=0) for k, v in BATCH]
+    producer.flush(30)
+    producer.close(10)
+    failures = {i: f.exception for i, f in enumerate(futures)}
+    for i, error in failures.items():
+        if i in KEYLESS:
+            assert isinstance(error, InvalidRecordError) and WHY in str(error), (i, error)
+        else:
+            assert type(error) is KafkaError, (i, error)
+            assert "part of a batch which had one more more invalid records" in str(error)
+    assert read_all(broker) == []
+    broker.kill()
+
+
 @pytest.mark.parametrize(
     "configs",
     [

@@ -1,9 +1,10 @@
 """KafkaJS (Node.js) against a real broker: a consumer group of two KafkaJS members, and
-its admin client. Produce and consume of every record shape are in the client matrix.
+its admin client. Produce and consume of every record shape are in the client matrix; a
+KafkaJS group rebalancing onto partitions added by CreatePartitions is in
+test_create_partitions.
 
-KafkaJS's admin client also has ``alterConfigs`` (AlterConfigs, the non-incremental API)
-and ``createPartitions`` (CreatePartitions); tierlog does not serve those APIs yet, so
-they are not exercised here.
+KafkaJS's admin client also has ``alterConfigs`` (AlterConfigs, the non-incremental API),
+which is not exercised here; it has no call for OffsetDelete or the SCRAM credential APIs.
 """
 
 from __future__ import annotations
@@ -145,6 +146,51 @@ def test_kafkajs_admin_calls(broker_factory):
         True,
     )
 
+    # CreatePartitions, DescribeCluster (KafkaJS asks Metadata), offsets and DeleteGroups.
+    group = "kafkajs-admin-group"
+    answers = admin_calls(
+        broker.bootstrap,
+        [
+            ("createPartitions", [{"topicPartitions": [{"topic": topic, "count": 5}]}]),
+            ("createPartitions", [{"topicPartitions": [{"topic": topic, "count": 2}]}]),
+            ("fetchTopicMetadata", [{"topics": [topic]}]),
+            ("describeCluster", []),
+            (
+                "setOffsets",
+                [
+                    {
+                        "groupId": group,
+                        "topic": topic,
+                        "partitions": [{"partition": 4, "offset": "3"}],
+                    }
+                ],
+            ),
+            ("fetchOffsets", [{"groupId": group, "topics": [topic]}]),
+            ("deleteGroups", [[group]]),
+            ("fetchOffsets", [{"groupId": group, "topics": [topic]}]),
+        ],
+    )
+    grown, shrink, metadata, cluster, set_offsets, fetched, deleted, gone = answers
+    assert grown == {"ok": True, "result": None}
+    assert not shrink["ok"] and "INVALID_PARTITIONS" in str(shrink["error"]), shrink
+    assert [p["partitionId"] for p in metadata["result"]["topics"][0]["partitions"]] == list(
+        range(5)
+    )
+    host, port = broker.bootstrap.rsplit(":", 1)
+    assert cluster["ok"], cluster
+    assert cluster["result"]["brokers"] == [{"nodeId": 1, "host": host, "port": int(port)}]
+    assert cluster["result"]["controller"] == 1 and cluster["result"]["clusterId"]
+    assert set_offsets["ok"], set_offsets
+
+    def committed(answer: dict) -> dict[int, str]:
+        assert answer["ok"], answer
+        (t,) = answer["result"]
+        return {p["partition"]: p["offset"] for p in t["partitions"]}
+
+    assert committed(fetched)[4] == "3"
+    assert deleted == {"ok": True, "result": [{"groupId": group, "errorCode": 0}]}
+    assert committed(gone)[4] == "-1"
+
     base = 1_700_000_000_000
     records = [Rec(b"k", b"v%d" % i, (), base + i * 1000) for i in range(10)]
     assert produce_kafkajs(broker.bootstrap, topic, records) == list(range(10))
@@ -174,7 +220,7 @@ def test_kafkajs_admin_calls(broker_factory):
         assert answer["ok"], answer
         return {p["partition"]: (int(p["low"]), int(p["high"])) for p in answer["result"]}
 
-    assert watermarks(offsets) == {0: (0, 10), 1: (0, 0), 2: (0, 0)}
+    assert watermarks(offsets) == {0: (0, 10), 1: (0, 0), 2: (0, 0), 3: (0, 0), 4: (0, 0)}
     assert by_time["ok"] and by_time["result"][0] == {"partition": 0, "offset": "4"}
     assert deleted == {"ok": True, "result": None}
     assert watermarks(after)[0] == (4, 10)

@@ -33,10 +33,13 @@ SIZE = struct.Struct(">i")
 class Connection:
     """One connection on which requests are sent one at a time (a SASL exchange needs it)."""
 
-    def __init__(self, bootstrap: str, timeout_s: float = 10) -> None:
+    def __init__(
+        self, bootstrap: str, timeout_s: float = 10, client_id: str = "tierlog-tests"
+    ) -> None:
         host, port = bootstrap.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         self.correlation_id = 0
+        self.client_id = client_id
 
     def __enter__(self) -> Connection:
         return self
@@ -56,7 +59,7 @@ class Connection:
                 request_api_key=i16(api_key),
                 request_api_version=i16(version),
                 correlation_id=i32(self.correlation_id),
-                client_id="tierlog-tests",
+                client_id=self.client_id,
             ),
         )
         entity_writer(request_cls)(out, request)

@@ -28,6 +28,9 @@ from core.server.handler_support import BrokerServices
 from core.server.handlers import HANDLERS
 from core.server.internal_topics import BrokerTrust
 from core.server.protocol import ProtocolCodec
+from core.server.quota_store import LocalQuotaStore
+from core.server.quotas import ClientQuotas
+from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo
 
@@ -69,6 +72,9 @@ class FakeBroker:
         self.group_coordinator = GroupCoordinator(Timer())
         self.authorizer: AclAuthorizer | None = None
         self.broker_trust = BrokerTrust()
+        self.scram_cache = ScramCredentialCache()
+        self.scram_credentials = LocalScramCredentialStore(directory, self.scram_cache)
+        self.quotas = ClientQuotas.open(LocalQuotaStore(directory))
         # A member added to the Protocol and not here fails every handler test at once.
         assert isinstance(self, BrokerServices)
 
@@ -109,6 +115,17 @@ class FakeBroker:
         info = self.topics.delete(name)
         self.replica_manager.remove_topic(name)
         return info
+
+    async def create_partitions(
+        self, name: str, count: int, *, validate_only: bool = False
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        _, after = self.topics.add_partitions(name, count, validate_only=validate_only)
+        if validate_only:
+            return after, None
+        opening = asyncio.ensure_future(self.replica_manager.open_topic_in_steps(after))
+        done: asyncio.Future[TopicInfo] = asyncio.get_running_loop().create_future()
+        opening.add_done_callback(lambda _: done.set_result(after))
+        return after, done
 
     def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
         info = self.topics.set_configs(name, configs)

@@ -240,6 +240,8 @@ async function groupMember(cmd, lines) {
     sessionTimeout: cmd.sessionTimeout || 10000,
     heartbeatInterval: cmd.heartbeatInterval || 500,
     maxWaitTimeInMs: 200,
+    // How soon a new partition of the topic is seen (and the group rebalances onto it).
+    metadataMaxAge: cmd.metadataMaxAge || 300000,
   })
   consumer.on(consumer.events.GROUP_JOIN, e => {
     const assignment = e.payload.memberAssignment || {}
