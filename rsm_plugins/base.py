@@ -14,12 +14,18 @@ Each plugin supplies its settings and a store; this class owns the object layout
   objects are fine (idempotent).
 * ``rsm.config.encryption.enabled``: the store is wrapped in ``EncryptingStore`` (client-side
   AES-256-GCM, see ``rsm_plugins.encryption``); sizes and checksums stay the plaintext's.
+  Manifests (segment and topic) stay plain JSON, so a bucket can be audited without the key.
+* topic manifests (``write_topic_manifest``, ``read_topic_manifest``,
+  ``delete_topic_manifest``): the broker's record of a tiered topic's partition count and
+  configs in the bucket, which ``tierlog restore`` needs. Not part of Kafka's RSM contract:
+  the broker writes them only through plugins of this class.
 """
 
 from __future__ import annotations
 
 import io
 import threading
+import uuid
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -31,14 +37,17 @@ from core.errors import InvalidConfigError
 from rsm_plugins.encryption import EncryptingStore, load_key_file
 from rsm_plugins.layout import (
     CHECKSUM_ALGORITHM,
+    TOPIC_MANIFEST_NAME,
     CorruptObjectError,
     ObjectEntry,
     ObjectSuffix,
     SegmentManifest,
+    TopicManifest,
     checksum_bytes,
     object_key,
     object_name,
     partition_prefix,
+    topic_manifest_key,
 )
 from rsm_plugins.store import ObjectStore, VerifyingReader, buffered
 from tiered.api import (
@@ -165,12 +174,11 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if values[ENCRYPTION_ENABLED]:
             path = require(values, ENCRYPTION_KEY_FILE, "the key file for encryption.enabled")
             key_id = require(values, ENCRYPTION_KEY_ID, "a name for the encryption key")
-            manifest_suffix = "." + ObjectSuffix.MANIFEST.value
             store = EncryptingStore(
                 store,
                 load_key_file(Path(path), setting(ENCRYPTION_KEY_FILE)),
                 key_id,
-                encrypts=lambda key: not key.endswith(manifest_suffix),
+                encrypts=lambda key: not is_manifest_key(key),
             )
         self._store_ = store
 
@@ -256,6 +264,39 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if self._store_ is not None:
             self._store_.close()
 
+    # -- topic manifests --------------------------------------------------------------------
+
+    def write_topic_manifest(self, manifest: TopicManifest) -> None:
+        """Store ``manifest`` as the topic's ``topic-manifest.json``, replacing any.
+
+        Raises:
+            RemoteStorageError: the store failed.
+        """
+        key = topic_manifest_key(self._key_prefix, manifest.topic, manifest.topic_id)
+        self.store.put_bytes(key, manifest.to_json())
+
+    def read_topic_manifest(self, topic: str, topic_id: uuid.UUID) -> TopicManifest | None:
+        """The topic's manifest, or None when it has none.
+
+        Raises:
+            ManifestError: the object is not a valid topic manifest.
+            RemoteStorageError: the store failed.
+        """
+        key = topic_manifest_key(self._key_prefix, topic, topic_id)
+        try:
+            data = self.store.get_bytes(key)
+        except RemoteResourceNotFoundError:
+            return None
+        return TopicManifest.from_json(data, key)
+
+    def delete_topic_manifest(self, topic: str, topic_id: uuid.UUID) -> None:
+        """Delete the topic's manifest; a missing one is not an error.
+
+        Raises:
+            RemoteStorageError: the store failed.
+        """
+        self.store.delete([topic_manifest_key(self._key_prefix, topic, topic_id)])
+
     # -- manifests --------------------------------------------------------------------------
 
     def manifest(self, metadata: RemoteLogSegmentMetadata) -> SegmentManifest:
@@ -292,6 +333,11 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
 
     def _key(self, metadata: RemoteLogSegmentMetadata, suffix: ObjectSuffix) -> str:
         return object_key(self._key_prefix, metadata, suffix)
+
+
+def is_manifest_key(key: str) -> bool:
+    """Whether ``key`` is a segment's or a topic's manifest (kept as plain JSON)."""
+    return key.endswith(("." + ObjectSuffix.MANIFEST.value, "/" + TOPIC_MANIFEST_NAME))
 
 
 def _size_crc(data: bytes) -> tuple[int, str]:

@@ -27,7 +27,7 @@ from core.config import ConfigKey, ConfigType
 from core.fs import fsync_dir
 from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
 from rsm_plugins.layout import RunningChecksum
-from rsm_plugins.store import BoundedReader, ObjectStore, buffered
+from rsm_plugins.store import BoundedReader, ObjectInfo, ObjectStore, buffered
 from tiered.api import RemoteResourceNotFoundError, RemoteStorageError
 
 STORAGE_ROOT = "storage.root"
@@ -141,13 +141,30 @@ class LocalDirObjectStore(ObjectStore):
         return self._path(key).is_file()
 
     def list_keys(self, prefix: str) -> Iterator[str]:
-        for dirpath, _dirs, files in os.walk(self.root):
+        for info in self.list_objects(prefix):
+            yield info.key
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
+        # Walk only the folder the prefix names (its part up to the last '/'), not the root:
+        # one topic's listing must not cost a walk of every topic.
+        parts = prefix.rpartition("/")[0].split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            parts = []  # no folder (or not a plain one): walk everything under the root
+        start = self.root.joinpath(*parts)
+        for dirpath, _dirs, files in os.walk(start):
             rel = Path(dirpath).relative_to(self.root).as_posix()
             base = "" if rel == "." else rel + "/"
             for name in files:
                 key = base + name
-                if key.startswith(prefix) and _TMP_MARK not in name:
-                    yield key
+                if not key.startswith(prefix) or _TMP_MARK in name:
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue  # deleted since the walk read its folder
+                except OSError as e:
+                    raise RemoteStorageError(f"cannot stat {dirpath}/{name}: {e}") from e
+                yield ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
 
 
 class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):

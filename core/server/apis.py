@@ -1,9 +1,10 @@
 """KafkaApis: the data-path and topic handlers, in a table keyed by api key.
 
 Every handler has the signature ``async handler(broker, context, request) -> response``
-(None for no response), ``broker`` being the ``BrokerServices`` it is handed. Handlers
-whose order matters (produce) do their work before their first ``await``; see
-core.server.network. ``core.server.handlers`` merges this table with the others.
+(None for no response), ``broker`` being the ``BrokerServices`` it is handed. The
+network layer hands a connection's requests over one at a time (core.server.network);
+produce still appends before its first ``await`` (handle_produce).
+``core.server.handlers`` merges this table with the others.
 """
 
 from __future__ import annotations
@@ -180,8 +181,9 @@ async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: 
 
 # -- Produce ----------------------------------------------------------------------------------
 async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    # Everything up to the append runs before any await: appends of one connection keep
-    # their request order (idempotent producers rely on it).
+    # Everything up to the append runs before any await: a request's appends land
+    # together, with no other connection's request in between, and stay done even if the
+    # client goes away while this waits (the network layer cancels it then).
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "TopicProduceResponse")
     partition_cls = nested(response_type, "PartitionProduceResponse")
@@ -258,7 +260,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
             )
         topics.append((name, results))
     # Every append of the request is done; only now wait (fsync per flush.messages, then
-    # the high watermark for acks=-1), so requests of a connection append in order.
+    # the high watermark for acks=-1).
     for partition, results, slot, required in waits:
         try:
             await broker.replica_manager.wait_durable(partition)

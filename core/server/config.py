@@ -219,8 +219,9 @@ _BROKER_KEYS = [
     ConfigKey("queued.max.requests", I, 500,
               "Kafka: requests read and waiting for a request handler thread before the "
               "network threads stop reading. tierlog has no such queue (a handler starts on "
-              "the event loop as soon as its request is read); reading pauses at 64 requests "
-              "in progress per connection and while queued.max.request.bytes is reached.",
+              "the event loop as soon as its request is read); each connection has one "
+              "request in progress at a time, as in Kafka, and large frames wait unread "
+              "while queued.max.request.bytes is reached.",
               at_least(1), inert=True),
     ConfigKey("queued.max.request.bytes", L, 104857600,
               "Bytes of request frames being read or served, all connections together. "

@@ -127,8 +127,8 @@ def _commit_error(
 
 
 async def handle_offset_commit(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    # The in-memory commit happens before the first await: commits of one connection are
-    # applied in request order.
+    # The in-memory commit happens before the first await: it stays even if the client
+    # goes away while the commit is persisted (the network layer cancels the wait).
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "OffsetCommitResponseTopic")
     partition_cls = nested(response_type, "OffsetCommitResponsePartition")

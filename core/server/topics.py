@@ -164,18 +164,27 @@ class TopicRegistry:
         *,
         validate_only: bool = False,
         topic_id: uuid.UUID | None = None,
+        leader_epochs: tuple[int, ...] | None = None,
     ) -> TopicInfo:
         """Register a topic.
+
+        ``leader_epochs`` (one per partition, default 0) are the partitions' current leader
+        epochs: a topic restored from remote storage continues the epochs of its data.
 
         Raises:
             InvalidTopicError, TopicExistsError, InvalidPartitionsError,
             InvalidConfigError: as Kafka's CreateTopics answers them.
+            ValueError: ``leader_epochs`` does not hold one epoch >= 0 per partition.
         """
         validate_topic_name(name)
         if partitions <= 0:
             raise InvalidPartitionsError(
                 f"Number of partitions must be larger than 0, got {partitions}"
             )
+        if leader_epochs is not None and (
+            len(leader_epochs) != partitions or min(leader_epochs) < 0
+        ):
+            raise ValueError(f"{name}: leader epochs {leader_epochs} for {partitions} partitions")
         LogConfig.from_props(dict(configs), defaults=self.broker_defaults)  # validates
         with self._lock:
             if name in self._topics:
@@ -188,7 +197,7 @@ class TopicRegistry:
                 topic_id=topic_id or uuid.uuid4(),
                 partitions=partitions,
                 configs=dict(configs),
-                leader_epochs=(0,) * partitions,
+                leader_epochs=tuple(leader_epochs) if leader_epochs else (0,) * partitions,
             )
             if validate_only:
                 return info
@@ -278,6 +287,17 @@ class TopicRegistry:
                 partitions,
             )
             return info
+
+    def reserve_producer_ids_through(self, producer_id: int) -> None:
+        """Never hand out ``producer_id`` or any id below it from now on (persisted): the
+        producer state of restored data names them."""
+        with self._lock:
+            if self._producer_id_limit <= producer_id:
+                self._producer_id_limit = producer_id + 1
+                self._next_producer_id = max(self._next_producer_id, producer_id + 1)
+                self._save()
+            else:
+                self._next_producer_id = max(self._next_producer_id, producer_id + 1)
 
     def allocate_producer_id(self) -> int:
         """A producer id never handed out before, across restarts (persisted in blocks)."""
