@@ -242,6 +242,26 @@ def settled(broker: BrokerProcess, bucket: Bucket, topic: str) -> bool:
     return states == {"COPY_SEGMENT_FINISHED"} and not bucket.incomplete_stems(topic)
 
 
+STALL_S = 60.0
+
+
+def wait_settled(broker: BrokerProcess, bucket: Bucket, topic: str) -> None:
+    """Wait until tiering has settled (``settled``). The backlog to copy grows with the time
+    the test took to get here, and copies go as fast as the machine lets them, so no fixed
+    deadline fits every machine: this fails when tiering makes no progress (its highest
+    tiered offset stays put) for ``STALL_S``, which a stuck copy or a copy left in
+    COPY_SEGMENT_STARTED would cause."""
+    best, since = -2, time.monotonic()
+    while not settled(broker, bucket, topic):
+        tiered = list_offsets(broker.bootstrap, topic, LATEST_TIERED)
+        if tiered > best:
+            best, since = tiered, time.monotonic()
+        assert time.monotonic() - since < STALL_S, (
+            f"{topic}: tiering stalled at offset {best} for {STALL_S:.0f}s:\n{broker.log_tail()}"
+        )
+        time.sleep(0.5)  # the poll interval, as wait_until's
+
+
 def coverage_gaps(finished: list[dict[str, Any]], local_start: int) -> list[tuple[int, int]]:
     """Offset ranges (inclusive) below ``local_start`` that no remote segment holds."""
     gaps, expected = [], 0
@@ -308,7 +328,7 @@ def test_sigkill_while_copying_loses_nothing_and_leaves_no_dangling_copy_or_orph
         assert dangling[0] >= 1 and dangling[1] >= 1, f"kills did not land mid-copy: {dangling}"
 
         # The next task runs delete what the kills left; then tiering catches up.
-        wait_until(lambda: settled(broker, bucket, topic), 60, 0.5, what="tiering settled")
+        wait_settled(broker, bucket, topic)
         problems: list[str] = []
         # One broker, no unclean election: no remote segment may leave the epoch lineage.
         lineage = [line for b in brokers for line in broker_log_lines(b, "leader-epoch lineage")]
@@ -408,7 +428,7 @@ def test_s3_outage_delays_tiering_but_not_produce_or_local_reads(
         assert failed_copies, f"the broker never saw S3 down:\n{broker.log_tail()}"
         assert_identical(consume_confluent(broker.bootstrap, topic), 0, produced, "after")
 
-        wait_until(lambda: settled(broker, bucket, topic), 60, 0.5, what="tiering settled")
+        wait_settled(broker, bucket, topic)
         finished = metadata_segments(broker.bootstrap, topic, "COPY_SEGMENT_FINISHED")
         assert_no_gap(finished, local_log_start(broker, topic))
         assert not orphan_report(bucket, {s["segment_id"] for s in finished})
@@ -437,7 +457,7 @@ def tiered_broker(
 
 def remote_segments_wait(broker: BrokerProcess, bucket: Bucket, topic: str) -> list[dict[str, Any]]:
     """Wait until tiering has settled; the COPY_SEGMENT_FINISHED segments, by start offset."""
-    wait_until(lambda: settled(broker, bucket, topic), 90, 0.5, what=f"{topic} tiering settled")
+    wait_settled(broker, bucket, topic)
     finished = metadata_segments(broker.bootstrap, topic, "COPY_SEGMENT_FINISHED")
     return sorted(finished, key=lambda s: s["start_offset"])
 
