@@ -259,17 +259,16 @@ TOPIC_CONFIG = ConfigDef(
             at_least(1),
             "log.cleaner.max.compaction.lag.ms",
         ),
-        # Inert until replication: one replica per partition leaves nothing to decide.
         ConfigKey(
             "min.insync.replicas",
             I,
             1,
-            "Kafka: the in-sync replicas an acks=all produce needs, else it fails with "
-            "NOT_ENOUGH_REPLICAS. tierlog keeps one replica per partition and answers acks=all "
-            "once the leader has the records, whatever this says.",
+            "The in-sync replicas an acks=all produce needs: with a smaller ISR it is refused "
+            "with NOT_ENOUGH_REPLICAS before anything is appended, and if the ISR shrank "
+            "below it while the produce waited, answered NOT_ENOUGH_REPLICAS_AFTER_APPEND. "
+            "acks=0 and acks=1 ignore it.",
             at_least(1),
             "min.insync.replicas",
-            inert=True,
         ),
         ConfigKey(
             "unclean.leader.election.enable",

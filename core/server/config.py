@@ -356,32 +356,36 @@ _BROKER_KEYS = [
     # -- fetching ---------------------------------------------------------------------------
     ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
               at_least(1024)),
-    # Inert until replication: tierlog keeps one replica per partition and has no followers.
-    # Validated as Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
+    # Replication (core/server/replica_fetcher.py, core/server/partition.py). Validated as
+    # Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
     ConfigKey("replica.fetch.wait.max.ms", I, 500,
-              "Kafka: how long a follower's fetch waits for data at the leader. tierlog has no "
-              "followers (one replica per partition).", at_least(0), inert=True),
+              "How long a follower's fetch waits at the leader for replica.fetch.min.bytes.",
+              at_least(0)),
     ConfigKey("replica.fetch.min.bytes", I, 1,
-              "Kafka: the bytes a follower's fetch waits for. tierlog has no followers.",
-              at_least(1), inert=True),
+              "The bytes a follower's fetch waits for at the leader.", at_least(1)),
     ConfigKey("replica.fetch.max.bytes", I, 1048576,
-              "Kafka: the bytes per partition a follower fetches at once. tierlog has no "
-              "followers.", at_least(0), inert=True),
+              "The bytes per partition a follower asks for in one fetch (the first batch of "
+              "a fetch comes whole even when larger).", at_least(0)),
     ConfigKey("replica.fetch.response.max.bytes", I, 10485760,
-              "Kafka: the size cap of a follower's fetch response. tierlog has no followers.",
-              at_least(0), inert=True),
+              "The size cap of a follower's fetch response (the first batch comes whole even "
+              "when larger).", at_least(0)),
     ConfigKey("replica.fetch.backoff.ms", I, 1000,
-              "Kafka: a follower's pause after a failed fetch. tierlog has no followers.",
-              at_least(0), inert=True),
+              "A follower's pause before fetching a partition again after an error (or its "
+              "leader after a failed request).", at_least(0)),
     ConfigKey("replica.lag.time.max.ms", L, 30000,
-              "Kafka: a follower that has not caught up for this long leaves the ISR. tierlog "
-              "has no followers: the ISR is the leader alone.", inert=True),
+              "A follower that has not caught up with the leader's log end for this long "
+              "leaves the ISR; the leader checks every half of it."),
     ConfigKey("replica.socket.timeout.ms", I, 30000,
-              "Kafka: the socket timeout of a follower's fetches. tierlog has no followers.",
-              inert=True),
+              "How long a follower waits for the leader's answer to a fetch before it closes "
+              "the connection and backs off."),
+    ConfigKey("replica.socket.receive.buffer.bytes", I, 65536,
+              "Kafka: SO_RCVBUF of a follower's fetch connections. tierlog's inter-broker "
+              "connections keep the operating system's default, which Linux tunes to the "
+              "connection (TCP receive-window auto-tuning).", at_least(-1), inert=True),
     ConfigKey("num.replica.fetchers", I, 1,
-              "Kafka: fetcher threads per source broker. tierlog has no followers.",
-              at_least(1), inert=True),
+              "Fetchers per source broker: a follower's partitions led by one broker are "
+              "spread over this many connections (Kafka's hash of topic and partition).",
+              at_least(1)),
     # -- log cleaner (compaction) ------------------------------------------------------------
     ConfigKey("log.cleaner.enable", B, True,
               "Run the log cleaner, which compacts topics with cleanup.policy=compact "
