@@ -213,8 +213,8 @@ class CopyTask(RLMTask):
             if ctx.copy_quota is not None and ctx.copy_quota.is_exceeded():
                 log.info("%s: copy quota exceeded; the next run continues", tp)
                 break
-            self._copy_segment(segment, next_base)
-            copied += 1
+            if self._copy_segment(segment, next_base):
+                copied += 1
         if copied:
             self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
         return copied
@@ -238,7 +238,8 @@ class CopyTask(RLMTask):
         self.ctx.metrics.set(REMOTE_COPY_LAG_SEGMENTS, self.tp, len(candidates))
         self.ctx.metrics.set(REMOTE_COPY_LAG_BYTES, self.tp, sum(s.size for s, _ in candidates))
 
-    def _copy_segment(self, segment: LogSegment, next_base: int) -> None:
+    def _copy_segment(self, segment: LogSegment, next_base: int) -> bool:
+        """Copy one segment; False when leadership was lost during the copy."""
         ctx, tp, plog = self.ctx, self.tp, self.plog
         start, end = segment.base_offset, next_base - 1
         cache = plog.leader_epoch_cache
@@ -293,6 +294,14 @@ class CopyTask(RLMTask):
                 )
                 self.delete_segment(md, reason="failed copy")
                 raise RemoteStorageError(f"{tp}: copy of segment {start}..{end} failed") from e
+        if self.cancelled:
+            # This broker stopped leading during the copy: only the leader finishes copies
+            # (its epoch lineage decides what the remote tier holds). The segment stays
+            # COPY_SEGMENT_STARTED, a dangling copy the next leader deletes (KIP-405).
+            log.info(
+                "%s: no longer the leader; segment %d..%d left to the next leader", tp, start, end
+            )
+            return
         self.wait(
             ctx.rlmm.update_remote_log_segment_metadata(
                 RemoteLogSegmentMetadataUpdate(
@@ -317,6 +326,7 @@ class CopyTask(RLMTask):
             bytes=md.segment_size_in_bytes,
             ms=round((time.monotonic() - began) * 1000),
         )
+        return True
 
     def _delete_dangling_copies(self) -> None:
         """Delete copies a crash (or a failed cleanup) left in COPY_SEGMENT_STARTED. Runs of

@@ -13,19 +13,24 @@ With ``remote.log.storage.system.enable=true`` the broker gets:
 - a RemotePartitionRemover deleting the remote data of deleted topics.
 
 ``RemoteStorageSystem`` is what the ReplicaManager sees through core's ``RemoteTier`` seam:
-reads go to the RemoteLogManager, and topic events become its leadership changes. A single
-broker leads every partition it hosts, so a created (or newly tiered) topic's partitions
-are led from now on, and a deleted topic's partitions are stopped with their remote data
-deleted.
+reads go to the RemoteLogManager, and so do the followers' requests for the state below
+their leader's local log start (``remote_log_aux_state``). It is also a leadership listener
+of the ReplicaManager (Kafka's ``onLeadershipChange`` / ``stopPartitions``): the tiered
+partitions this broker leads get copy and expiration tasks, those it follows a follower
+task, and the RLMM follows the metadata of both, so that a new leader serves remote reads
+at once; stopped partitions lose their tasks, deleted ones are marked for the deletion of
+their remote data. Leadership changes apply in order on one thread, off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from core.errors import KafkaStorageError
+from core.errors import CoreError, KafkaStorageError
 from core.server.config import REMOTE_TIER_PREFIXES
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.remover import RemotePartitionRemover
@@ -49,7 +54,9 @@ from tierlog.metrics_http import PrometheusEndpoint, QuotaCollector
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog, TimestampAndOffset
     from core.server.broker import Broker
-    from core.server.remote_seam import RemoteFetchResult
+    from core.server.cluster_types import TopicPartition
+    from core.server.partition import Partition
+    from core.server.remote_seam import RemoteFetchResult, RemoteLogAuxState
     from core.server.topics import TopicInfo
 
 log = logging.getLogger(__name__)
@@ -69,6 +76,9 @@ class RemoteStorageSystem:
         self.rlmm: RemoteLogMetadataManager | None = None
         self.rlm: RemoteLogManager | None = None
         self.remover: RemotePartitionRemover | None = None
+        # Leadership changes reach the RemoteLogManager in the order they happened.
+        self._leadership = ThreadPoolExecutor(1, thread_name_prefix="rlm-leadership")
+        self._listening = False
 
     @property
     def enabled(self) -> bool:
@@ -133,10 +143,17 @@ class RemoteStorageSystem:
             rlm_config,
             config.log_dirs[0],
         )
-        self.broker.replica_manager.remote = self
-        tiered = self.tiered_partitions()
-        if tiered:
-            await loop.run_in_executor(None, self.rlm.on_leadership, tiered)
+        manager = self.broker.replica_manager
+        manager.remote = self
+        if not self._listening:
+            manager.add_leadership_listener(self)
+            self._listening = True
+        # Partitions whose roles were applied before the remote tier started.
+        hosted = list(manager.partitions.values())
+        leaders = [p for p in hosted if p.is_leader]
+        followers = [p for p in hosted if not p.is_leader]
+        tiered = self._tiered(leaders) + self._tiered(followers)
+        await loop.run_in_executor(self._leadership, self._apply_roles, leaders, followers)
         self.rlm.start()
         if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
             self.remover = RemotePartitionRemover(
@@ -151,23 +168,75 @@ class RemoteStorageSystem:
             "remote tier started: %s, %s; %d tiered partitions", rsm_class, rlmm_class, len(tiered)
         )
 
+    # -- leadership (core's LeadershipListener) -----------------------------------------
+    @staticmethod
+    def _tiered(partitions: Sequence[Partition]) -> list[tuple[TopicIdPartition, PartitionLog]]:
+        return [
+            (TopicIdPartition(p.topic_id, p.topic, p.index), p.log)
+            for p in partitions
+            if p.log.config.remote_storage_enable
+        ]
+
+    def _apply_roles(self, leaders: Sequence[Partition], followers: Sequence[Partition]) -> None:
+        """On the leadership thread: tasks and RLMM assignment for the tiered partitions."""
+        rlm = self.rlm
+        if rlm is None:
+            return
+        led, followed = dict(self._tiered(leaders)), dict(self._tiered(followers))
+        if not led and not followed:
+            return
+        rlmm = self.rlmm
+        if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
+            # A former leader's last events on a partition this broker now leads still apply.
+            cache = self.broker.replica_manager.metadata_cache
+            others = {b.broker_id for b in cache.alive_brokers()}
+            for p in [*leaders, *followers]:
+                state = cache.partition(p.tp)
+                if state is not None:
+                    others.update(state.replicas)
+            rlmm.set_other_brokers(others)
+        try:
+            rlm.on_leadership_change(led, followed)
+        except (RemoteStorageError, CoreError, OSError):
+            log.exception("remote tier: leadership change failed")
+
+    def on_partitions_changed(
+        self, leaders: Sequence[Partition], followers: Sequence[Partition]
+    ) -> None:
+        """LeaderAndIsr applied: lead or follow the tiered ones (on the leadership thread)."""
+        if self.rlm is not None:
+            self._leadership.submit(self._apply_roles, list(leaders), list(followers))
+
+    def on_partitions_stopped(self, stopped: Sequence[TopicPartition], deleted: bool) -> None:
+        """StopReplica applied: the partitions' tasks stop; deleted ones are marked for the
+        deletion of their remote data (KIP-405)."""
+        rlm = self.rlm
+        if rlm is None:
+            return
+        cache = self.broker.replica_manager.metadata_cache
+        tps = []
+        for topic, index in stopped:
+            topic_id = cache.topic_id(topic)
+            if topic_id is None:
+                info = self.broker.topics.get(topic)
+                topic_id = info.topic_id if info is not None else None
+            if topic_id is not None:
+                tps.append(TopicIdPartition(topic_id, topic, index))
+        if tps:
+            self._leadership.submit(self._stop, tps, deleted)
+
+    def _stop(self, tps: list[TopicIdPartition], deleted: bool) -> None:
+        rlm = self.rlm
+        if rlm is None:
+            return
+        try:
+            rlm.on_stop_partitions(tps, delete=deleted)
+        except (RemoteStorageError, CoreError, OSError):
+            log.exception("remote tier: stopping %s failed", tps)
+
     def _partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         p = self.broker.replica_manager.partition(topic, partition)
         return p.log if p is not None else None
-
-    def tiered_partitions(
-        self, topics: list[TopicInfo] | None = None
-    ) -> list[tuple[TopicIdPartition, PartitionLog]]:
-        """The hosted partitions of ``topics`` (default: every topic) that are tiered."""
-        out = []
-        for info in self.broker.topics.all() if topics is None else topics:
-            if not self.broker.topics.effective_config(info).remote_storage_enable:
-                continue
-            for index in range(info.partitions):
-                plog = self._partition_log(info.name, index)
-                if plog is not None:
-                    out.append((TopicIdPartition(info.topic_id, info.name, index), plog))
-        return out
 
     # -- core's RemoteTier seam ----------------------------------------------------------
     def _running(self) -> RemoteLogManager:
@@ -201,10 +270,28 @@ class RemoteStorageSystem:
             topic_id, topic, partition, log, timestamp
         )
 
+    async def remote_log_aux_state(
+        self, topic_id: object, topic: str, partition: int, epoch: int, offset: int
+    ) -> RemoteLogAuxState:
+        tp = TopicIdPartition(topic_id, topic, partition)  # type: ignore[arg-type]
+        rlm = self._running()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, rlm.remote_log_aux_state, tp, epoch, offset)
+
     def on_topic_created(self, topic: TopicInfo) -> None:
-        """A topic was created or reconfigured: this broker leads its tiered partitions."""
-        if self.rlm is not None:
-            self.rlm.on_leadership(self.tiered_partitions([topic]))
+        """A topic was created or reconfigured (tiering may begin on partitions already
+        hosted): its hosted partitions take their roles' tasks."""
+        if self.rlm is None:
+            return
+        manager = self.broker.replica_manager
+        hosted = [
+            p for p in (manager.partition(topic.name, i) for i in range(topic.partitions)) if p
+        ]
+        self._leadership.submit(
+            self._apply_roles,
+            [p for p in hosted if p.is_leader],
+            [p for p in hosted if not p.is_leader],
+        ).result()
 
     def on_topic_deleted(self, topic: TopicInfo) -> None:
         """A topic was deleted: its partitions stop here and their remote data goes."""
@@ -218,7 +305,10 @@ class RemoteStorageSystem:
             await loop.run_in_executor(None, self.remover.stop)
         if self.rlm is not None:
             self.broker.replica_manager.remote = None
+            await loop.run_in_executor(self._leadership, lambda: None)  # pending changes done
             await loop.run_in_executor(None, self.rlm.shutdown)
+        self._leadership.shutdown(wait=False)
+        self._leadership = ThreadPoolExecutor(1, thread_name_prefix="rlm-leadership")
         for plugin in (self.rlmm, self.rsm):
             if plugin is not None:
                 await loop.run_in_executor(None, plugin.close)
