@@ -40,6 +40,9 @@ def tiered_settings(directory: Path) -> dict[str, str]:
         "log.retention.check.interval.ms": "50",
         "replica.fetch.wait.max.ms": "100",
         "replica.fetch.backoff.ms": "50",
+        # Without ZooKeeper a broker trusts no peer on a PLAINTEXT listener: the nodes (and
+        # the test) connect anonymously, so the anonymous principal is the brokers' one.
+        "super.users": "User:ANONYMOUS",
     }
 
 

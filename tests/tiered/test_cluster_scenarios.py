@@ -1,0 +1,180 @@
+"""KIP-405's follower and leadership scenarios on real brokers in one process.
+
+The test is the controller (``tests/tiered/tiered_cluster.py``): it elects leaders and bumps
+leader epochs as a controller's LeaderAndIsr would, so every offset and epoch of the KIP's
+tables is reproduced exactly. Every message is its own batch; segments hold three batches
+(``segment.bytes`` is three batch sizes), so the remote segments are the KIP's seg-0-2,
+seg-3-5, ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from core.records.builder import RecordBatchBuilder
+from tests.support.waiting import until
+from tests.tiered.tiered_cluster import TieredCluster, values
+from tiered.api import RemoteLogSegmentState, TopicIdPartition
+
+TOPIC = "kip405"
+TP = (TOPIC, 0)
+NONE = 0
+OFFSET_MOVED_TO_TIERED_STORAGE = 109
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+
+def batch_size() -> int:
+    builder = RecordBatchBuilder()
+    value = values([0])[0]
+    builder.append(value, key=value[:4])
+    return len(bytes(builder.build()))
+
+
+BATCH = batch_size()
+SEGMENT = 3 * BATCH  # three batches, then a roll
+
+
+def topic_config(**overrides: str) -> dict[str, str]:
+    return {
+        "remote.storage.enable": "true",
+        "segment.bytes": str(SEGMENT),
+        "retention.ms": "-1",
+        "local.retention.ms": "-1",
+        "local.retention.bytes": "-1",
+        **overrides,
+    }
+
+
+class Scenario:
+    """One topic of one partition on a tiered cluster; the test elects and produces."""
+
+    def __init__(self, cluster: TieredCluster) -> None:
+        self.cluster = cluster
+        self.topic_id = uuid.uuid4()
+        self.tidp = TopicIdPartition(self.topic_id, TOPIC, 0)
+        self.replicas = list(cluster.nodes)
+
+    async def elect(
+        self, leader: int, epoch: int, isr: Sequence[int], to: Sequence[int] | None = None
+    ) -> None:
+        answers = await self.cluster.elect(
+            TOPIC,
+            self.topic_id,
+            1,
+            leader=leader,
+            isr=isr,
+            leader_epoch=epoch,
+            replicas=self.replicas,
+            to=to,
+        )
+        assert all(code == NONE for a in answers.values() for code in a.values()), answers
+
+    async def produce(self, leader: int, tags: Sequence[int]) -> None:
+        for value in values(tags):
+            answer, _ = await self.cluster.produce(leader, TP, [value], acks=1)
+            assert answer.error_code == NONE
+
+    def finished(self, node: int) -> list[tuple[int, int, dict[int, int], int]]:
+        """(start, end, epochs, copied by) of the COPY_SEGMENT_FINISHED remote segments."""
+        return [
+            (md.start_offset, md.end_offset, dict(md.segment_leader_epochs), md.broker_id)
+            for md in self.cluster.segments(node, self.tidp, FINISHED)
+        ]
+
+    async def remote_ranges(self, node: int, ranges: list[tuple[int, int]]) -> None:
+        await until(
+            lambda: [(s, e) for s, e, _, _ in self.finished(node)] == ranges,
+            timeout=30,
+            what=f"remote segments {ranges} seen by broker {node}",
+        )
+
+    async def local_start(self, node: int, offset: int) -> None:
+        await until(
+            lambda: self.cluster.node(node).plog(TP).local_log_start_offset == offset,
+            timeout=30,
+            what=f"local log start {offset} on broker {node}",
+        )
+
+    async def isr(self, leader: int, isr: Sequence[int]) -> None:
+        """Wait until the leader has committed ``isr`` (through the ISR writer)."""
+
+        def committed() -> bool:
+            partition = self.cluster.nodes[leader].partition(TP)
+            return partition is not None and sorted(partition.isr) == sorted(isr)
+
+        await until(committed, timeout=30, what=f"ISR {list(isr)} on broker {leader}")
+
+    async def read(self, node: int, start: int = 0) -> list[tuple[int, int, bytes]]:
+        return await self.cluster.read_all(node, TP, start)
+
+
+def run(
+    tmp_path: Path,
+    size: int,
+    configs: dict[str, str],
+    scenario: Callable[[Scenario], Coroutine[Any, Any, None]],
+) -> None:
+    async def main() -> None:
+        cluster = TieredCluster(tmp_path, size, {TOPIC: configs})
+        try:
+            await cluster.start()
+            await scenario(Scenario(cluster))
+        finally:
+            await cluster.close()
+
+    asyncio.run(asyncio.wait_for(main(), 150))
+
+
+def expected(tags_and_epochs: Sequence[tuple[int, int]]) -> list[tuple[int, int, bytes]]:
+    return [(i, epoch, values([tag])[0]) for i, (tag, epoch) in enumerate(tags_and_epochs)]
+
+
+def test_scenario_1_a_new_follower_builds_its_state_from_the_remote_tier_and_fetches_from_the_earliest_local_offset(  # noqa: E501
+    tmp_path: Path,
+) -> None:
+    # The leader's local log keeps seg-3-5 and the active segment (6-7): two segments' worth.
+    configs = topic_config(**{"local.retention.bytes": str(SEGMENT + 2 * BATCH)})
+
+    async def scenario(s: Scenario) -> None:
+        a, b = 1, 2
+        # Broker A leads alone: LE-0 from 0, LE-1 from 3, LE-2 from 5, LE-3 from 7.
+        for epoch, tags in ((0, [0, 1, 2]), (1, [3, 4]), (2, [5, 6]), (3, [7])):
+            await s.elect(a, epoch, [a], to=[a])
+            await s.produce(a, tags)
+        await s.remote_ranges(a, [(0, 2), (3, 5)])
+        await s.local_start(a, 3)
+        assert s.finished(a) == [(0, 2, {0: 0}, a), (3, 5, {1: 3, 2: 5}, a)]
+        leader_epochs = [(0, 0), (1, 3), (2, 5), (3, 7)]
+        assert s.cluster.node(a).epochs(TP) == leader_epochs
+
+        # A new follower B fetches offset 0: OFFSET_MOVED_TO_TIERED_STORAGE, ELO 3 in LE-1;
+        # it builds LE-0 from seg-0-2's checkpoint and fetches 3..7 from the leader.
+        await s.elect(a, 3, [a], to=[b])
+        await s.cluster.caught_up(TP, a, [b])
+        follower = s.cluster.node(b).plog(TP)
+        assert follower.log_start_offset == 0
+        assert follower.local_log_start_offset == 3
+        # Nothing of the tiered history was copied to the follower's disk.
+        assert sorted(int(f.stem) for f in follower.dir.glob("*.log")) == [3, 6]
+        assert s.cluster.node(b).epochs(TP) == leader_epochs
+        await s.isr(a, [a, b])
+        history = expected([(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 2), (6, 2), (7, 3)])
+        assert await s.read(a) == history
+
+        # B becomes the leader: it serves the whole history, offsets 0-2 from the remote tier,
+        # and copies on after the highest remote offset of its lineage (5, in LE-2).
+        await s.elect(b, 4, [a, b])
+        assert await s.read(b) == history
+        await s.produce(b, [8, 9, 10, 11])
+        await s.remote_ranges(b, [(0, 2), (3, 5), (6, 8)])
+        assert s.finished(b) == [
+            (0, 2, {0: 0}, a),
+            (3, 5, {1: 3, 2: 5}, a),
+            (6, 8, {2: 6, 3: 7, 4: 8}, b),
+        ]
+
+    run(tmp_path, 2, configs, scenario)
