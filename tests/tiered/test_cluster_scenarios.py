@@ -10,12 +10,16 @@ seg-3-5, ...
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
 from core.records.builder import RecordBatchBuilder
+from core.server.api_keys import ApiKey
+from core.server.kio_build import make, nested
+from core.server.protocol import load_request_schema
 from tests.support.waiting import until
 from tests.tiered.tiered_cluster import TieredCluster, values
 from tiered.api import RemoteLogSegmentState, TopicIdPartition
@@ -108,6 +112,52 @@ class Scenario:
 
         await until(committed, timeout=30, what=f"ISR {list(isr)} on broker {leader}")
 
+    async def roll(self, node: int) -> None:
+        """Roll the active segment (the KIP's tables place segment boundaries freely)."""
+        self.cluster.node(node).plog(TP).roll()
+
+    async def epoch_end(self, node: int, epoch: int) -> tuple[int, int]:
+        """A consumer's OffsetsForLeaderEpoch (KIP-320): (epoch, end offset) ``node``
+        answers for ``epoch``."""
+
+        def build(version: int) -> Any:
+            request_cls = load_request_schema(ApiKey.OFFSET_FOR_LEADER_EPOCH, version)
+            return make(
+                request_cls,
+                replica_id=-1,
+                topics=(
+                    make(
+                        nested(request_cls, "OffsetForLeaderTopic"),
+                        topic=TOPIC,
+                        partitions=(
+                            make(
+                                nested(request_cls, "OffsetForLeaderPartition"),
+                                partition=0,
+                                current_leader_epoch=-1,
+                                leader_epoch=epoch,
+                            ),
+                        ),
+                    ),
+                ),
+            )
+
+        response = await self.cluster.client.send(
+            self.cluster.nodes[node].endpoint,
+            "test-consumer",
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            build,
+            versions=(4, 4),
+        )
+        answer = response.topics[0].partitions[0]
+        assert answer.error_code == NONE
+        return int(answer.leader_epoch), int(answer.end_offset)
+
+    def gapless(self, node: int) -> None:
+        """The remote segments of the lineage follow each other with no gap or overlap."""
+        segments = self.finished(node)
+        for (_, end, _, _), (start, _, _, _) in itertools.pairwise(segments):
+            assert start == end + 1, segments
+
     async def read(self, node: int, start: int = 0) -> list[tuple[int, int, bytes]]:
         return await self.cluster.read_all(node, TP, start)
 
@@ -117,9 +167,10 @@ def run(
     size: int,
     configs: dict[str, str],
     scenario: Callable[[Scenario], Coroutine[Any, Any, None]],
+    settings: dict[str, str] | None = None,
 ) -> None:
     async def main() -> None:
-        cluster = TieredCluster(tmp_path, size, {TOPIC: configs})
+        cluster = TieredCluster(tmp_path, size, {TOPIC: configs}, settings)
         try:
             await cluster.start()
             await scenario(Scenario(cluster))
@@ -178,3 +229,62 @@ def test_scenario_1_a_new_follower_builds_its_state_from_the_remote_tier_and_fet
         ]
 
     run(tmp_path, 2, configs, scenario)
+
+
+def test_scenario_2_an_out_of_sync_follower_whose_offsets_went_remote_truncates_fully_rebuilds_and_later_leads(  # noqa: E501
+    tmp_path: Path,
+) -> None:
+    # Copied segments leave the local disks at once; a stopped follower leaves the ISR fast.
+    configs = topic_config(**{"local.retention.ms": "0"})
+
+    async def scenario(s: Scenario) -> None:
+        a, b = 1, 2
+        # Step 1: B follows A and has 0..3 (LE-0 from 0, LE-1 from 3), then goes offline.
+        await s.elect(a, 0, [a, b])
+        await s.produce(a, [0, 1, 2])
+        await s.elect(a, 1, [a, b])
+        await s.produce(a, [3])
+        await s.cluster.caught_up(TP, a, [b])
+        assert s.cluster.node(b).epochs(TP) == [(0, 0), (1, 3)]
+        await s.cluster.nodes[b].stop()
+        await s.produce(a, [4])
+        await s.isr(a, [a])  # B lags for replica.lag.time.max.ms: the high watermark moves on
+        await s.elect(a, 2, [a], to=[a])
+        await s.produce(a, [5, 6])
+        await s.elect(a, 3, [a], to=[a])
+        await s.produce(a, [7, 8, 9, 10, 11])
+        # Step 2: seg-0-2, seg-3-5 and seg-6-8 are remote and gone from A's disk: ELO 9.
+        await s.remote_ranges(a, [(0, 2), (3, 5), (6, 8)])
+        await s.local_start(a, 9)
+        assert [e for _, _, e, _ in s.finished(a)] == [{0: 0}, {1: 3, 2: 5}, {2: 6, 3: 7}]
+
+        # Step 3: B comes back. Its fetch at 4 (LE-1) gets OFFSET_MOVED_TO_TIERED_STORAGE;
+        # ELO 9 is in LE-3, offset 8 too: B restores the epochs of seg-6-8 and fetches 9..11.
+        await s.cluster.nodes[b].start()
+        await s.elect(a, 3, [a], to=[b])
+        await s.cluster.caught_up(TP, a, [b])
+        follower = s.cluster.node(b).plog(TP)
+        assert (follower.log_start_offset, follower.local_log_start_offset) == (0, 9)
+        assert follower.log_end_offset == 12
+        assert s.cluster.node(b).epochs(TP) == [(0, 0), (1, 3), (2, 5), (3, 7)]
+        assert sorted(int(f.stem) for f in follower.dir.glob("*.log")) == [9]
+        await s.isr(a, [a, b])
+
+        # B, first local offset 9, becomes the leader: it serves the whole history (0-8
+        # from the remote tier) and copies on from 9: the lineage stays gapless, with
+        # segments copied by both brokers.
+        history = expected(
+            [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 2), (6, 2)]
+            + [(t, 3) for t in range(7, 12)]
+        )
+        assert await s.read(a) == history
+        await s.elect(b, 4, [a, b])
+        assert await s.read(b) == history
+        await s.produce(b, [12])
+        await s.remote_ranges(b, [(0, 2), (3, 5), (6, 8), (9, 11)])
+        assert [by for _, _, _, by in s.finished(b)] == [a, a, a, b]
+        s.gapless(b)
+        await s.local_start(b, 12)
+        assert await s.read(b) == [*history, (12, 4, values([12])[0])]
+
+    run(tmp_path, 2, configs, scenario, {"replica.lag.time.max.ms": "500"})

@@ -22,11 +22,15 @@ from core.server.broker import Broker
 from core.server.cluster_types import TopicPartition
 from core.server.config import load_broker_config
 from core.server.node_client import ClientSettings, NodeClient
+from core.server.topics import TopicRegistry
 from tests.core.server.replica_cluster import LISTENER, Cluster, Node, RecordingIsrWriter
 from tests.support import shared_rlmm
 from tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tiered.remote_log_manager import RemoteLogManager
 from tierlog.remote_tier import TieredBroker
+
+_REGISTRY_LOG_CONFIG = TopicRegistry.log_config
+_RECONCILE_TOPICS = Broker._reconcile_topics
 
 
 def tiered_settings(directory: Path) -> dict[str, str]:
@@ -53,10 +57,8 @@ class TieredNode(Node):
         directory: Path,
         settings: Mapping[str, str],
         writer: RecordingIsrWriter,
-        topic_configs: dict[str, dict[str, str]],
     ) -> None:
         super().__init__(node_id, directory, settings, writer)
-        self.topic_configs = topic_configs
         self.tiered: TieredBroker | None = None
 
     async def start(self, *, max_fetch_version: int | None = None) -> None:
@@ -73,18 +75,6 @@ class TieredNode(Node):
         broker = Broker(config)
         tiered = TieredBroker(broker)
         await tiered.start()
-        assert broker.log_manager is not None
-        registry_config = broker.log_manager._topic_config
-
-        def topic_config(name: str) -> LogConfig:
-            # The replicated topics' overrides, as ZooKeeper's /config/topics would give them.
-            if name in self.topic_configs:
-                return LogConfig.from_props(
-                    self.topic_configs[name], defaults=config.log_config_defaults()
-                )
-            return registry_config(name)
-
-        broker.log_manager._topic_config = topic_config
         self.client = NodeClient(ClientSettings.from_config(config))
         broker.replica_manager.set_node_client(self.client, LISTENER)
         broker.replica_manager.set_isr_writer(self.writer)
@@ -124,9 +114,45 @@ class TieredCluster(Cluster):
         base = {**tiered_settings(directory), **(settings or {})}
         self.topic_configs = topic_configs
         self.nodes = {
-            i: TieredNode(i, directory / f"broker-{i}", base, self.writer, topic_configs)
+            i: TieredNode(i, directory / f"broker-{i}", base, self.writer)
             for i in range(1, size + 1)
         }
+
+    async def start(self, **options: Any) -> None:
+        self._play_zookeeper_topic_configs()
+        await super().start(**options)
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            TopicRegistry.log_config = _REGISTRY_LOG_CONFIG  # type: ignore[method-assign]
+            Broker._reconcile_topics = _RECONCILE_TOPICS  # type: ignore[method-assign]
+
+    def _play_zookeeper_topic_configs(self) -> None:
+        """The replicated topics are in no broker's registry (the test is their
+        controller): every broker of the process opens their logs with ``topic_configs``
+        (as ZooKeeper's /config/topics would give them), from the first load on, and never
+        adopts them as its own topics when it finds them on disk at a restart."""
+        configs = self.topic_configs
+
+        def log_config(registry: TopicRegistry, name: str) -> LogConfig:
+            if name in configs:
+                return LogConfig.from_props(configs[name], defaults=registry.broker_defaults)
+            return _REGISTRY_LOG_CONFIG(registry, name)
+
+        def reconcile_topics(broker: Broker) -> None:
+            manager = broker.log_manager
+            assert manager is not None
+            every_log = manager.all_logs
+            manager.all_logs = lambda: [p for p in every_log() if p.topic not in configs]  # type: ignore[method-assign]
+            try:
+                _RECONCILE_TOPICS(broker)
+            finally:
+                del manager.all_logs
+
+        TopicRegistry.log_config = log_config  # type: ignore[method-assign]
+        Broker._reconcile_topics = reconcile_topics  # type: ignore[method-assign]
 
     def node(self, node_id: int) -> TieredNode:
         node = self.nodes[node_id]
