@@ -1061,7 +1061,20 @@ class PartitionLog:
                 self._latest_epoch = None
                 return False
             if target_offset < self.local_log_start_offset:
+                # A tiered log keeps what it knows of the remote history below the target:
+                # its log start offset and the epochs there (the lineage a leader serves
+                # remote reads and copies by). The producer state restarts empty, as in
+                # any full truncation.
+                keep_start = self.config.remote_storage_enable and (
+                    self.log_start_offset <= target_offset
+                )
+                start, epochs = self.log_start_offset, self.leader_epoch_cache.entries()
                 self._truncate_fully_and_start_at(target_offset)
+                if keep_start:
+                    self.log_start_offset = start
+                    for entry in epochs:
+                        if entry.start_offset < target_offset:
+                            self.leader_epoch_cache.assign(entry.epoch, entry.start_offset)
                 return True
             log.info("%s: truncating to offset %d", self.dir, target_offset)
             self._truncations += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ TP = (TOPIC, 0)
 NONE = 0
 OFFSET_MOVED_TO_TIERED_STORAGE = 109
 FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+FAST_ISR = {"replica.lag.time.max.ms": "500"}  # a follower that stops leaves the ISR fast
 
 
 def batch_size() -> int:
@@ -90,11 +92,14 @@ class Scenario:
         ]
 
     async def remote_ranges(self, node: int, ranges: list[tuple[int, int]]) -> None:
-        await until(
-            lambda: [(s, e) for s, e, _, _ in self.finished(node)] == ranges,
-            timeout=30,
-            what=f"remote segments {ranges} seen by broker {node}",
-        )
+        try:
+            await until(
+                lambda: [(s, e) for s, e, _, _ in self.finished(node)] == ranges,
+                timeout=30,
+                what=f"remote segments {ranges} seen by broker {node}",
+            )
+        except AssertionError as e:
+            raise AssertionError(f"{e}; finished: {self.finished(node)}") from None
 
     async def local_start(self, node: int, offset: int) -> None:
         await until(
@@ -228,7 +233,7 @@ def test_scenario_1_a_new_follower_builds_its_state_from_the_remote_tier_and_fet
             (6, 8, {2: 6, 3: 7, 4: 8}, b),
         ]
 
-    run(tmp_path, 2, configs, scenario)
+    run(tmp_path, 2, configs, scenario, FAST_ISR)
 
 
 def test_scenario_2_an_out_of_sync_follower_whose_offsets_went_remote_truncates_fully_rebuilds_and_later_leads(  # noqa: E501
@@ -287,4 +292,149 @@ def test_scenario_2_an_out_of_sync_follower_whose_offsets_went_remote_truncates_
         await s.local_start(b, 12)
         assert await s.read(b) == [*history, (12, 4, values([12])[0])]
 
-    run(tmp_path, 2, configs, scenario, {"replica.lag.time.max.ms": "500"})
+    run(tmp_path, 2, configs, scenario, FAST_ISR)
+
+
+def test_scenario_3_after_multiple_hard_failures_a_new_leader_copies_its_own_branch_and_consumers_read_it(  # noqa: E501
+    tmp_path: Path,
+) -> None:
+    configs = topic_config(**{"segment.bytes": str(2 * BATCH), "local.retention.ms": "0"})
+
+    async def scenario(s: Scenario) -> None:
+        a, b = 1, 2
+        # Step 1: A leads (LE-0) and copies seg-0-1. B has only msg 0: the KIP's B lost msgs
+        # 1 and 2 in the crash (they were never flushed); here B never fetched them.
+        await s.elect(a, 0, [a], to=[a, b])
+        await s.produce(a, [0])
+        await s.cluster.caught_up(TP, a, [b])
+        await s.cluster.stop_replica(b, [TP])
+        await s.produce(a, [1, 2])
+        await s.isr(a, [a])  # B lags for replica.lag.time.max.ms: the high watermark moves on
+        await s.remote_ranges(a, [(0, 1)])
+        # Step 2: both crash; B comes back first and leads (LE-1); msg 3 lands at offset 1.
+        await s.cluster.nodes[a].stop()
+        await s.elect(b, 1, [b], to=[b])
+        await s.produce(b, [3])
+        # Step 3: A comes back as a follower: it truncates 1-2 and fetches msg 3.
+        await s.cluster.nodes[a].start()
+        await s.elect(b, 1, [b], to=[a])
+        await s.cluster.caught_up(TP, b, [a])
+        await s.isr(b, [a, b])
+        assert s.cluster.node(a).epochs(TP) == [(0, 0), (1, 1)]
+        # Step 4: msg 4 at offset 2 rolls B's first segment, which B copies (it holds offset
+        # 1 of LE-1; LE-0's last offset 0 is already remote along B's lineage).
+        await s.produce(b, [4])
+        await s.remote_ranges(b, [(0, 1), (0, 1)])
+        assert s.finished(b) == [(0, 1, {0: 0}, a), (0, 1, {0: 0, 1: 1}, b)]
+        await s.local_start(b, 2)
+        # Offset 0 is msg 0; offset 1 is msg 3 of LE-1, never A's msg 1 of LE-0.
+        assert await s.read(b) == expected([(0, 0), (3, 1), (4, 1)])
+        # A consumer at offset 2 in LE-0 is told LE-0 ended at 1 (KIP-320): it truncates.
+        assert await s.epoch_end(b, 0) == (0, 1)
+        assert await s.epoch_end(b, 1) == (1, 3)
+
+    run(tmp_path, 2, configs, scenario, FAST_ISR)
+
+
+def test_scenario_4_an_unclean_leader_truncates_and_serves_its_own_branch_from_both_tiers(
+    tmp_path: Path,
+) -> None:
+    configs = topic_config(**{"local.retention.ms": "0"})
+
+    async def scenario(s: Scenario) -> None:
+        a, b = 1, 2
+        # Step 1: A leads (LE-0), 0..3, and copies seg-0-2; B is out of sync with msg 0.
+        await s.elect(a, 0, [a], to=[a, b])
+        await s.produce(a, [0])
+        await s.cluster.caught_up(TP, a, [b])
+        await s.cluster.stop_replica(b, [TP])
+        await s.produce(a, [1, 2, 3])
+        await s.isr(a, [a])
+        await s.remote_ranges(a, [(0, 2)])
+        # Step 2: A stops; B is elected uncleanly (LE-1): msgs 4 and 5 at offsets 1 and 2;
+        # B's seg-0-1 (LE-0 from 0, LE-1 from 1) is copied once the high watermark is 2.
+        await s.cluster.nodes[a].stop()
+        await s.elect(b, 1, [b], to=[b])
+        await s.produce(b, [4])
+        await s.roll(b)
+        await s.produce(b, [5])
+        await s.remote_ranges(b, [(0, 2), (0, 1)])
+        # Step 3: B's first local segment expires. Both remote copies stay: A's seg-0-2 holds
+        # no truncated epoch (LE-0 is on B's lineage), it is only not served past offset 0.
+        await s.local_start(b, 2)
+        assert s.finished(b) == [(0, 2, {0: 0}, a), (0, 1, {0: 0, 1: 1}, b)]
+        assert await s.read(b) == expected([(0, 0), (4, 1), (5, 1)])
+        assert await s.read(b, 1) == expected([(0, 0), (4, 1), (5, 1)])[1:]
+        assert await s.epoch_end(b, 0) == (0, 1)  # offset 2 in LE-0 is refused (KIP-320)
+
+    run(tmp_path, 2, configs, scenario, FAST_ISR)
+
+
+def test_scenario_5_log_divergence_in_remote_storage_after_two_unclean_elections(
+    tmp_path: Path,
+) -> None:
+    configs = topic_config(**{"local.retention.ms": "0", "segment.bytes": "1048576"})
+
+    async def scenario(s: Scenario) -> None:
+        a, b = 1, 2
+        # Step 1: A leads (LE-0) with 0..4 and copies seg-0-3; B is out of sync with 0..1.
+        await s.elect(a, 0, [a], to=[a, b])
+        await s.produce(a, [0, 1])
+        await s.cluster.caught_up(TP, a, [b])
+        await s.cluster.stop_replica(b, [TP])
+        await s.produce(a, [2, 3])
+        await s.isr(a, [a])
+        await s.roll(a)
+        await s.produce(a, [4])
+        await s.remote_ranges(a, [(0, 3)])
+        uuid1 = s.cluster.segments(a, s.tidp, FINISHED)[0].segment_id
+        # Step 2: A stops; B is elected uncleanly (LE-1): msgs 4, 5, 6 at 2..4; B copies its
+        # seg-0-3 (LE-0 from 0, LE-1 from 2). A's seg-0-3 holds no truncated epoch: kept.
+        await s.cluster.nodes[a].stop()
+        await s.elect(b, 1, [b], to=[b])
+        await s.produce(b, [4, 5])
+        await s.roll(b)
+        await s.produce(b, [6])
+        await s.remote_ranges(b, [(0, 3), (0, 3)])
+        uuid2 = next(
+            md.segment_id for md in s.cluster.segments(b, s.tidp, FINISHED) if md.broker_id == b
+        )
+        # Step 3: B stops; A comes back and is elected uncleanly (LE-2), unaware of LE-1:
+        # msgs 7 and 8 at 5 and 6; A copies seg-4-5 (LE-0 at 4, LE-2 from 5). B's seg-0-3
+        # holds LE-1, an epoch A's lineage truncated: it is deleted; A's own is kept.
+        await s.cluster.nodes[b].stop()
+        await s.cluster.nodes[a].start()
+        await s.elect(a, 2, [a], to=[a])
+        await s.produce(a, [7])
+        await s.roll(a)
+        await s.produce(a, [8])
+        await s.remote_ranges(a, [(0, 3), (4, 5)])
+        await until(
+            lambda: uuid2 not in {md.segment_id for md in s.cluster.segments(a, s.tidp)},
+            timeout=30,
+            what="B's seg-0-3 (LE-1) deleted",
+        )
+        states = {md.segment_id: md.state for md in s.cluster.segments(a, s.tidp)}
+        assert states[uuid1] == FINISHED
+        assert s.finished(a) == [(0, 3, {0: 0}, a), (4, 5, {0: 4, 2: 5}, a)]
+        await s.local_start(a, 6)
+        assert s.cluster.node(a).epochs(TP) == [(0, 0), (2, 5)]
+        history = expected([(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (7, 2), (8, 2)])
+        assert await s.read(a) == history
+        # Step 4: B restarts with an empty disk: its fetch at 0 gets
+        # OFFSET_MOVED_TO_TIERED_STORAGE, ELO 6 in LE-2; it builds LE-0 from 0 and LE-2 from
+        # 5 from seg-4-5 and fetches msg 8; it joins the ISR.
+        shutil.rmtree(s.cluster.nodes[b].directory)
+        await s.cluster.nodes[b].start()
+        await s.elect(a, 2, [a], to=[b])
+        await s.cluster.caught_up(TP, a, [b])
+        await s.isr(a, [a, b])
+        assert s.cluster.node(b).epochs(TP) == [(0, 0), (2, 5)]
+        follower = s.cluster.node(b).plog(TP)
+        assert (follower.log_start_offset, follower.local_log_start_offset) == (0, 6)
+        # A consumer at offset 3 in LE-1 is told LE-1 is unknown here (it ends where LE-0
+        # does, at 5: KIP-320 truncates it); offset 2 is msg 2.
+        assert await s.epoch_end(a, 1) == (0, 5)
+        assert (await s.read(a, 2))[0] == history[2]
+
+    run(tmp_path, 2, configs, scenario, FAST_ISR)
