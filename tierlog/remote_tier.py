@@ -328,6 +328,15 @@ class TieredBroker:
         return self.broker.config
 
     async def start(self):
+        config = self.broker.config
+        if self.remote_tier.enabled and config.get("zookeeper.connect"):
+            # Before anything starts: in a cluster the remote tier would have to follow
+            # leadership changes and write __remote_log_metadata through its leaders,
+            # which it does not do yet.
+            raise RemoteTierStartError(
+                "remote.log.storage.system.enable=true with zookeeper.connect: tiered "
+                "storage runs on a broker alone only for now; unset one of the two"
+            )
         bound = await self.broker.start()
         try:
             await self.remote_tier.start()

@@ -263,10 +263,10 @@ TOPIC_CONFIG = ConfigDef(
             "min.insync.replicas",
             I,
             1,
-            "The in-sync replicas an acks=all produce needs: with a smaller ISR it is refused "
-            "with NOT_ENOUGH_REPLICAS before anything is appended, and if the ISR shrank "
-            "below it while the produce waited, answered NOT_ENOUGH_REPLICAS_AFTER_APPEND. "
-            "acks=0 and acks=1 ignore it.",
+            "The in-sync replicas an acks=all produce needs: with fewer in the ISR it is "
+            "refused with NOT_ENOUGH_REPLICAS before the append, or answered "
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank while it waited. acks=1 "
+            "and acks=0 ignore it. A broker running alone has an ISR of one.",
             at_least(1),
             "min.insync.replicas",
         ),

@@ -112,12 +112,14 @@ _BROKER_KEYS = [
               "zookeeper.session.timeout.ms).", at_least(1)),
     ConfigKey("zookeeper.max.in.flight.requests", I, 10,
               "ZooKeeper requests a broker has in flight at once.", at_least(1)),
+    # Only false is accepted, which changes nothing: hence inert.
     ConfigKey("zookeeper.set.acl", B, False,
               "Kafka: put ZooKeeper ACLs on the znodes a broker creates (with a SASL "
-              "ZooKeeper login). Not supported: true stops start-up.", _unsupported_if_true),
+              "ZooKeeper login). Not supported: true stops start-up naming the key.",
+              _unsupported_if_true, inert=True),
     ConfigKey("zookeeper.ssl.client.enable", B, False,
-              "Kafka: TLS to ZooKeeper. Not supported: true stops start-up.",
-              _unsupported_if_true),
+              "Kafka: TLS to ZooKeeper. Not supported: true stops start-up naming the key.",
+              _unsupported_if_true, inert=True),
     # -- listeners --------------------------------------------------------------------------
     ConfigKey("listeners", LS, [DEFAULT_LISTENERS],
               "NAME://host:port to bind; empty host binds all interfaces, port 0 an ephemeral "
@@ -356,35 +358,32 @@ _BROKER_KEYS = [
     # -- fetching ---------------------------------------------------------------------------
     ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
               at_least(1024)),
-    # Replication (core/server/replica_fetcher.py, core/server/partition.py). Validated as
-    # Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
+    # Read by the replica fetchers and the leaders' ISR checks (core/server/replica_fetcher.py,
+    # core/server/partition.py); a broker running alone has no followers, so there they change
+    # nothing. Validated as Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
     ConfigKey("replica.fetch.wait.max.ms", I, 500,
-              "How long a follower's fetch waits at the leader for replica.fetch.min.bytes.",
+              "How long a follower's fetch waits at the leader for data (its max_wait).",
               at_least(0)),
     ConfigKey("replica.fetch.min.bytes", I, 1,
-              "The bytes a follower's fetch waits for at the leader.", at_least(1)),
+              "The bytes a follower's fetch waits for at the leader (its min_bytes).",
+              at_least(1)),
     ConfigKey("replica.fetch.max.bytes", I, 1048576,
-              "The bytes per partition a follower asks for in one fetch (the first batch of "
-              "a fetch comes whole even when larger).", at_least(0)),
+              "The bytes per partition a follower asks for in one fetch (a larger first "
+              "batch is still returned whole, as in Kafka).", at_least(0)),
     ConfigKey("replica.fetch.response.max.bytes", I, 10485760,
-              "The size cap of a follower's fetch response (the first batch comes whole even "
-              "when larger).", at_least(0)),
+              "The size cap of a follower's whole fetch response.", at_least(0)),
     ConfigKey("replica.fetch.backoff.ms", I, 1000,
-              "A follower's pause before fetching a partition again after an error (or its "
-              "leader after a failed request).", at_least(0)),
+              "A follower's pause after a failed fetch or a lost connection to the leader.",
+              at_least(0)),
     ConfigKey("replica.lag.time.max.ms", L, 30000,
               "A follower that has not caught up with the leader's log end for this long "
-              "leaves the ISR; the leader checks every half of it."),
+              "leaves the ISR (the leader checks every half of it and records the change in "
+              "ZooKeeper)."),
     ConfigKey("replica.socket.timeout.ms", I, 30000,
-              "How long a follower waits for the leader's answer to a fetch before it closes "
-              "the connection and backs off."),
-    ConfigKey("replica.socket.receive.buffer.bytes", I, 65536,
-              "Kafka: SO_RCVBUF of a follower's fetch connections. tierlog's inter-broker "
-              "connections keep the operating system's default, which Linux tunes to the "
-              "connection (TCP receive-window auto-tuning).", at_least(-1), inert=True),
+              "How long a follower waits for the leader's answer to a fetch."),
     ConfigKey("num.replica.fetchers", I, 1,
-              "Fetchers per source broker: a follower's partitions led by one broker are "
-              "spread over this many connections (Kafka's hash of topic and partition).",
+              "Fetchers (each one connection and one task) per source broker; a partition "
+              "goes to fetcher abs(31 * hash(topic) + partition) % num.replica.fetchers.",
               at_least(1)),
     # -- log cleaner (compaction) ------------------------------------------------------------
     ConfigKey("log.cleaner.enable", B, True,

@@ -553,14 +553,23 @@ class ReplicaFetcher:
     ) -> None:
         """Truncate to where the log leaves the leader's lineage; fetch if that is final."""
         truncation = partition.log.truncation_state_for(leader)
-        if truncation.offset < partition.log.log_end_offset:
-            log.info(
-                "%s-%d: truncating to %d (leader %d answered epoch %d ending at %d)",
+        end = partition.log.log_end_offset
+        if truncation.offset < end:
+            # Counted as Kafka's follower reports a truncation: what this replica loses. A
+            # truncation below the high watermark means an unclean election took records.
+            log.log(
+                logging.WARNING if truncation.offset < partition.high_watermark else logging.INFO,
+                "%s-%d: truncating to %d, removing %d offsets (%d-%d) not on the leader's log "
+                "(leader %d answered epoch %d ending at %d; high watermark %d)",
                 *tp,
                 truncation.offset,
+                end - truncation.offset,
+                truncation.offset,
+                end - 1,
                 self.leader_id,
                 leader.epoch,
                 leader.end_offset,
+                partition.high_watermark,
             )
         await self.target.truncate_to(partition, truncation.offset)
         if truncation.truncation_completed or self.manager.truncate_on_fetch:

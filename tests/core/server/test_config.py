@@ -538,10 +538,9 @@ def test_the_inert_keys_a_kafka_sample_sets_are_named_in_order() -> None:
     assert zk.inert_keys_given() == ["num.network.threads"]
     assert zk.get("zookeeper.connect") == "localhost:2181"
     # Keys that work are not named, and a topic default inherits its topic key's marker.
-    assert cfg(num_partitions="3", min_insync_replicas="2").inert_keys_given() == []
-    assert cfg(unclean_leader_election_enable="true").inert_keys_given() == [
-        "unclean.leader.election.enable"
-    ]
+    assert cfg(num_partitions="3", socket_send_buffer_bytes="-1").inert_keys_given() == []
+    assert cfg(min_insync_replicas="2").inert_keys_given() == []
+    assert cfg(compression_type="gzip").inert_keys_given() == ["compression.type"]
 
 
 def test_socket_buffer_sizes_take_minus_one_for_the_os_default() -> None:
