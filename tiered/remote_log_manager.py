@@ -208,23 +208,30 @@ class RemoteLogManager:
 
         Their tasks are cancelled (a run in progress finishes its current segment) and
         their metrics dropped. Without ``delete`` (the partition moved away) the RLMM drops
-        their metadata now. With ``delete`` (the topic was deleted), each partition that
-        had tasks is marked DELETE_PARTITION_MARKED; the RLMM keeps its metadata until the
-        partition remover (``rlmm.remover``) has deleted the remote data (KIP-405). Blocking.
+        their metadata now. With ``delete`` (the topic was deleted), each partition this
+        broker led is marked DELETE_PARTITION_MARKED, so that the deletion of its remote
+        data happens once, on its leader (a topic is deleted only once every replica is
+        online, as in Kafka, so its leader hears of it): the RLMM keeps its metadata until
+        the partition remover (``rlmm.remover``) has deleted the remote data (KIP-405).
+        The followers drop theirs as for a move. Blocking.
         """
         tps = set(partitions)
         with self._lock:
-            stopped = [tp for tp in tps if tp in self._tasks]
-            for tp in stopped:
-                self._cancel(self._tasks.pop(tp))
+            stopped = {tp: self._tasks.pop(tp) for tp in tps if tp in self._tasks}
+            for tasks in stopped.values():
+                self._cancel(tasks)
         for tp in stopped:
             self.metrics.remove(tp)
             log.info("remote log manager: stopped %s%s", tp, " (deleted)" if delete else "")
-        if not delete:
-            if stopped:
-                self.rlmm.on_stop_partitions(set(stopped))
-            return
-        for tp in stopped:
+        led = [
+            tp
+            for tp, tasks in stopped.items()
+            if delete and any(isinstance(t, CopyTask) for t in tasks)
+        ]
+        dropped = set(stopped) - set(led)
+        if dropped:
+            self.rlmm.on_stop_partitions(dropped)
+        for tp in led:
             try:
                 future = self.rlmm.put_remote_partition_delete_metadata(
                     RemotePartitionDeleteMetadata(

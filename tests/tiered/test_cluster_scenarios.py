@@ -19,11 +19,19 @@ from typing import Any
 
 from core.records.builder import RecordBatchBuilder
 from core.server.api_keys import ApiKey
+from core.server.cluster_types import StopReplicaPartition
 from core.server.kio_build import make, nested
 from core.server.protocol import load_request_schema
+from rlmm.serde import deserialize
+from tests.support import shared_rlmm
 from tests.support.waiting import until
 from tests.tiered.tiered_cluster import TieredCluster, values
-from tiered.api import RemoteLogSegmentState, TopicIdPartition
+from tiered.api import (
+    RemoteLogSegmentState,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
 
 TOPIC = "kip405"
 TP = (TOPIC, 0)
@@ -438,3 +446,65 @@ def test_scenario_5_log_divergence_in_remote_storage_after_two_unclean_elections
         assert (await s.read(a, 2))[0] == history[2]
 
     run(tmp_path, 2, configs, scenario, FAST_ISR)
+
+
+def test_deleting_a_tiered_topic_in_a_cluster_deletes_its_remote_data_once_on_its_leader(
+    tmp_path: Path,
+) -> None:
+    async def scenario(s: Scenario) -> None:
+        a, b = 1, 2
+        await s.elect(a, 0, [a, b])
+        await s.produce(a, range(7))
+        await s.remote_ranges(a, [(0, 2), (3, 5)])
+        await s.cluster.caught_up(TP, a, [b])
+        bucket = s.cluster.directory / "bucket"
+        assert any(f.is_file() for f in bucket.rglob("*"))
+        # The controller's StopReplica with deletion reaches both replicas.
+        for node in (b, a):
+            broker = s.cluster.nodes[node].broker
+            assert broker is not None
+            answer = await broker.replica_manager.stop_replicas(
+                100, s.cluster.controller_epoch, [StopReplicaPartition(TP, -2, True)]
+            )
+            assert answer == {TP: NONE}
+
+        def delete_events() -> list[tuple[RemotePartitionDeleteState, int]]:
+            topic = shared_rlmm.shared_topic(
+                s.cluster.node(a).settings[f"rlmm.config.{shared_rlmm.SHARED_TOPIC_KEY}"]
+            )
+            events = [
+                deserialize(r.value)
+                for p in range(topic.partition_count())
+                for r in topic.read(p, 0, 1 << 20)
+            ]
+            return [
+                (e.state, e.broker_id)
+                for e in events
+                if isinstance(e, RemotePartitionDeleteMetadata) and e.topic_id_partition == s.tidp
+            ]
+
+        marked = [(RemotePartitionDeleteState.DELETE_PARTITION_MARKED, a)]
+        await until(lambda: delete_events() == marked, timeout=30, what="the leader's mark")
+        # The leader's partition remover deletes the remote data (its periodic run, here
+        # called at once); the follower marked nothing and removes nothing.
+        removers = {}
+        for node in (a, b):
+            tiered = s.cluster.node(node).tiered
+            assert tiered is not None and tiered.remote_tier.remover is not None
+            removers[node] = tiered.remote_tier.remover
+        await until(
+            lambda: removers[a].marked_partitions() == [s.tidp],
+            timeout=30,
+            what="the mark read back by the leader's metadata manager",
+        )
+        assert removers[b].marked_partitions() == []
+        for node in (b, a):
+            await asyncio.get_running_loop().run_in_executor(None, removers[node].run_once)
+        assert delete_events() == [
+            *marked,
+            (RemotePartitionDeleteState.DELETE_PARTITION_STARTED, a),
+            (RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, a),
+        ]
+        assert not any(f.is_file() for f in bucket.rglob("*"))
+
+    run(tmp_path, 2, topic_config(), scenario)
