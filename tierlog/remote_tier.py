@@ -25,6 +25,7 @@ their remote data. Leadership changes apply in order on one thread, off the even
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import CoreError, KafkaStorageError
 from core.server.config import REMOTE_TIER_PREFIXES
-from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.manager import BOOTSTRAP_KEY, TopicBasedRemoteLogMetadataManager
 from rlmm.remover import RemotePartitionRemover
 from tiered.api import (
     RLMM_CLASS_NAME,
@@ -79,6 +80,7 @@ class RemoteStorageSystem:
         # Leadership changes reach the RemoteLogManager in the order they happened.
         self._leadership = ThreadPoolExecutor(1, thread_name_prefix="rlm-leadership")
         self._listening = False
+        self._configuring: asyncio.Future[None] | None = None  # in a cluster: see start()
 
     @property
     def enabled(self) -> bool:
@@ -110,6 +112,16 @@ class RemoteStorageSystem:
         return plugin, settings, class_name
 
     async def start(self) -> None:
+        """Load and configure the plugins, then start tiering the hosted partitions.
+
+        Running alone, all of it before returning (a bad setting stops the broker). In a
+        cluster the metadata manager reaches ``__remote_log_metadata`` through the
+        cluster's leaders with a Kafka client (bootstrap: this broker's inter-broker
+        listener, unless configured), and the topic may need brokers that are not up yet:
+        its configuration is retried in the background (as Kafka's topic-based RLMM
+        initializes) and tiering starts once it succeeds; meanwhile remote reads answer
+        KAFKA_STORAGE_ERROR and followers retry.
+        """
         if not self.enabled:
             return
         config = self.broker.config
@@ -125,16 +137,73 @@ class RemoteStorageSystem:
             RLMM_CONFIG_PREFIX,
             {"log.dir": log_dir, "broker.id": str(config.node_id)},
         )
+        in_cluster = bool(config.get("zookeeper.connect"))
         if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
-            rlmm.attach_client(InProcessMetadataTopicClient(self.broker, loop))
-        for plugin, settings, key, class_name in (
-            (rsm, rsm_settings, RSM_CLASS_NAME, rsm_class),
-            (rlmm, rlmm_settings, RLMM_CLASS_NAME, rlmm_class),
-        ):
+            if not in_cluster:
+                rlmm.attach_client(InProcessMetadataTopicClient(self.broker, loop))
+            elif not rlmm_settings.get(BOOTSTRAP_KEY):
+                rlmm_settings[BOOTSTRAP_KEY] = self._inter_broker_bootstrap()
+        try:
+            await loop.run_in_executor(None, rsm.configure, rsm_settings)
+        except RemoteStorageError as e:
+            raise RemoteTierStartError(f"{RSM_CLASS_NAME}={rsm_class}: {e}") from e
+        self.rsm = rsm  # closed by stop() from now on
+        if in_cluster:
+            self._configuring = asyncio.ensure_future(
+                self._configure_until_done(
+                    rsm, rlmm, rlmm_settings, rlmm_class, rsm_class, rlm_config
+                )
+            )
+            return
+        try:
+            await loop.run_in_executor(None, rlmm.configure, rlmm_settings)
+        except RemoteStorageError as e:
+            raise RemoteTierStartError(f"{RLMM_CLASS_NAME}={rlmm_class}: {e}") from e
+        await self._start_tiering(rsm, rlmm, rsm_class, rlmm_class, rlm_config)
+
+    def _inter_broker_bootstrap(self) -> str:
+        config = self.broker.config
+        name = config.inter_broker_listener_name
+        for bound in self.broker.bound:
+            if bound.name == name:
+                host = bound.host if bound.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+                return f"{host}:{bound.port}"
+        raise RemoteTierStartError(f"inter-broker listener {name} is not bound")
+
+    async def _configure_until_done(
+        self,
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        settings: dict[str, str],
+        rlmm_class: str,
+        rsm_class: str,
+        rlm_config: RemoteLogManagerConfig,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
             try:
-                await loop.run_in_executor(None, plugin.configure, settings)
+                await loop.run_in_executor(None, rlmm.configure, settings)
+                break
             except RemoteStorageError as e:
-                raise RemoteTierStartError(f"{key}={class_name}: {e}") from e
+                attempt += 1
+                level = (
+                    logging.WARNING if attempt in (1, 10) or attempt % 60 == 0 else logging.DEBUG
+                )
+                log.log(level, "%s not ready yet (attempt %d): %s", rlmm_class, attempt, e)
+                await asyncio.sleep(1.0)
+        await self._start_tiering(rsm, rlmm, rsm_class, rlmm_class, rlm_config)
+
+    async def _start_tiering(
+        self,
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        rsm_class: str,
+        rlmm_class: str,
+        rlm_config: RemoteLogManagerConfig,
+    ) -> None:
+        config = self.broker.config
+        loop = asyncio.get_running_loop()
         self.rsm, self.rlmm = rsm, rlmm
         self.rlm = RemoteLogManager(
             rsm,
@@ -301,6 +370,11 @@ class RemoteStorageSystem:
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()
+        if self._configuring is not None:
+            self._configuring.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._configuring
+            self._configuring = None
         if self.remover is not None:
             await loop.run_in_executor(None, self.remover.stop)
         if self.rlm is not None:
@@ -328,15 +402,6 @@ class TieredBroker:
         return self.broker.config
 
     async def start(self):
-        config = self.broker.config
-        if self.remote_tier.enabled and config.get("zookeeper.connect"):
-            # Before anything starts: in a cluster the remote tier would have to follow
-            # leadership changes and write __remote_log_metadata through its leaders,
-            # which it does not do yet.
-            raise RemoteTierStartError(
-                "remote.log.storage.system.enable=true with zookeeper.connect: tiered "
-                "storage runs on a broker alone only for now; unset one of the two"
-            )
         bound = await self.broker.start()
         try:
             await self.remote_tier.start()
