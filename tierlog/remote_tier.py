@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
     from core.server.topics import TopicInfo
 
 log = logging.getLogger(__name__)
+
+LEADERSHIP_ATTEMPTS = 30  # about 30 s of retries of one leadership change
 
 
 class RemoteTierStartError(Exception):
@@ -264,10 +267,18 @@ class RemoteStorageSystem:
                 if state is not None:
                     others.update(state.replicas)
             rlmm.set_other_brokers(others)
-        try:
-            rlm.on_leadership_change(led, followed)
-        except (RemoteStorageError, CoreError, OSError):
-            log.exception("remote tier: leadership change failed")
+        for attempt in range(1, LEADERSHIP_ATTEMPTS + 1):
+            try:
+                rlm.on_leadership_change(led, followed)
+                return
+            except (RemoteStorageError, CoreError, OSError) as e:
+                # The metadata topic's leaders may be moving (a broker just died): retry,
+                # in order with the changes queued behind this one.
+                if attempt == LEADERSHIP_ATTEMPTS or self.rlm is not rlm:
+                    log.exception("remote tier: leadership change failed")
+                    return
+                log.warning("remote tier: leadership change failed (%s); retrying", e)
+                time.sleep(1.0)
 
     def on_partitions_changed(
         self, leaders: Sequence[Partition], followers: Sequence[Partition]
