@@ -67,9 +67,11 @@ _RUN = 1024
 class _LeaderEpochState:
     """Kafka's RemoteLogLeaderEpochState: one leader epoch's segments, as rows."""
 
-    __slots__ = ("highest", "map", "unreferenced")
+    __slots__ = ("epoch", "highest", "map", "store", "unreferenced")
 
-    def __init__(self, rows: SegmentRows) -> None:
+    def __init__(self, rows: SegmentRows, epoch: int) -> None:
+        self.epoch = epoch
+        self.store = rows
         self.map = EpochMap(rows)  # epoch start offset -> COPY_SEGMENT_FINISHED row
         self.unreferenced: set[int] = set()  # listed, never served
         self.highest: int | None = None  # the highest epoch end offset ever mapped
@@ -105,12 +107,42 @@ class _LeaderEpochState:
             self.highest = end
 
     def delete_started(self, start: int, row: int) -> None:
+        mapped = self.map.get(start) == row
         self.map.remove(start, row)
         self.unreferenced.add(row)
+        if mapped:
+            self._map_superseded(start)
 
     def delete_finished(self, start: int, row: int) -> None:
+        mapped = self.map.get(start) == row
         self.map.remove(start, row)
         self.unreferenced.discard(row)
+        if mapped:
+            self._map_superseded(start)
+
+    def _map_superseded(self, start: int) -> None:
+        """The copy mapped at ``start`` is being deleted: a COPY_SEGMENT_FINISHED copy it
+        had superseded at the same epoch start serves again (the one reaching furthest).
+
+        A deviation from Kafka, which leaves the offsets unserved: after two unclean
+        elections the leader deletes the copy of a truncated branch that had superseded
+        its own copy of the same epoch start (KIP-405's scenario 5), and its own is the one
+        its lineage needs.
+        """
+        rows = self.store
+        best, best_rank = -1, None
+        for r in self.unreferenced:
+            if rows.state(r) != _S.COPY_SEGMENT_FINISHED:
+                continue
+            if dict(rows.epochs(r)).get(self.epoch) != start:
+                continue
+            # The furthest epoch end, then the greatest (start offset, id): deterministic.
+            rank = (rows.epoch_end(r, self.epoch), rows.key(r))
+            if best_rank is None or rank > best_rank:
+                best, best_rank = r, rank
+        if best >= 0 and self.map.get(start) < 0:
+            self.map.put(start, best)
+            self.unreferenced.discard(best)
 
     def renumber(self, remap: Renumbering) -> None:
         self.map.renumber(remap)
@@ -453,7 +485,7 @@ class RemoteLogMetadataCache:
     def _epoch(self, epoch: int) -> _LeaderEpochState:
         st = self._epochs.get(epoch)
         if st is None:
-            st = self._epochs[epoch] = _LeaderEpochState(self._rows)
+            st = self._epochs[epoch] = _LeaderEpochState(self._rows, epoch)
         return st
 
     def _finished(self, r: int) -> None:

@@ -68,6 +68,44 @@ def is_within_lineage(
     return md.end_offset < log_end_offset
 
 
+def has_truncated_epoch(md: RemoteLogSegmentMetadata, leader_epochs: Mapping[int, int]) -> bool:
+    """Whether the segment holds records of an epoch that the lineage (filtered) skips
+    between its earliest and latest epochs: an epoch an unclean election truncated away
+    (KIP-405's "log divergence in remote storage"). Such a segment is an unclean election's
+    leftover from this leader's point of view. A segment whose epochs are all in the lineage
+    but whose ranges disagree with it (a deposed leader copied records past its epoch's
+    end) is not: a later unclean election may make it the lineage's again.
+    """
+    if not leader_epochs:
+        return False
+    earliest, latest = min(leader_epochs), max(leader_epochs)
+    return any(
+        earliest < epoch < latest and epoch not in leader_epochs
+        for epoch in filtered_leader_epochs(md.segment_leader_epochs)
+    )
+
+
+def served_ranges(
+    md: RemoteLogSegmentMetadata, leader_epochs: Mapping[int, int]
+) -> list[tuple[int, int]]:
+    """The offsets (inclusive ranges) the segment may serve under the lineage: those whose
+    epoch in the segment is their epoch in the lineage (the archive readers' rule)."""
+    seg = sorted(filtered_leader_epochs(md.segment_leader_epochs).items())
+    lineage = sorted(leader_epochs.items())
+    out = []
+    for i, (epoch, start) in enumerate(seg):
+        end = seg[i + 1][1] - 1 if i + 1 < len(seg) else md.end_offset
+        if epoch not in leader_epochs:
+            continue
+        lineage_start = leader_epochs[epoch]
+        nxt = next((o for e, o in lineage if e > epoch), None)
+        lineage_end = nxt - 1 if nxt is not None else end
+        lo, hi = max(start, lineage_start, md.start_offset), min(end, lineage_end)
+        if lo <= hi:
+            out.append((lo, hi))
+    return out
+
+
 def highest_remote_offset(
     rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, plog: PartitionLog
 ) -> int:

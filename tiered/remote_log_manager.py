@@ -30,10 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from core.clock import now_ms
 from core.errors import CoreError, KafkaStorageError
+from core.log.leader_epoch import LeaderEpochCheckpointFile
 from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
 from core.scheduler import Scheduler
-from core.server.remote_seam import EARLIEST_PENDING_UPLOAD_TIMESTAMP, RemoteFetchResult
+from core.server.remote_seam import (
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    RemoteFetchResult,
+    RemoteLogAuxState,
+)
 from tiered.api import (
+    IndexType,
     RemoteLogMetadataManager,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
@@ -202,23 +208,30 @@ class RemoteLogManager:
 
         Their tasks are cancelled (a run in progress finishes its current segment) and
         their metrics dropped. Without ``delete`` (the partition moved away) the RLMM drops
-        their metadata now. With ``delete`` (the topic was deleted), each partition that
-        had tasks is marked DELETE_PARTITION_MARKED; the RLMM keeps its metadata until the
-        partition remover (``rlmm.remover``) has deleted the remote data (KIP-405). Blocking.
+        their metadata now. With ``delete`` (the topic was deleted), each partition this
+        broker led is marked DELETE_PARTITION_MARKED, so that the deletion of its remote
+        data happens once, on its leader (a topic is deleted only once every replica is
+        online, as in Kafka, so its leader hears of it): the RLMM keeps its metadata until
+        the partition remover (``rlmm.remover``) has deleted the remote data (KIP-405).
+        The followers drop theirs as for a move. Blocking.
         """
         tps = set(partitions)
         with self._lock:
-            stopped = [tp for tp in tps if tp in self._tasks]
-            for tp in stopped:
-                self._cancel(self._tasks.pop(tp))
+            stopped = {tp: self._tasks.pop(tp) for tp in tps if tp in self._tasks}
+            for tasks in stopped.values():
+                self._cancel(tasks)
         for tp in stopped:
             self.metrics.remove(tp)
             log.info("remote log manager: stopped %s%s", tp, " (deleted)" if delete else "")
-        if not delete:
-            if stopped:
-                self.rlmm.on_stop_partitions(set(stopped))
-            return
-        for tp in stopped:
+        led = [
+            tp
+            for tp, tasks in stopped.items()
+            if delete and any(isinstance(t, CopyTask) for t in tasks)
+        ]
+        dropped = set(stopped) - set(led)
+        if dropped:
+            self.rlmm.on_stop_partitions(dropped)
+        for tp in led:
             try:
                 future = self.rlmm.put_remote_partition_delete_metadata(
                     RemotePartitionDeleteMetadata(
@@ -274,6 +287,42 @@ class RemoteLogManager:
     ) -> bytes:
         """See ``RemoteLogReader.read``; blocking."""
         return self.reader.read(tp, plog, fetch_offset, max_bytes)
+
+    def remote_log_aux_state(
+        self, tp: TopicIdPartition, epoch: int, offset: int
+    ) -> RemoteLogAuxState:
+        """What a follower restores instead of the records below its leader's local log
+        start (Kafka's TierStateMachine.buildRemoteLogAuxState): the COPY_SEGMENT_FINISHED
+        segment holding ``offset`` in ``epoch`` (RLMM), its leader-epoch checkpoint and its
+        producer snapshot (RSM). Blocking.
+
+        Raises:
+            KafkaStorageError: the partition's metadata is not loaded here yet, no such
+                segment (the leader's metadata has not arrived yet), or a remote failure.
+        """
+        if not self.rlmm.is_ready(tp):
+            raise KafkaStorageError(f"{tp}: the remote log metadata is still loading")
+        try:
+            md = self.rlmm.remote_log_segment_metadata(tp, epoch, offset)
+            if md is None:
+                raise KafkaStorageError(
+                    f"{tp}: no remote segment holds offset {offset} in leader epoch {epoch}"
+                )
+            with self.rsm.fetch_index(md, IndexType.LEADER_EPOCH) as stream:
+                checkpoint = stream.read()
+            with self.rsm.fetch_index(md, IndexType.PRODUCER_SNAPSHOT) as stream:
+                snapshot = stream.read()
+        except (RemoteStorageError, OSError) as e:
+            raise KafkaStorageError(f"{tp}: cannot read the remote segment state: {e}") from e
+        try:
+            entries = LeaderEpochCheckpointFile.decode(checkpoint, f"{md.segment_id} epochs")
+        except CoreError as e:
+            raise KafkaStorageError(f"{tp}: corrupt remote leader-epoch checkpoint: {e}") from e
+        return RemoteLogAuxState(
+            next_offset=md.end_offset + 1,
+            leader_epochs=tuple((e.epoch, e.start_offset) for e in entries),
+            producer_snapshot=snapshot,
+        )
 
     def find_offset_by_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int

@@ -7,13 +7,19 @@
   COPY_SEGMENT_STARTED (fresh id) -> RSM copy -> COPY_SEGMENT_FINISHED ->
   ``PartitionLog.highest_offset_in_remote_storage``, which is what lets local retention
   delete the local copy. A failed copy is deleted through the usual deletion states; copies
-  left in COPY_SEGMENT_STARTED by a crash are deleted on the next run.
+  left in COPY_SEGMENT_STARTED by a crash, or by a leader that lost its leadership during
+  the copy (it stops there: only the leader finishes copies), are deleted on the next run,
+  by whichever broker leads then.
 - ``ExpirationTask`` (RLMExpirationTask), on a leader. FINISHED segments go, oldest first,
   when past ``retention.ms`` (by their max timestamp), beyond ``retention.bytes`` (remote
   bytes plus the local segments above the highest offset of those remote segments), or
   wholly below the log start offset (DeleteRecords); the log start offset moves past them
-  first. Segments outside the current leader-epoch lineage (an unclean election's
-  leftovers) go too, without moving the log start offset.
+  first. Segments holding an epoch the current lineage truncated away (an unclean
+  election's leftovers) go too, without moving the log start offset, once every offset
+  they could still serve is in a segment of the lineage or in the local log; segments off
+  the lineage without such an epoch (a deposed leader's copy past its epoch's end) are
+  kept, as a later unclean election may need them (KIP-405's scenario 5), until the log
+  start offset passes them.
 - ``FollowerTask`` (RLMFollowerTask, Kafka 3.9), on a follower: keeps
   ``highest_offset_in_remote_storage`` up with what the leader copied, so that the
   follower's local retention may delete what is safely remote.
@@ -55,7 +61,13 @@ from tiered.api import (
     TopicIdPartition,
 )
 from tiered.events import log_event
-from tiered.lineage import filtered_leader_epochs, highest_remote_offset, is_within_lineage
+from tiered.lineage import (
+    filtered_leader_epochs,
+    has_truncated_epoch,
+    highest_remote_offset,
+    is_within_lineage,
+    served_ranges,
+)
 from tiered.metrics import (
     REMOTE_COPY_BYTES,
     REMOTE_COPY_ERRORS,
@@ -214,8 +226,8 @@ class CopyTask(RLMTask):
             if ctx.copy_quota is not None and ctx.copy_quota.is_exceeded():
                 log.info("%s: copy quota exceeded; the next run continues", tp)
                 break
-            self._copy_segment(segment, next_base)
-            copied += 1
+            if self._copy_segment(segment, next_base):
+                copied += 1
         if copied:
             self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
         return copied
@@ -239,7 +251,8 @@ class CopyTask(RLMTask):
         self.ctx.metrics.set(REMOTE_COPY_LAG_SEGMENTS, self.tp, len(candidates))
         self.ctx.metrics.set(REMOTE_COPY_LAG_BYTES, self.tp, sum(s.size for s, _ in candidates))
 
-    def _copy_segment(self, segment: LogSegment, next_base: int) -> None:
+    def _copy_segment(self, segment: LogSegment, next_base: int) -> bool:
+        """Copy one segment; False when leadership was lost during the copy."""
         ctx, tp, plog = self.ctx, self.tp, self.plog
         start, end = segment.base_offset, next_base - 1
         cache = plog.leader_epoch_cache
@@ -292,6 +305,14 @@ class CopyTask(RLMTask):
             )
             self.delete_segment(md, reason="failed copy")
             raise RemoteStorageError(f"{tp}: copy of segment {start}..{end} failed") from e
+        if self.cancelled:
+            # This broker stopped leading during the copy: only the leader finishes copies
+            # (its epoch lineage decides what the remote tier holds). The segment stays
+            # COPY_SEGMENT_STARTED, a dangling copy the next leader deletes (KIP-405).
+            log.info(
+                "%s: no longer the leader; segment %d..%d left to the next leader", tp, start, end
+            )
+            return
         self.wait(
             ctx.rlmm.update_remote_log_segment_metadata(
                 RemoteLogSegmentMetadataUpdate(
@@ -316,6 +337,7 @@ class CopyTask(RLMTask):
             bytes=md.segment_size_in_bytes,
             ms=round((time.monotonic() - began) * 1000),
         )
+        return True
 
     def _delete_dangling_copies(self) -> None:
         """Delete copies a crash (or a failed cleanup) left in COPY_SEGMENT_STARTED. Runs of
@@ -396,7 +418,18 @@ class ExpirationTask(RLMTask):
             key=lambda m: m.start_offset,
         )
         valid = [md for md in finished if is_within_lineage(md, log_end, lineage)]
-        orphans = [md for md in finished if not is_within_lineage(md, log_end, lineage)]
+        off_lineage = [md for md in finished if not is_within_lineage(md, log_end, lineage)]
+        # An unclean election's leftovers (segments of epochs the lineage truncated away)
+        # go, once every offset they could still serve is in a segment of the lineage or
+        # in the local log. Segments off the lineage without such an epoch are kept (a
+        # later unclean election may need them: KIP-405's scenario 5) until the log start
+        # offset passes them.
+        orphans = [
+            md
+            for md in off_lineage
+            if (has_truncated_epoch(md, lineage) and self._served_elsewhere(md, lineage, valid))
+            or md.end_offset < plog.log_start_offset
+        ]
         # Deletions a crash or a failure interrupted. A DELETE_SEGMENT_STARTED read from the
         # metadata topic is not proof that this broker decided it (the metadata manager
         # cannot tell a forged event replayed at start-up from its own), so one is resumed
@@ -411,7 +444,11 @@ class ExpirationTask(RLMTask):
         redundant = [
             md
             for md in deleting
-            if not is_within_lineage(md, log_end, lineage) or _covered(md, valid)
+            if (
+                not is_within_lineage(md, log_end, lineage)
+                and (has_truncated_epoch(md, lineage) or md.end_offset < plog.log_start_offset)
+            )
+            or _covered(md, valid)
         ]
         unfinished = {md.segment_id for md in deleting} - {md.segment_id for md in redundant}
         candidates = sorted(
@@ -440,6 +477,28 @@ class ExpirationTask(RLMTask):
         ctx.metrics.set(REMOTE_LOG_METADATA_COUNT, tp, len(kept))
         ctx.metrics.set(REMOTE_DELETE_LAG_BYTES, tp, 0)
         return deleted
+
+    def _served_elsewhere(
+        self,
+        md: RemoteLogSegmentMetadata,
+        lineage: dict[int, int],
+        valid: list[RemoteLogSegmentMetadata],
+    ) -> bool:
+        """Whether every offset ``md`` may serve under the lineage is also in a segment of
+        the lineage or in the local log."""
+        local_start = self.plog.local_log_start_offset
+        ranges = sorted((m.start_offset, m.end_offset) for m in valid)
+        for lo, hi in served_ranges(md, lineage):
+            need = lo
+            for start, end in ranges:
+                if end < need:
+                    continue
+                if start > need:
+                    break
+                need = end + 1
+            if need <= hi and need < local_start:
+                return False
+        return True
 
     def _warn_kept(self, md: RemoteLogSegmentMetadata) -> None:
         """A segment left DELETE_SEGMENT_STARTED that no rule of this broker deletes."""

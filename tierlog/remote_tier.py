@@ -15,21 +15,28 @@ With ``remote.log.storage.system.enable=true`` the broker gets:
   ``topic-manifest.json`` (partition count, configs) in the bucket, for ``tierlog restore``.
 
 ``RemoteStorageSystem`` is what the ReplicaManager sees through core's ``RemoteTier`` seam:
-reads go to the RemoteLogManager, and topic events become its leadership changes. A single
-broker leads every partition it hosts, so a created (or newly tiered) topic's partitions
-are led from now on, and a deleted topic's partitions are stopped with their remote data
-deleted.
+reads go to the RemoteLogManager, and so do the followers' requests for the state below
+their leader's local log start (``remote_log_aux_state``). It is also a leadership listener
+of the ReplicaManager (Kafka's ``onLeadershipChange`` / ``stopPartitions``): the tiered
+partitions this broker leads get copy and expiration tasks, those it follows a follower
+task, and the RLMM follows the metadata of both, so that a new leader serves remote reads
+at once; stopped partitions lose their tasks, deleted ones are marked for the deletion of
+their remote data. Leadership changes apply in order on one thread, off the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from core.errors import KafkaStorageError
+from core.errors import CoreError, KafkaStorageError
 from core.server.config import REMOTE_TIER_PREFIXES
-from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.manager import BOOTSTRAP_KEY, TopicBasedRemoteLogMetadataManager
 from rlmm.remover import RemotePartitionRemover
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
 from tiered.api import (
@@ -53,10 +60,14 @@ from tierlog.topic_manifests import TopicManifestPublisher
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog, TimestampAndOffset
     from core.server.broker import Broker
-    from core.server.remote_seam import RemoteFetchResult
+    from core.server.cluster_types import TopicPartition
+    from core.server.partition import Partition
+    from core.server.remote_seam import RemoteFetchResult, RemoteLogAuxState
     from core.server.topics import TopicInfo
 
 log = logging.getLogger(__name__)
+
+LEADERSHIP_ATTEMPTS = 30  # about 30 s of retries of one leadership change
 
 
 class RemoteTierStartError(Exception):
@@ -74,6 +85,10 @@ class RemoteStorageSystem:
         self.rlm: RemoteLogManager | None = None
         self.remover: RemotePartitionRemover | None = None
         self.manifests: TopicManifestPublisher | None = None
+        # Leadership changes reach the RemoteLogManager in the order they happened.
+        self._leadership = ThreadPoolExecutor(1, thread_name_prefix="rlm-leadership")
+        self._listening = False
+        self._configuring: asyncio.Future[None] | None = None  # in a cluster: see start()
 
     @property
     def enabled(self) -> bool:
@@ -105,6 +120,16 @@ class RemoteStorageSystem:
         return plugin, settings, class_name
 
     async def start(self) -> None:
+        """Load and configure the plugins, then start tiering the hosted partitions.
+
+        Running alone, all of it before returning (a bad setting stops the broker). In a
+        cluster the metadata manager reaches ``__remote_log_metadata`` through the
+        cluster's leaders with a Kafka client (bootstrap: this broker's inter-broker
+        listener, unless configured), and the topic may need brokers that are not up yet:
+        its configuration is retried in the background (as Kafka's topic-based RLMM
+        initializes) and tiering starts once it succeeds; meanwhile remote reads answer
+        KAFKA_STORAGE_ERROR and followers retry.
+        """
         if not self.enabled:
             return
         config = self.broker.config
@@ -120,16 +145,73 @@ class RemoteStorageSystem:
             RLMM_CONFIG_PREFIX,
             {"log.dir": log_dir, "broker.id": str(config.node_id)},
         )
+        in_cluster = bool(config.get("zookeeper.connect"))
         if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
-            rlmm.attach_client(InProcessMetadataTopicClient(self.broker, loop))
-        for plugin, settings, key, class_name in (
-            (rsm, rsm_settings, RSM_CLASS_NAME, rsm_class),
-            (rlmm, rlmm_settings, RLMM_CLASS_NAME, rlmm_class),
-        ):
+            if not in_cluster:
+                rlmm.attach_client(InProcessMetadataTopicClient(self.broker, loop))
+            elif not rlmm_settings.get(BOOTSTRAP_KEY):
+                rlmm_settings[BOOTSTRAP_KEY] = self._inter_broker_bootstrap()
+        try:
+            await loop.run_in_executor(None, rsm.configure, rsm_settings)
+        except RemoteStorageError as e:
+            raise RemoteTierStartError(f"{RSM_CLASS_NAME}={rsm_class}: {e}") from e
+        self.rsm = rsm  # closed by stop() from now on
+        if in_cluster:
+            self._configuring = asyncio.ensure_future(
+                self._configure_until_done(
+                    rsm, rlmm, rlmm_settings, rlmm_class, rsm_class, rlm_config
+                )
+            )
+            return
+        try:
+            await loop.run_in_executor(None, rlmm.configure, rlmm_settings)
+        except RemoteStorageError as e:
+            raise RemoteTierStartError(f"{RLMM_CLASS_NAME}={rlmm_class}: {e}") from e
+        await self._start_tiering(rsm, rlmm, rsm_class, rlmm_class, rlm_config)
+
+    def _inter_broker_bootstrap(self) -> str:
+        config = self.broker.config
+        name = config.inter_broker_listener_name
+        for bound in self.broker.bound:
+            if bound.name == name:
+                host = bound.host if bound.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+                return f"{host}:{bound.port}"
+        raise RemoteTierStartError(f"inter-broker listener {name} is not bound")
+
+    async def _configure_until_done(
+        self,
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        settings: dict[str, str],
+        rlmm_class: str,
+        rsm_class: str,
+        rlm_config: RemoteLogManagerConfig,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
             try:
-                await loop.run_in_executor(None, plugin.configure, settings)
+                await loop.run_in_executor(None, rlmm.configure, settings)
+                break
             except RemoteStorageError as e:
-                raise RemoteTierStartError(f"{key}={class_name}: {e}") from e
+                attempt += 1
+                level = (
+                    logging.WARNING if attempt in (1, 10) or attempt % 60 == 0 else logging.DEBUG
+                )
+                log.log(level, "%s not ready yet (attempt %d): %s", rlmm_class, attempt, e)
+                await asyncio.sleep(1.0)
+        await self._start_tiering(rsm, rlmm, rsm_class, rlmm_class, rlm_config)
+
+    async def _start_tiering(
+        self,
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        rsm_class: str,
+        rlmm_class: str,
+        rlm_config: RemoteLogManagerConfig,
+    ) -> None:
+        config = self.broker.config
+        loop = asyncio.get_running_loop()
         self.rsm, self.rlmm = rsm, rlmm
         self.rlm = RemoteLogManager(
             rsm,
@@ -138,7 +220,8 @@ class RemoteStorageSystem:
             rlm_config,
             config.log_dirs[0],
         )
-        self.broker.replica_manager.remote = self
+        manager = self.broker.replica_manager
+        manager.remote = self
         if isinstance(rsm, ObjectStoreRemoteStorageManager):
             topics = self.broker.topics
             self.manifests = TopicManifestPublisher(
@@ -149,9 +232,15 @@ class RemoteStorageSystem:
                 retry_ms=rlm_config.remote_log_manager_task_retry_backoff_max_ms,
             )
             self.manifests.publish_all(topics.all())
-        tiered = self.tiered_partitions()
-        if tiered:
-            await loop.run_in_executor(None, self.rlm.on_leadership, tiered)
+        if not self._listening:
+            manager.add_leadership_listener(self)
+            self._listening = True
+        # Partitions whose roles were applied before the remote tier started.
+        hosted = list(manager.partitions.values())
+        leaders = [p for p in hosted if p.is_leader]
+        followers = [p for p in hosted if not p.is_leader]
+        tiered = self._tiered(leaders) + self._tiered(followers)
+        await loop.run_in_executor(self._leadership, self._apply_roles, leaders, followers)
         self.rlm.start()
         if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
             self.remover = RemotePartitionRemover(
@@ -166,23 +255,83 @@ class RemoteStorageSystem:
             "remote tier started: %s, %s; %d tiered partitions", rsm_class, rlmm_class, len(tiered)
         )
 
+    # -- leadership (core's LeadershipListener) -----------------------------------------
+    @staticmethod
+    def _tiered(partitions: Sequence[Partition]) -> list[tuple[TopicIdPartition, PartitionLog]]:
+        return [
+            (TopicIdPartition(p.topic_id, p.topic, p.index), p.log)
+            for p in partitions
+            if p.log.config.remote_storage_enable
+        ]
+
+    def _apply_roles(self, leaders: Sequence[Partition], followers: Sequence[Partition]) -> None:
+        """On the leadership thread: tasks and RLMM assignment for the tiered partitions."""
+        rlm = self.rlm
+        if rlm is None:
+            return
+        led, followed = dict(self._tiered(leaders)), dict(self._tiered(followers))
+        if not led and not followed:
+            return
+        rlmm = self.rlmm
+        if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
+            # A former leader's last events on a partition this broker now leads still apply.
+            cache = self.broker.replica_manager.metadata_cache
+            others = {b.broker_id for b in cache.alive_brokers()}
+            for p in [*leaders, *followers]:
+                state = cache.partition(p.tp)
+                if state is not None:
+                    others.update(state.replicas)
+            rlmm.set_other_brokers(others)
+        for attempt in range(1, LEADERSHIP_ATTEMPTS + 1):
+            try:
+                rlm.on_leadership_change(led, followed)
+                return
+            except (RemoteStorageError, CoreError, OSError) as e:
+                # The metadata topic's leaders may be moving (a broker just died): retry,
+                # in order with the changes queued behind this one.
+                if attempt == LEADERSHIP_ATTEMPTS or self.rlm is not rlm:
+                    log.exception("remote tier: leadership change failed")
+                    return
+                log.warning("remote tier: leadership change failed (%s); retrying", e)
+                time.sleep(1.0)
+
+    def on_partitions_changed(
+        self, leaders: Sequence[Partition], followers: Sequence[Partition]
+    ) -> None:
+        """LeaderAndIsr applied: lead or follow the tiered ones (on the leadership thread)."""
+        if self.rlm is not None:
+            self._leadership.submit(self._apply_roles, list(leaders), list(followers))
+
+    def on_partitions_stopped(self, stopped: Sequence[TopicPartition], deleted: bool) -> None:
+        """StopReplica applied: the partitions' tasks stop; deleted ones are marked for the
+        deletion of their remote data (KIP-405)."""
+        rlm = self.rlm
+        if rlm is None:
+            return
+        cache = self.broker.replica_manager.metadata_cache
+        tps = []
+        for topic, index in stopped:
+            topic_id = cache.topic_id(topic)
+            if topic_id is None:
+                info = self.broker.topics.get(topic)
+                topic_id = info.topic_id if info is not None else None
+            if topic_id is not None:
+                tps.append(TopicIdPartition(topic_id, topic, index))
+        if tps:
+            self._leadership.submit(self._stop, tps, deleted)
+
+    def _stop(self, tps: list[TopicIdPartition], deleted: bool) -> None:
+        rlm = self.rlm
+        if rlm is None:
+            return
+        try:
+            rlm.on_stop_partitions(tps, delete=deleted)
+        except (RemoteStorageError, CoreError, OSError):
+            log.exception("remote tier: stopping %s failed", tps)
+
     def _partition_log(self, topic: str, partition: int) -> PartitionLog | None:
         p = self.broker.replica_manager.partition(topic, partition)
         return p.log if p is not None else None
-
-    def tiered_partitions(
-        self, topics: list[TopicInfo] | None = None
-    ) -> list[tuple[TopicIdPartition, PartitionLog]]:
-        """The hosted partitions of ``topics`` (default: every topic) that are tiered."""
-        out = []
-        for info in self.broker.topics.all() if topics is None else topics:
-            if not self.broker.topics.effective_config(info).remote_storage_enable:
-                continue
-            for index in range(info.partitions):
-                plog = self._partition_log(info.name, index)
-                if plog is not None:
-                    out.append((TopicIdPartition(info.topic_id, info.name, index), plog))
-        return out
 
     # -- core's RemoteTier seam ----------------------------------------------------------
     def _running(self) -> RemoteLogManager:
@@ -216,12 +365,30 @@ class RemoteStorageSystem:
             topic_id, topic, partition, log, timestamp
         )
 
+    async def remote_log_aux_state(
+        self, topic_id: object, topic: str, partition: int, epoch: int, offset: int
+    ) -> RemoteLogAuxState:
+        tp = TopicIdPartition(topic_id, topic, partition)  # type: ignore[arg-type]
+        rlm = self._running()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, rlm.remote_log_aux_state, tp, epoch, offset)
+
     def on_topic_created(self, topic: TopicInfo) -> None:
-        """A topic was created or reconfigured: this broker leads its tiered partitions."""
+        """A topic was created or reconfigured (tiering may begin on partitions already
+        hosted): its hosted partitions take their roles' tasks."""
         if self.manifests is not None:
             self.manifests.topic_changed(topic)
-        if self.rlm is not None:
-            self.rlm.on_leadership(self.tiered_partitions([topic]))
+        if self.rlm is None:
+            return
+        manager = self.broker.replica_manager
+        hosted = [
+            p for p in (manager.partition(topic.name, i) for i in range(topic.partitions)) if p
+        ]
+        self._leadership.submit(
+            self._apply_roles,
+            [p for p in hosted if p.is_leader],
+            [p for p in hosted if not p.is_leader],
+        ).result()
 
     def on_topic_deleted(self, topic: TopicInfo) -> None:
         """A topic was deleted: its manifest goes first, its partitions stop here and their
@@ -236,11 +403,19 @@ class RemoteStorageSystem:
         loop = asyncio.get_running_loop()
         if self.manifests is not None:
             await loop.run_in_executor(None, self.manifests.close)
+        if self._configuring is not None:
+            self._configuring.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._configuring
+            self._configuring = None
         if self.remover is not None:
             await loop.run_in_executor(None, self.remover.stop)
         if self.rlm is not None:
             self.broker.replica_manager.remote = None
+            await loop.run_in_executor(self._leadership, lambda: None)  # pending changes done
             await loop.run_in_executor(None, self.rlm.shutdown)
+        self._leadership.shutdown(wait=False)
+        self._leadership = ThreadPoolExecutor(1, thread_name_prefix="rlm-leadership")
         for plugin in (self.rlmm, self.rsm):
             if plugin is not None:
                 await loop.run_in_executor(None, plugin.close)
@@ -260,15 +435,6 @@ class TieredBroker:
         return self.broker.config
 
     async def start(self):
-        config = self.broker.config
-        if self.remote_tier.enabled and config.get("zookeeper.connect"):
-            # Before anything starts: in a cluster the remote tier would have to follow
-            # leadership changes and write __remote_log_metadata through its leaders,
-            # which it does not do yet.
-            raise RemoteTierStartError(
-                "remote.log.storage.system.enable=true with zookeeper.connect: tiered "
-                "storage runs on a broker alone only for now; unset one of the two"
-            )
         bound = await self.broker.start()
         try:
             await self.remote_tier.start()

@@ -41,6 +41,7 @@ from core.log.files import (
     parse_partition_dir,
     partition_dir_name,
 )
+from core.log.leader_epoch import EpochEntry
 from core.log.partition_log import PartitionLog
 from core.scheduler import Scheduler
 from core.topic_name import validate_topic_name
@@ -421,6 +422,30 @@ class LogManager:
         with self.cleaner.paused(topic, partition):
             plog.truncate_fully_and_start_at(offset)
             self.cleaner.maybe_truncate_checkpoint(topic, partition, plog.dir.parent, offset)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+
+    def restore_from_remote(
+        self,
+        topic: str,
+        partition: int,
+        next_offset: int,
+        log_start_offset: int,
+        epochs: Iterable[EpochEntry],
+        producer_snapshot: bytes,
+    ) -> None:
+        """``PartitionLog.restore_from_remote`` (a follower of a tiered partition rebuilding
+        its state from the remote tier), then checkpoint as ``truncate_fully_and_start_at``.
+
+        Raises:
+            KeyError: no log for the partition.
+            ValueError, KafkaStorageError: as ``PartitionLog.restore_from_remote``.
+        """
+        plog = self._logs[(topic, partition)]
+        with self.cleaner.paused(topic, partition):
+            plog.restore_from_remote(next_offset, log_start_offset, epochs, producer_snapshot)
+            self.cleaner.maybe_truncate_checkpoint(topic, partition, plog.dir.parent, next_offset)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         self.checkpoint_high_watermarks()

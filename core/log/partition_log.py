@@ -31,7 +31,7 @@ from core.errors import (
     OutOfOrderSequenceError,
     UnexpectedAppendOffsetError,
 )
-from core.fs import TMP_SUFFIX, fsync_dir
+from core.fs import TMP_SUFFIX, atomic_write, fsync_dir
 from core.log.config import LogConfig
 from core.log.divergence import (
     UNDEFINED_EPOCH_END_OFFSET,
@@ -54,8 +54,18 @@ from core.log.files import (
     filename_prefix,
     parse_offset_file,
 )
-from core.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCheckpointFile, LeaderEpochFileCache
-from core.log.producer_state import ProducerStateEntry, ProducerStateManager, read_txn_marker
+from core.log.leader_epoch import (
+    UNDEFINED_EPOCH,
+    EpochEntry,
+    LeaderEpochCheckpointFile,
+    LeaderEpochFileCache,
+)
+from core.log.producer_state import (
+    ProducerStateEntry,
+    ProducerStateManager,
+    read_txn_marker,
+    snapshot_path,
+)
 from core.log.record_validation import validate_records
 from core.log.replicated_batches import scan_replicated_batches
 from core.log.segment import AppendedBatch, FetchDataInfo, LogOffsetMetadata, LogSegment
@@ -1069,7 +1079,20 @@ class PartitionLog:
                 self._latest_epoch = None
                 return False
             if target_offset < self.local_log_start_offset:
+                # A tiered log keeps what it knows of the remote history below the target:
+                # its log start offset and the epochs there (the lineage a leader serves
+                # remote reads and copies by). The producer state restarts empty, as in
+                # any full truncation.
+                keep_start = self.config.remote_storage_enable and (
+                    self.log_start_offset <= target_offset
+                )
+                start, epochs = self.log_start_offset, self.leader_epoch_cache.entries()
                 self._truncate_fully_and_start_at(target_offset)
+                if keep_start:
+                    self.log_start_offset = start
+                    for entry in epochs:
+                        if entry.start_offset < target_offset:
+                            self.leader_epoch_cache.assign(entry.epoch, entry.start_offset)
                 return True
             log.info("%s: truncating to offset %d", self.dir, target_offset)
             self._truncations += 1
@@ -1108,6 +1131,46 @@ class PartitionLog:
             raise ValueError(f"cannot restart the log at negative offset {new_offset}")
         with self.lock:
             self._truncate_fully_and_start_at(new_offset)
+
+    def restore_from_remote(
+        self,
+        next_offset: int,
+        log_start_offset: int,
+        epochs: Iterable[EpochEntry],
+        producer_snapshot: bytes,
+    ) -> None:
+        """Restart a follower's log empty at ``next_offset`` with the state the remote tier
+        holds for the offsets below it (Kafka's BuildingRemoteLogAux state of a tiered
+        partition): the log start offset becomes the leader's (``log_start_offset``, the
+        earlier offsets are served from the remote tier), the leader-epoch cache the remote
+        segment's checkpoint, and the producer state the remote segment's snapshot, written
+        as this log's snapshot at ``next_offset``. No record is copied.
+
+        Raises:
+            ValueError: a negative offset, or ``log_start_offset`` above ``next_offset``.
+            KafkaStorageError: a file could not be deleted or written.
+            CorruptSnapshotError: the producer snapshot cannot be decoded.
+        """
+        if next_offset < 0 or not 0 <= log_start_offset <= next_offset:
+            raise ValueError(
+                f"cannot restore the log at {next_offset} with log start {log_start_offset}"
+            )
+        with self.lock:
+            self._truncate_fully_and_start_at(next_offset)
+            self.log_start_offset = log_start_offset
+            for entry in epochs:
+                if entry.start_offset < next_offset:
+                    self.leader_epoch_cache.assign(entry.epoch, entry.start_offset)
+            self.leader_epoch_cache.truncate_from_start(log_start_offset)
+            self._latest_epoch = self.leader_epoch_cache.latest_epoch
+            try:
+                atomic_write(snapshot_path(self.dir, next_offset), producer_snapshot)
+            except OSError as e:
+                raise KafkaStorageError(f"{self.dir}: cannot write the producer snapshot") from e
+            # Loading keeps only snapshots above the log start: pass the offset just below
+            # the snapshot, whatever the log start, so that it is the one loaded.
+            self.producer_state.load(next_offset - 1, next_offset, now_ms=self.clock())
+            self.producer_state.update_map_end_offset(next_offset)
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
         log.info("%s: truncating fully and starting at offset %d", self.dir, new_offset)

@@ -34,6 +34,26 @@ class RemoteFetchResult:
     aborted_txns: tuple[tuple[int, int], ...] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteLogAuxState:
+    """What a follower of a tiered partition takes from the remote tier instead of the
+    records its leader keeps only there (Kafka's BuildingRemoteLogAux): the state after the
+    remote segment holding the offset just below the leader's local log start.
+
+    Attributes:
+        next_offset: the offset after that segment (its end offset + 1), where the
+            follower's log restarts and fetching resumes.
+        leader_epochs: the segment's leader-epoch checkpoint, (epoch, start offset) pairs
+            of every epoch up to ``next_offset``.
+        producer_snapshot: the segment's producer snapshot (the state at ``next_offset``),
+            in the snapshot file format.
+    """
+
+    next_offset: int
+    leader_epochs: tuple[tuple[int, int], ...]
+    producer_snapshot: bytes
+
+
 class RemoteTier(Protocol):
     """What the broker asks of the remote tier."""
 
@@ -84,3 +104,16 @@ class RemoteTier(Protocol):
 
     def on_topic_deleted(self, topic: TopicInfo) -> None:
         """A topic was deleted: its remote data goes (KIP-405's partition deletion)."""
+
+    async def remote_log_aux_state(
+        self, topic_id: object, topic: str, partition: int, epoch: int, offset: int
+    ) -> RemoteLogAuxState:
+        """The state a follower restores from the remote segment that holds ``offset`` in
+        leader epoch ``epoch`` (an RLMM lookup, then the segment's leader-epoch checkpoint
+        and producer snapshot from the remote storage manager).
+
+        Raises:
+            CoreError: no remote segment holds the offset (yet: the leader's metadata may
+                not have reached this broker), or the remote tier failed
+                (KAFKA_STORAGE_ERROR); the follower retries after its backoff.
+        """

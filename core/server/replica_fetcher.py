@@ -64,6 +64,7 @@ FENCED_LEADER_EPOCH = 74
 OFFSET_MOVED_TO_TIERED_STORAGE = 109
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the leader's local log start, for tiered followers
 
 # Fetch v9 adds current_leader_epoch, v12 last_fetched_epoch and diverging_epoch, v13 topic
 # ids, v15 ReplicaState instead of replica_id. v16 is the highest tierlog serves.
@@ -144,6 +145,17 @@ class FollowerTarget(Protocol):
 
     async def update_log_start_offset(self, partition: Partition, leader_log_start: int) -> None:
         """Follow the leader's log start offset (retention, DeleteRecords on the leader)."""
+        ...
+
+    async def build_remote_log_aux_state(
+        self, partition: Partition, epoch: int, offset: int, leader_log_start: int
+    ) -> int:
+        """Restart the log after the remote segment holding ``offset`` in ``epoch``, with
+        its epochs and producer state; returns the offset to fetch from.
+
+        Raises:
+            CoreError: the remote tier cannot tell yet, or the log could not be restored.
+        """
         ...
 
 
@@ -728,13 +740,7 @@ class ReplicaFetcher:
         if code == OFFSET_OUT_OF_RANGE:
             await self._on_out_of_range(tp, sent, partition)
         elif code == OFFSET_MOVED_TO_TIERED_STORAGE:
-            # The leader keeps these offsets only in remote storage: a follower must rebuild
-            # its local log start from the remote tier first (Kafka's BuildingRemoteLogAux).
-            self._mark_failed(
-                tp,
-                f"offset {sent.fetch_offset} moved to tiered storage at the leader; "
-                "tiered follower catch-up arrives with issue 16",
-            )
+            await self._on_moved_to_tiered_storage(tp, sent, partition)
         elif code == FENCED_LEADER_EPOCH:
             self._mark_failed(tp, f"leader {self.leader_id} fenced epoch {sent.leader_epoch}")
         else:
@@ -777,7 +783,99 @@ class ReplicaFetcher:
                 await self.target.truncate_fully_and_start_at(partition, leader_start)
         self._fetch_from_log_end(state, partition)
 
+    async def _on_moved_to_tiered_storage(
+        self, tp: TopicPartition, sent: _Sent, partition: Partition
+    ) -> None:
+        """The leader keeps the fetch offset only in the remote tier (Kafka's
+        TierStateMachine, BuildingRemoteLogAux): ask the leader for its earliest local offset
+        and that offset's epoch, find the epoch of the offset just below it (an
+        OffsetsForLeaderEpoch for the previous epoch: epochs without records are skipped
+        that way), restore the epochs and producer state of the remote segment holding it,
+        and fetch from the leader's local log on. The remote history is never copied here.
+        """
+        state = sent.state
+        earliest_local = await self._leader_offset_and_epoch(tp, sent, EARLIEST_LOCAL_TIMESTAMP)
+        leader_start = await self._leader_offset(tp, sent, EARLIEST_TIMESTAMP)
+        if earliest_local is None or leader_start is None:
+            self._delay([tp], {tp: sent})
+            return
+        local_start, epoch = earliest_local
+        previous = local_start - 1
+        if epoch is None or previous < 0:
+            log.info(
+                "%s-%d: the leader's earliest local offset %d has no leader epoch; retrying",
+                *tp,
+                local_start,
+            )
+            self._delay([tp], {tp: sent})
+            return
+        target_epoch = epoch
+        if epoch > 0:
+            earlier = await self._epoch_end_offset(tp, sent, epoch - 1)
+            if earlier is None:
+                self._delay([tp], {tp: sent})
+                return
+            # The end offset is exclusive: the offset before the local start is in the
+            # earlier epoch the leader answered (the latest one with records before it).
+            if earlier.end_offset > previous and earlier.epoch >= 0:
+                target_epoch = earlier.epoch
+        if self._current(sent) is not partition:
+            return  # the partition changed while the leader answered
+        try:
+            next_offset = await self.target.build_remote_log_aux_state(
+                partition, target_epoch, previous, leader_start
+            )
+        except CoreError as e:
+            log.warning(
+                "%s-%d: cannot build the state below the leader's local log start %d from the "
+                "remote tier yet (retrying after replica.fetch.backoff.ms): %s",
+                *tp,
+                local_start,
+                e,
+            )
+            self._delay([tp], {tp: sent})
+            return
+        log.info(
+            "%s-%d: offsets below %d are in the remote tier; fetching from %d (epoch %s)",
+            *tp,
+            local_start,
+            next_offset,
+            partition.log.latest_epoch,
+        )
+        self._fetch_from_log_end(state, partition)
+
+    async def _epoch_end_offset(
+        self, tp: TopicPartition, sent: _Sent, epoch: int
+    ) -> EpochEndOffset | None:
+        """The leader's answer to OffsetsForLeaderEpoch for ``epoch`` (None on an error)."""
+        ask = _Sent(tp, sent.state, sent.fetch_offset, sent.leader_epoch, {"epoch": epoch})
+        response = await self._call(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            lambda version: self._offset_for_leader_epoch_request(version, {tp: ask}),
+            OFFSET_FOR_LEADER_EPOCH_VERSIONS,
+        )
+        if response is None:
+            return None
+        for topic in response.topics:
+            for p in topic.partitions:
+                if topic.topic == tp[0] and p.partition == tp[1]:
+                    code = _code(p.error_code)
+                    if code != NONE:
+                        log.info("%s-%d: OffsetsForLeaderEpoch answered error %d", *tp, code)
+                        return None
+                    return EpochEndOffset(int(p.leader_epoch), int(p.end_offset))
+        return None
+
     async def _leader_offset(self, tp: TopicPartition, sent: _Sent, timestamp: int) -> int | None:
+        found = await self._leader_offset_and_epoch(tp, sent, timestamp)
+        return None if found is None else found[0]
+
+    async def _leader_offset_and_epoch(
+        self, tp: TopicPartition, sent: _Sent, timestamp: int
+    ) -> tuple[int, int | None] | None:
+        """The leader's ListOffsets answer (as a replica: no isolation bound) and its leader
+        epoch (None when unknown); None on an error."""
+
         def build(version: int) -> Any:
             request_cls = load_request_schema(ApiKey.LIST_OFFSETS, version)
             topic_cls = nested(request_cls, "ListOffsetsTopic")
@@ -813,5 +911,6 @@ class ReplicaFetcher:
                     if code != NONE:
                         log.info("%s-%d: ListOffsets answered error %d", *tp, code)
                         return None
-                    return int(p.offset)
+                    epoch = int(getattr(p, "leader_epoch", -1))
+                    return int(p.offset), epoch if epoch >= 0 else None
         return None

@@ -30,8 +30,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from core.errors import CoreError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from core.errors import (
+    CoreError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    UnexpectedAppendOffsetError,
+)
 from core.log.divergence import EpochEndOffset
+from core.log.leader_epoch import EpochEntry
 from core.log.log_manager import LogManager
 from core.log.partition_log import (
     MAX_TIMESTAMP,
@@ -663,6 +669,53 @@ class ReplicaManager:
             partition.index,
             offset,
         )
+
+    async def build_remote_log_aux_state(
+        self, partition: Partition, epoch: int, offset: int, leader_log_start: int
+    ) -> int:
+        """A follower of a tiered partition whose leader keeps ``offset`` + 1 and below
+        only in the remote tier: restart the log after the remote segment holding
+        ``offset`` (in leader epoch ``epoch``), with that segment's leader epochs and
+        producer state, and the leader's log start (Kafka's TierStateMachine). Returns the
+        offset to fetch from.
+
+        Raises:
+            KafkaStorageError: this broker has no remote tier, or the partition is not
+                tiered here.
+            CoreError: as ``RemoteTier.remote_log_aux_state`` and
+                ``PartitionLog.restore_from_remote``.
+        """
+        remote = self.remote
+        plog = partition.log
+        if remote is None or not plog.config.remote_storage_enable:
+            raise KafkaStorageError(
+                f"{partition.topic}-{partition.index}: the leader keeps offsets up to {offset} "
+                "only in the remote tier, and this broker has no remote tier for it"
+            )
+        state = await remote.remote_log_aux_state(
+            partition.topic_id, partition.topic, partition.index, epoch, offset
+        )
+        epochs = [EpochEntry(e, start) for e, start in state.leader_epochs]
+        await asyncio.get_running_loop().run_in_executor(
+            None,
+            self.log_manager.restore_from_remote,
+            partition.topic,
+            partition.index,
+            state.next_offset,
+            min(max(leader_log_start, 0), state.next_offset),
+            epochs,
+            state.producer_snapshot,
+        )
+        log.info(
+            "%s-%d: rebuilt from the remote tier: log start %d, local log restarts at %d, "
+            "leader epochs %s",
+            partition.topic,
+            partition.index,
+            plog.log_start_offset,
+            state.next_offset,
+            [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.entries()],
+        )
+        return state.next_offset
 
     async def append_as_follower(self, partition: Partition, records: bytes) -> LogAppendInfo:
         """Append fetched batches (a page-cache write on the loop; an fsync due by the

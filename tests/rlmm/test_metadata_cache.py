@@ -186,6 +186,21 @@ def test_superseded_segments_become_unreferenced() -> None:
     assert c.remote_log_segment_metadata(0, 50) == s1
 
 
+def test_deleting_a_superseding_copy_serves_the_superseded_one_again() -> None:
+    # KIP-405's scenario 5: A copied 0-3 in LE-0; B, elected uncleanly, copied 0-3 with LE-0
+    # from 0 and LE-1 from 2, which supersedes A's at LE-0's start. A, elected uncleanly
+    # again, deletes B's (LE-1 is off its lineage): A's own copy serves LE-0 again.
+    c = RemoteLogMetadataCache(TP)
+    a = finish(c, seg(0, 3, {0: 0}))
+    b = finish(c, seg(0, 3, {0: 0, 1: 2}))
+    assert c.remote_log_segment_metadata(0, 2) is None  # B's holds LE-0 up to 1 only
+    c.update_remote_log_segment_metadata(upd(b, S.DELETE_SEGMENT_STARTED))
+    assert c.remote_log_segment_metadata(0, 2) == a
+    assert c.remote_log_segment_metadata(1, 2) is None
+    c.update_remote_log_segment_metadata(upd(b, S.DELETE_SEGMENT_FINISHED))
+    assert c.remote_log_segment_metadata(0, 3) == a
+
+
 def test_listing_is_sorted_by_start_offset() -> None:
     c = RemoteLogMetadataCache(TP)
     made = [seg(s, s + 9) for s in (50, 10, 30, 0, 20, 40)]
@@ -279,9 +294,29 @@ class Model:
         old = self.md.pop(sid)
         for e, s in old.segment_leader_epochs.items():
             m, u = self._e(e)
+            u.discard(sid)
             if m.get(s) == sid:
                 del m[s]
-            u.discard(sid)
+                self._map_superseded(e, s)
+
+    def _map_superseded(self, e: int, s: int) -> None:
+        """tierlog's deviation: a superseded finished copy at the same epoch start serves
+        again when the copy mapped there is deleted (furthest epoch end, then greatest
+        (start offset, id))."""
+        m, u = self._e(e)
+        candidates = [
+            self.md[x]
+            for x in u
+            if self.md[x].state == S.COPY_SEGMENT_FINISHED
+            and self.md[x].segment_leader_epochs.get(e) == s
+        ]
+        if candidates:
+            best = max(
+                candidates,
+                key=lambda md: (self._end(md, e), (md.start_offset, md.segment_id.bytes)),
+            )
+            m[s] = best.segment_id
+            u.discard(best.segment_id)
 
     def add(self, md: RemoteLogSegmentMetadata) -> None:
         cur = self.md.get(md.segment_id)
@@ -319,9 +354,10 @@ class Model:
                 un.discard(sid)
                 self.highest[e] = max(self.highest.get(e, end), end)
             else:
+                un.add(sid)
                 if m.get(s) == sid:
                     del m[s]
-                un.add(sid)
+                    self._map_superseded(e, s)
 
     def lookup(self, e: int, off: int) -> RemoteLogSegmentMetadata | None:
         m = self.maps.get(e, {})

@@ -24,7 +24,7 @@ from tiered.api import (
 )
 from tiered.lineage import filtered_leader_epochs, is_within_lineage
 from tiered.metrics import REMOTE_COPY_ERRORS, REMOTE_COPY_REQUESTS, REMOTE_DELETE_REQUESTS
-from tiered.rlm_tasks import FollowerTask
+from tiered.rlm_tasks import CopyTask, FollowerTask
 
 from .harness import T0, Env, local_dir_rsm, produce, tiered_config
 
@@ -562,3 +562,65 @@ def test_shutdown_cancels_every_task(env):
     tasks = env.rlm.tasks(env.tp)
     env.rlm.shutdown()
     assert tasks and all(task.cancelled for task in tasks)
+
+
+def test_a_leader_deposed_during_a_copy_leaves_it_started_for_the_next_leader(env, memory_rsm):
+    """Only the leader finishes copies: a copy task cancelled while the RSM copies (the
+    broker became a follower) leaves the segment COPY_SEGMENT_STARTED; the next leader's
+    copy task deletes that dangling copy and copies the segment itself."""
+    produce(env.plog, 20)
+    task = env.task(CopyTask)
+    copy = memory_rsm.copy_log_segment_data
+
+    def copy_then_lose_leadership(md, data):
+        custom = copy(md, data)
+        task.cancel()  # LeaderAndIsr made this broker a follower meanwhile
+        return custom
+
+    memory_rsm.copy_log_segment_data = copy_then_lose_leadership
+    assert task.run_once() == 0
+    dangling = env.segments(S.COPY_SEGMENT_STARTED)
+    assert len(dangling) == 1 and env.segments(S.COPY_SEGMENT_FINISHED) == []
+    assert env.plog.highest_offset_in_remote_storage == -1  # nothing may leave the disk
+    memory_rsm.copy_log_segment_data = copy
+    next_leader = CopyTask(task.ctx, env.tp, env.plog)
+    assert next_leader.run_once() == len(env.plog.segments()) - 1
+    assert dangling[0].segment_id not in {md.segment_id for md in env.segments()}
+    assert dangling[0].segment_id not in memory_rsm.segment_ids()
+    assert env.segments(S.COPY_SEGMENT_STARTED) == []
+
+
+def test_a_deposed_leaders_copy_past_its_epochs_end_is_kept_until_the_log_start_passes_it(
+    env, memory_rsm
+):
+    """KIP-405 scenario 4/5: a copy whose epochs are all in the lineage but whose range
+    disagrees with it (the deposed leader had records past its epoch's end) is kept: a
+    later unclean election may need it. It goes once the log start offset passes it."""
+    produce(env.plog, 10, epoch=0)
+    diverge = env.plog.log_end_offset
+    produce(env.plog, 20, epoch=2)
+    env.copy()
+    stray = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId.generate_new(env.tp),
+        0,
+        diverge + 4,  # epoch 0 past its end in the lineage
+        max_timestamp_ms=T0,
+        broker_id=9,
+        event_timestamp_ms=1,
+        segment_size_in_bytes=10,
+        segment_leader_epochs={0: 0},
+    )
+    env.rlmm.add_remote_log_segment_metadata(stray).result(10)
+    env.rlmm.update_remote_log_segment_metadata(
+        RemoteLogSegmentMetadataUpdate(
+            stray.remote_log_segment_id, 2, None, S.COPY_SEGMENT_FINISHED, 9
+        )
+    ).result(10)
+    memory_rsm.objects[(stray.segment_id, "log")] = b"x" * 10
+    env.expire()
+    assert stray.segment_id in {md.segment_id for md in env.segments(S.COPY_SEGMENT_FINISHED)}
+    assert stray.segment_id in memory_rsm.segment_ids()
+    env.plog.maybe_increment_log_start_offset(diverge + 5, "test")
+    env.expire()
+    assert stray.segment_id not in {md.segment_id for md in env.segments()}
+    assert stray.segment_id not in memory_rsm.segment_ids()

@@ -333,6 +333,68 @@ def test_truncate_fully_and_start_at(tmp_path, batch):
     assert sorted(p.name for p in (tmp_path / "t-0").glob("*.log")) == ["00000000000000000100.log"]
 
 
+def test_restore_from_remote_restarts_the_log_with_the_remote_segments_state(tmp_path, batch):
+    """A tiered follower below its leader's local log start (KIP-405): the log restarts
+    empty at the offset after the remote segment, with the leader's log start, the remote
+    segment's epochs and its producer snapshot; nothing below is on disk."""
+    from core.log.leader_epoch import EpochEntry
+    from core.log.producer_state import ProducerSnapshotEntry, encode_snapshot
+
+    cfg = LogConfig(remote_storage_enable=True, file_delete_delay_ms=0)
+    plog = open_log(tmp_path / "t-0", cfg, clock=lambda: 1_700_000_001_000)
+    plog.append_as_leader(batch([b"stale"]), 0)  # a stale local log, dropped
+    producer = ProducerSnapshotEntry(
+        producer_id=7,
+        producer_epoch=0,
+        last_sequence=41,
+        last_offset=8,
+        offset_delta=0,
+        timestamp=1_700_000_000_000,
+        coordinator_epoch=-1,
+        current_txn_first_offset=-1,
+    )
+    snapshot = encode_snapshot([producer])
+    plog.restore_from_remote(9, 0, [EpochEntry(0, 0), EpochEntry(1, 3), EpochEntry(3, 7)], snapshot)
+    assert (plog.log_start_offset, plog.local_log_start_offset, plog.log_end_offset) == (0, 9, 9)
+    assert [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.entries()] == [
+        (0, 0),
+        (1, 3),
+        (3, 7),
+    ]
+    assert plog.latest_epoch == 3
+    assert plog.producer_state.last_entry(7) is not None
+    assert plog.producer_state.last_entry(7).last_seq == 41
+    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.log")) == [f"{9:020d}.log"]
+    plog.append_as_leader(batch([b"next"]), 4)
+    assert read_all(plog, 9) == [(9, b"next")]
+
+
+def test_a_tiered_log_truncated_below_its_local_start_keeps_its_lineage(tmp_path, batch):
+    """A tiered follower whose divergence is below its local log start: the local log
+    restarts at the truncation point but keeps the log start and the epochs below it."""
+    cfg = LogConfig(
+        segment_bytes=300,
+        remote_storage_enable=True,
+        local_retention_bytes=0,
+        retention_bytes=-1,
+        file_delete_delay_ms=0,
+    )
+    plog = open_log(tmp_path / "t-0", cfg)
+    for i in range(20):
+        plog.append_as_leader(batch([b"x" * 60]), 0 if i < 5 else 2)
+    plog.update_high_watermark(plog.log_end_offset)
+    plog.highest_offset_in_remote_storage = plog.segments()[-2].base_offset - 1
+    assert plog.delete_old_segments() > 0
+    local_start = plog.local_log_start_offset
+    assert local_start > 6
+    assert plog.truncate_to(6)
+    assert (plog.log_start_offset, plog.local_log_start_offset, plog.log_end_offset) == (0, 6, 6)
+    assert [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.entries()] == [
+        (0, 0),
+        (2, 5),
+    ]
+
+
 def test_retention_by_size_deletes_oldest_segments_never_the_active(tmp_path, batch):
     cfg = LogConfig(segment_bytes=500, retention_bytes=1200, file_delete_delay_ms=0)
     plog = open_log(tmp_path / "t-0", cfg)

@@ -1,0 +1,115 @@
+"""Tiered storage on a three-broker cluster (real brokers, ZooKeeper, real clients).
+
+A follower that was down while its leader tiered and deleted the history locally comes
+back: it rejoins the ISR with a local log starting after that history (KIP-405's
+follower protocol), becomes the leader when the old one dies, serves the whole history
+from offset 0 to a real consumer, and copies on, so that the remote lineage
+``tierlog metadata list --json`` shows stays gapless, with segments copied by both brokers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.cluster import DEADLINE_S, Cluster
+from tests.support.cluster_clients import consume_all, produce
+from tests.support.s3_harness import metadata_segments
+
+TOPIC = "tiered"
+FINISHED = "COPY_SEGMENT_FINISHED"
+# A batch is never split across segments: small batches make many 4 KiB segments.
+SMALL_BATCHES = {"batch.size": 1024, "linger.ms": 0}
+
+
+def tiered_settings(bucket: Path) -> dict[str, str]:
+    return {
+        "remote.log.storage.system.enable": "true",
+        "rsm.config.storage.root": str(bucket),
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+    }
+
+
+def local_bases(cluster: Cluster, broker: int) -> list[int]:
+    """The base offsets of the partition's local segments on ``broker``'s disk."""
+    directory = cluster.base_dir / f"broker-{broker}" / "data" / f"{TOPIC}-0"
+    return sorted(int(f.stem) for f in directory.glob("*.log"))
+
+
+def read_all(cluster: Cluster) -> list[bytes]:
+    """Every value from offset 0, with a real consumer, once the clients see a leader (the
+    controller's UpdateMetadata follows what ZooKeeper shows)."""
+
+    def attempt() -> list[bytes] | None:
+        try:
+            return [value for _, _, value in consume_all(cluster, TOPIC, 1)]
+        except KafkaException:
+            return None
+
+    return cluster.wait(attempt, "a consumer reading the partition from offset 0", 60)
+
+
+def finished(cluster: Cluster) -> list[tuple[int, int, int]]:
+    """(start, end, copied by) of the COPY_SEGMENT_FINISHED remote segments."""
+    segments = metadata_segments(cluster.bootstrap, TOPIC, FINISHED)
+    return sorted((s["start_offset"], s["end_offset"], s["broker_id"]) for s in segments)
+
+
+def test_a_follower_back_after_the_leader_tiered_rejoins_from_the_remote_tier_and_leads(
+    cluster_factory, tmp_path: Path
+) -> None:
+    cluster = cluster_factory(3, tiered_settings(tmp_path / "bucket"))
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    configs = {
+        "remote.storage.enable": "true",
+        "segment.bytes": "4096",
+        "local.retention.bytes": "4096",
+        "retention.ms": "-1",
+        "min.insync.replicas": "1",
+    }
+    new = NewTopic(TOPIC, 1, 2, config=configs)
+    for future in admin.create_topics([new], operation_timeout=DEADLINE_S).values():
+        future.result(DEADLINE_S)
+    cluster.wait_topic(TOPIC, 1, 2)
+    a = cluster.leader(TOPIC, 0)
+    (b,) = set(cluster.replicas(TOPIC, 0)) - {a}
+
+    # The follower b is down while the leader a takes 300 records, tiers them and deletes
+    # them locally.
+    cluster.kill(b)
+    cluster.wait(lambda: cluster.isr(TOPIC, 0) == [a], "the leader alone in the ISR", 60)
+    values = [f"record-{i:05d}-".encode() * 8 for i in range(300)]
+    acked = produce(cluster, TOPIC, values, **SMALL_BATCHES)
+    assert len(acked) == 300
+    cluster.wait(lambda: local_bases(cluster, a)[0] > 0, "the leader's local log start > 0", 120)
+    cluster.wait(lambda: len(finished(cluster)) >= 5, "segments tiered by the leader", 120)
+
+    # b comes back: it rejoins the ISR without fetching the tiered history.
+    cluster.restart(b)
+    cluster.wait(
+        lambda: cluster.isr(TOPIC, 0) == sorted([a, b]), "the follower back in the ISR", 120
+    )
+    assert local_bases(cluster, b)[0] > 0
+
+    # a dies; b leads, serves everything from offset 0 and tiers on.
+    cluster.kill(a)
+    cluster.wait(lambda: cluster.leader(TOPIC, 0) == b, "the former follower leading", 60)
+    assert read_all(cluster) == values
+    more = [f"later-{i:05d}-".encode() * 8 for i in range(100)]
+    assert len(produce(cluster, TOPIC, more, **SMALL_BATCHES)) == 100
+    cluster.wait(
+        lambda: any(by == b for _, _, by in finished(cluster)),
+        "segments tiered by the new leader",
+        120,
+    )
+    lineage = finished(cluster)
+    assert lineage[0][0] == 0
+    for (_, end, _), (start, _, _) in itertools.pairwise(lineage):
+        assert start == end + 1, lineage
+    assert {by for _, _, by in lineage} == {a, b}
+    assert read_all(cluster) == values + more
