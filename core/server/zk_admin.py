@@ -108,8 +108,13 @@ class ZkClusterAdmin:
         self._cache = waiters.cache
         self._broker_defaults = dict(broker_defaults)
 
-    def live_broker_ids(self) -> list[int]:
-        return [b.broker_id for b in self._cache.alive_brokers()]
+    async def live_broker_ids(self) -> list[int]:
+        """The brokers registered at ``/brokers/ids``, as Kafka's AdminZkClient reads them
+        to place replicas. Not the MetadataCache's live brokers: they come with the
+        controller's UpdateMetadata, which may not yet name a broker that has registered
+        (under load, or right after a start), and a topic with a replication factor the
+        cluster has would be refused with INVALID_REPLICATION_FACTOR."""
+        return await self._zk.get_broker_ids()
 
     # -- CreateTopics ----------------------------------------------------------------------
     async def create_topic(
@@ -132,7 +137,7 @@ class ZkClusterAdmin:
             timeout.
         """
         validate_topic_name(name)
-        live = self.live_broker_ids()
+        live = await self.live_broker_ids()
         if assignments:
             assignment = validate_assignment(assignments, live)
         else:
@@ -241,7 +246,7 @@ class ZkClusterAdmin:
                 f"Topic currently has {existing} partitions, {total} would not be an increase."
             )
         replication = len(current.partitions[0].replicas) if 0 in current.partitions else 1
-        live = self.live_broker_ids()
+        live = await self.live_broker_ids()
         added = total - existing
         if assignments is not None:
             if len(assignments) != added:
