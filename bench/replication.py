@@ -16,6 +16,11 @@ the cost of the acks=all round trip itself rather than of a queue. Every load st
 producer that has its metadata, connections and producer id (a record to each partition,
 flushed, not timed).
 
+Each load also reports the CPU time (user + system) the three brokers and the producer's
+process spent per record (``/proc/<pid>/stat``, ``getrusage``): on a machine where brokers and
+client share the cores, the throughput ratio cannot exceed the inverse ratio of the CPU
+spent per record.
+
 Failover: ``--kills`` times, the leader of rf3-0 is SIGKILLed while an idempotent acks=all
 producer sends it a record every 5 ms; the time is the longest the producer then goes
 without an acknowledgement (from the last one the old leader gave to the first from the
@@ -34,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
+import resource
 import signal
 import statistics
 import threading
@@ -55,6 +62,23 @@ class Load:
     records_per_s: float
     p50_ms: float
     p99_ms: float
+    broker_cpu_us: float = 0.0  # CPU (user + system) of the three brokers per record
+    client_cpu_us: float = 0.0  # CPU of this process (the producer) per record
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux ``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def brokers_cpu(cluster: Cluster) -> float:
+    return sum(cpu_seconds(p.pid) for p in cluster.brokers.values() if p.proc.poll() is None)
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def produce_load(
@@ -83,6 +107,7 @@ def produce_load(
     for partition in range(3):
         producer.produce(topic, PAYLOAD, partition=partition)
     producer.flush(60)
+    broker_cpu, client_cpu = brokers_cpu(cluster), own_cpu()
     start = time.perf_counter()
     for i in range(count):
         if rate is not None:
@@ -99,8 +124,16 @@ def produce_load(
         producer.poll(0)
     producer.flush(300)
     elapsed = time.perf_counter() - start
+    broker_cpu, client_cpu = brokers_cpu(cluster) - broker_cpu, own_cpu() - client_cpu
     cuts = statistics.quantiles(latencies, n=100)
-    return Load(f"{topic} acks={acks}", len(latencies) / elapsed, cuts[49] * 1000, cuts[98] * 1000)
+    return Load(
+        f"{topic} acks={acks}",
+        len(latencies) / elapsed,
+        cuts[49] * 1000,
+        cuts[98] * 1000,
+        broker_cpu / count * 1e6,
+        client_cpu / count * 1e6,
+    )
 
 
 def median_load(loads: list[Load]) -> Load:
@@ -109,6 +142,8 @@ def median_load(loads: list[Load]) -> Load:
         statistics.median(x.records_per_s for x in loads),
         statistics.median(x.p50_ms for x in loads),
         statistics.median(x.p99_ms for x in loads),
+        statistics.median(x.broker_cpu_us for x in loads),
+        statistics.median(x.client_cpu_us for x in loads),
     )
 
 
@@ -186,10 +221,14 @@ def verdict(ok: bool) -> str:
 
 def print_loads(title: str, loads: list[Load]) -> None:
     print(title)
-    print(f"  {'load':<16} {'records/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    print(
+        f"  {'load':<16} {'records/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'broker CPU us/rec':>18} {'client CPU us/rec':>18}"
+    )
     for load in loads:
         print(
-            f"  {load.name:<16} {load.records_per_s:>10.0f} {load.p50_ms:>8.1f} {load.p99_ms:>8.1f}"
+            f"  {load.name:<16} {load.records_per_s:>10.0f} {load.p50_ms:>8.1f} "
+            f"{load.p99_ms:>8.1f} {load.broker_cpu_us:>18.1f} {load.client_cpu_us:>18.1f}"
         )
 
 
