@@ -30,8 +30,8 @@ from core.errors import CoreError
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
-from core.server.authorizer import AclAuthorizer
-from core.server.cluster_mode import ClusterMode, ClusterStartError
+from core.server.authorizer import AclAuthorizer, Authorizer
+from core.server.cluster_mode import ClusterMode
 from core.server.cluster_types import (
     BrokerEndpoint,
     BrokerInfo,
@@ -80,6 +80,7 @@ from core.server.topics import (
     read_partition_metadata,
 )
 from core.server.zk_admin import MetadataWaiters, RequestTimedOutError, ZkClusterAdmin
+from core.server.zk_authorizer import ZkAclAuthorizer
 from core.server.zookeeper.client import ZkConnectionState
 from core.server.zookeeper.data import EndPoint
 from core.server.zookeeper.errors import ZkError
@@ -148,7 +149,7 @@ class Broker:
         # must get an answer.
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS, SERVED_INTER_BROKER_VERSIONS)
         self._group_offsets: GroupOffsetStore | None = None
-        self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        self.authorizer: Authorizer | None = None  # authorizer.class.name set
         self.quotas: ClientQuotas  # loaded with the storage
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
@@ -205,14 +206,16 @@ class Broker:
             log.warning("%s", self.broker_trust.cluster_warning)
         cluster_id = ""
         if cluster is not None:
-            if config.get("authorizer.class.name"):
-                raise ClusterStartError(
-                    "authorizer.class.name: ACLs are kept in the first log dir of a broker "
-                    "running alone and are not shared through ZooKeeper yet; a cluster broker "
-                    "cannot enforce them. Unset it (protect the listeners with SASL or TLS) or "
-                    "run the broker alone."
-                )
             cluster_id = await cluster.connect()
+            if config.get("authorizer.class.name"):
+                # Every broker decides from the ACLs in ZooKeeper, loaded before it serves.
+                zk_authorizer = ZkAclAuthorizer(
+                    cluster.connected_zk.zookeeper,
+                    self.broker_trust.super_users,
+                    allow_if_no_acl=config.get("allow.everyone.if.no.acl.found"),
+                )
+                await zk_authorizer.start()
+                self.authorizer = zk_authorizer
             self.topics = TopicRegistry.in_memory(config.log_config_defaults())
             # Kafka's LogManager reads the topics' overrides from ZooKeeper before it opens
             # the logs (a compacted topic must not be opened with the default policy).
@@ -469,6 +472,8 @@ class Broker:
                 await client.close()
         if self._config_sync is not None:
             self._config_sync.stop()
+        if isinstance(self.authorizer, ZkAclAuthorizer):
+            self.authorizer.stop()
         if self.server is not None:
             await self.server.stop()
         if self._topic_tasks:

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import CoreError
 from core.log.config import LogConfig
-from core.server.authorizer import CLUSTER_NAME, AclAuthorizer, Operation, ResourceType
+from core.server.authorizer import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from core.server.cluster_types import (
     BrokerInfo,
     PartitionState,
@@ -212,7 +212,7 @@ class BrokerServices(Protocol):
 
     # -- security ------------------------------------------------------------------------------
     @property
-    def authorizer(self) -> AclAuthorizer | None:
+    def authorizer(self) -> Authorizer | None:
         """The ACLs, or None without ``authorizer.class.name`` (everything is allowed)."""
         ...
 
