@@ -177,6 +177,8 @@ def test_acls_granted_on_one_broker_are_enforced_by_all(cluster_factory) -> None
 
     # A restarted broker loads the ACLs from ZooKeeper: alice still refused WRITE there.
     cluster.kill(2)
+    # Its ZooKeeper session must end first (Kafka refuses a broker id still registered).
+    cluster.wait(lambda: 2 not in cluster.registered(), "broker 2's registration gone")
     cluster.restart(2)
     cluster.wait_registered([1, 2, 3])
     cluster.wait_topic(TOPIC, partitions, 3)
