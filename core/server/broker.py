@@ -991,3 +991,9 @@ class _NoController:
 
     async def elect_leaders(self, election_type: Any, partitions: Any) -> Any:
         raise NotControllerError(f"broker {self._broker_id} is not the controller")
+
+    async def alter_partition_reassignments(self, requested: Any) -> Any:
+        raise NotControllerError(f"broker {self._broker_id} is not the controller")
+
+    async def list_partition_reassignments(self, partitions: Any) -> Any:
+        raise NotControllerError(f"broker {self._broker_id} is not the controller")
