@@ -30,8 +30,8 @@ from core.errors import CoreError
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
-from core.server.authorizer import AclAuthorizer
-from core.server.cluster_mode import ClusterMode, ClusterStartError
+from core.server.authorizer import AclAuthorizer, Authorizer
+from core.server.cluster_mode import ClusterMode
 from core.server.cluster_types import (
     BrokerEndpoint,
     BrokerInfo,
@@ -40,7 +40,7 @@ from core.server.cluster_types import (
     TopicPartition,
 )
 from core.server.config import BrokerConfig
-from core.server.config_sync import TopicConfigSync
+from core.server.config_sync import ConfigChangeSync
 from core.server.controller.errors import NotControllerError
 from core.server.group_coordinator import Group, GroupCoordinator
 from core.server.group_loader import GroupLoader
@@ -62,13 +62,17 @@ from core.server.offsets_topic import (
 from core.server.producer_ids import ProducerIdSource, RegistryProducerIds, ZkProducerIds
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.quota_enforcement import handle_with_quotas
-from core.server.quota_store import LocalQuotaStore
+from core.server.quota_store import ClientQuotaStore, LocalQuotaStore
 from core.server.quotas import ClientQuotas
 from core.server.replica_assignment import InvalidReplicaAssignmentError
 from core.server.replica_manager import ReplicaManager
 from core.server.replication_settings import ReplicationSettings
 from core.server.sasl import ScramCredentialSource
-from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
+from core.server.scram_credentials import (
+    LocalScramCredentialStore,
+    ScramCredentialCache,
+    ScramCredentialStore,
+)
 from core.server.security import ListenerSecurity, listener_security, with_runtime_scram
 from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
@@ -80,6 +84,11 @@ from core.server.topics import (
     read_partition_metadata,
 )
 from core.server.zk_admin import MetadataWaiters, RequestTimedOutError, ZkClusterAdmin
+from core.server.zk_authorizer import ZkAclAuthorizer
+from core.server.zk_entity_configs import ZkEntityConfigs
+from core.server.zk_quota_store import ZkQuotaStore
+from core.server.zk_scram_store import ZkScramCredentialStore
+from core.server.zookeeper import paths as zk_paths
 from core.server.zookeeper.client import ZkConnectionState
 from core.server.zookeeper.data import EndPoint
 from core.server.zookeeper.errors import ZkError
@@ -148,7 +157,7 @@ class Broker:
         # must get an answer.
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS, SERVED_INTER_BROKER_VERSIONS)
         self._group_offsets: GroupOffsetStore | None = None
-        self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        self.authorizer: Authorizer | None = None  # authorizer.class.name set
         self.quotas: ClientQuotas  # loaded with the storage
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
@@ -165,7 +174,10 @@ class Broker:
         if config.get("zookeeper.connect"):
             self.cluster = ClusterMode(config, self.metadata_cache)
         self._admin: ZkClusterAdmin | None = None
-        self._config_sync: TopicConfigSync | None = None
+        self._config_sync: ConfigChangeSync | None = None
+        # In a cluster: users', clients' and ips' configs (SCRAM credentials, quotas).
+        self._entity_configs: ZkEntityConfigs | None = None
+        self._zk_scram: ZkScramCredentialStore | None = None
         self._producer_ids: ProducerIdSource | None = None
         self._offsets_creation: asyncio.Task[None] | None = None
         self.local_controller: LocalController | None = None  # running alone
@@ -182,7 +194,7 @@ class Broker:
         # What the SCRAM servers of the SASL listeners check, filled from the store when
         # the log dirs are open (before any listener accepts a connection).
         self._scram_cache = ScramCredentialCache()
-        self.scram_credentials: LocalScramCredentialStore
+        self.scram_credentials: ScramCredentialStore
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> list[BoundListener]:
@@ -205,14 +217,26 @@ class Broker:
             log.warning("%s", self.broker_trust.cluster_warning)
         cluster_id = ""
         if cluster is not None:
-            if config.get("authorizer.class.name"):
-                raise ClusterStartError(
-                    "authorizer.class.name: ACLs are kept in the first log dir of a broker "
-                    "running alone and are not shared through ZooKeeper yet; a cluster broker "
-                    "cannot enforce them. Unset it (protect the listeners with SASL or TLS) or "
-                    "run the broker alone."
-                )
             cluster_id = await cluster.connect()
+            if config.get("authorizer.class.name"):
+                # Every broker decides from the ACLs in ZooKeeper, loaded before it serves.
+                zk_authorizer = ZkAclAuthorizer(
+                    cluster.connected_zk.zookeeper,
+                    self.broker_trust.super_users,
+                    allow_if_no_acl=config.get("allow.everyone.if.no.acl.found"),
+                )
+                await zk_authorizer.start()
+                self.authorizer = zk_authorizer
+            zk = cluster.connected_zk
+            self._config_sync = ConfigChangeSync(
+                zk, self._apply_topic_config, self._on_entity_change
+            )
+            # Before anything is loaded from ZooKeeper: no change made meanwhile is missed.
+            await self._config_sync.mark()
+            self._entity_configs = ZkEntityConfigs(zk, loop)
+            # SCRAM users of the cluster, known before the listeners accept anyone.
+            self._zk_scram = ZkScramCredentialStore(self._entity_configs, self._scram_cache)
+            await self._zk_scram.load()
             self.topics = TopicRegistry.in_memory(config.log_config_defaults())
             # Kafka's LogManager reads the topics' overrides from ZooKeeper before it opens
             # the logs (a compacted topic must not be opened with the default policy).
@@ -347,7 +371,6 @@ class Broker:
         manager.set_node_client(self._fetcher_client, config.inter_broker_listener_name)
         self._producer_ids = ZkProducerIds(zk, self.config.node_id)
         self._admin = ZkClusterAdmin(zk, self._waiters, self.config.log_config_defaults())
-        self._config_sync = TopicConfigSync(zk, self._apply_topic_config)
         cluster.add_session_listener(self._on_session_state)
 
     async def _join_cluster(self, cluster: ClusterMode) -> None:
@@ -363,6 +386,21 @@ class Broker:
         await self._config_sync.start()
         await cluster.register(advertised)
         await cluster.start_controller()
+
+    async def _on_entity_change(self, entity_path: str) -> None:
+        """A user, client or ip config changed in ZooKeeper (on this broker or another):
+        reload the user's SCRAM credentials and the entity's quotas."""
+        parts = entity_path.split("/")
+        if (
+            self._zk_scram is not None
+            and len(parts) == 2
+            and parts[0] == zk_paths.CONFIG_USERS
+            and parts[1] != zk_paths.DEFAULT_ENTITY
+        ):
+            await self._zk_scram.reload(parts[1])
+        store = self.quotas.store
+        if isinstance(store, ZkQuotaStore):
+            await store.reload(entity_path, self.quotas.apply)
 
     def _broker_info(self) -> BrokerInfo:
         """This broker as other brokers and clients reach it (the bound ports once bound)."""
@@ -411,11 +449,17 @@ class Broker:
         config = self.config
         first_dir = Path(config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
-        # SCRAM credentials and client quotas stay in each broker's first log dir, in a
-        # cluster too (not shared through ZooKeeper yet: docs/OPERATIONS.md says so).
-        self.scram_credentials = LocalScramCredentialStore(first_dir, self._scram_cache)
+        # SCRAM credentials and client quotas: in the first log dir of a broker running
+        # alone, in ZooKeeper for the brokers of a cluster (every broker sees the same).
+        quota_store: ClientQuotaStore
+        if self._entity_configs is not None and self._zk_scram is not None:
+            self.scram_credentials = self._zk_scram
+            quota_store = ZkQuotaStore(self._entity_configs)
+        else:
+            self.scram_credentials = LocalScramCredentialStore(first_dir, self._scram_cache)
+            quota_store = LocalQuotaStore(first_dir)
         self.quotas = ClientQuotas.open(
-            LocalQuotaStore(first_dir),
+            quota_store,
             samples=config.get("quota.window.num"),
             window_seconds=config.get("quota.window.size.seconds"),
         )
@@ -472,6 +516,8 @@ class Broker:
                 await client.close()
         if self._config_sync is not None:
             self._config_sync.stop()
+        if isinstance(self.authorizer, ZkAclAuthorizer):
+            self.authorizer.stop()
         if self.server is not None:
             await self.server.stop()
         if self._topic_tasks:
@@ -947,4 +993,10 @@ class _NoController:
         raise NotControllerError(f"broker {self._broker_id} is not the controller")
 
     async def elect_leaders(self, election_type: Any, partitions: Any) -> Any:
+        raise NotControllerError(f"broker {self._broker_id} is not the controller")
+
+    async def alter_partition_reassignments(self, requested: Any) -> Any:
+        raise NotControllerError(f"broker {self._broker_id} is not the controller")
+
+    async def list_partition_reassignments(self, partitions: Any) -> Any:
         raise NotControllerError(f"broker {self._broker_id} is not the controller")

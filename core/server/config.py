@@ -206,7 +206,9 @@ _BROKER_KEYS = [
     # -- authorization (core/server/authorizer.py) -------------------------------------------
     ConfigKey("authorizer.class.name", S, "",
               "Enables ACLs: org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "
-              "core.server.authorizer.AclAuthorizer); empty allows every request.",
+              "core.server.authorizer.AclAuthorizer); empty allows every request. A broker "
+              "running alone keeps the ACLs in its first log dir, the brokers of a cluster in "
+              "ZooKeeper (/kafka-acl, as Kafka's ZooKeeper mode).",
               one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                      "kafka.security.authorizer.AclAuthorizer",
                      "core.server.authorizer.AclAuthorizer")),

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import CoreError
 from core.log.config import LogConfig
-from core.server.authorizer import CLUSTER_NAME, AclAuthorizer, Operation, ResourceType
+from core.server.authorizer import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from core.server.cluster_types import (
     BrokerInfo,
     PartitionState,
@@ -42,6 +42,7 @@ from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
 from core.server.scram_credentials import ScramCredentialStore
 from core.server.topics import TopicInfo, TopicRegistry
+from core.server.zookeeper.topic_data import ReplicaAssignment
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -71,6 +72,26 @@ class ControllerPort(Protocol):
         self, election_type: ElectionType, partitions: set[TopicPartition] | None
     ) -> ElectionResults:
         """Preferred or unclean elections: (error code, message) per partition.
+
+        Raises:
+            NotControllerError.
+        """
+        ...
+
+    async def alter_partition_reassignments(
+        self, requested: dict[TopicPartition, tuple[int, ...] | None]
+    ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """Start, replace or (None) cancel reassignments: (error code, message) each.
+
+        Raises:
+            NotControllerError.
+        """
+        ...
+
+    async def list_partition_reassignments(
+        self, partitions: set[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        """The reassignments in progress.
 
         Raises:
             NotControllerError.
@@ -212,7 +233,7 @@ class BrokerServices(Protocol):
 
     # -- security ------------------------------------------------------------------------------
     @property
-    def authorizer(self) -> AclAuthorizer | None:
+    def authorizer(self) -> Authorizer | None:
         """The ACLs, or None without ``authorizer.class.name`` (everything is allowed)."""
         ...
 
