@@ -55,7 +55,12 @@ from core.log.files import (
     segment_file,
 )
 from core.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCheckpointFile, LeaderEpochFileCache
-from core.log.producer_state import ProducerStateEntry, ProducerStateManager, read_txn_marker
+from core.log.producer_state import (
+    OpenTxn,
+    ProducerStateEntry,
+    ProducerStateManager,
+    read_txn_marker,
+)
 from core.log.record_validation import validate_records
 from core.log.replicated_batches import scan_replicated_batches
 from core.log.segment import AppendedBatch, FetchDataInfo, LogOffsetMetadata, LogSegment
@@ -68,6 +73,7 @@ from core.records.batch import (
     F_MAX_TIMESTAMP,
     F_PRODUCER_ID,
     F_RECORDS_COUNT,
+    HEADER,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -530,6 +536,40 @@ class PartitionLog:
                 if duplicate is not None:
                     return duplicate
             return self._append_validated(buf, batches, idempotent, leader_epoch)
+
+    def append_as_coordinator(self, records: bytearray, leader_epoch: int) -> LogAppendInfo:
+        """Append batches built by this broker's coordinators (Kafka's COORDINATOR origin):
+        transaction markers (control batches) and transactional offset commits.
+
+        Only producer epochs and coordinator epochs are checked (``ProducerStateManager.
+        check_coordinator_append``); the batches come from the broker itself.
+
+        Raises:
+            InvalidProducerEpochError, TransactionCoordinatorFencedError: as above.
+            KafkaStorageError: the log is closed, or the disk write failed.
+        """
+        batches: list[tuple[int, tuple[int, ...]]] = []
+        position = 0
+        while position < len(records):
+            fields = HEADER.unpack_from(records, position)
+            batches.append((position, fields))
+            position += fields[F_LENGTH] + LOG_OVERHEAD
+        headers = [
+            RecordBatchHeader(records, pos)
+            for pos, fields in batches
+            if fields[F_PRODUCER_ID] > NO_PRODUCER_ID
+        ]
+        with self.lock:
+            if self._closed:
+                raise KafkaStorageError(f"log {self.dir} is closed")
+            for header in headers:
+                self.producer_state.check_coordinator_append(header)
+            return self._append_validated(records, batches, headers, leader_epoch)
+
+    def open_transactions(self) -> list[OpenTxn]:
+        """The transactions open in this partition, oldest first (under the log's lock)."""
+        with self.lock:
+            return self.producer_state.open_transactions()
 
     def _check_producer_state(self, headers: list[RecordBatchHeader]) -> LogAppendInfo | None:
         seen: dict[int, RecordBatchHeader] = {}

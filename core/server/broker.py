@@ -16,8 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from core.clock import now_ms
+from core.errors import CoreError
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
+from core.log.producer_state import OpenTxn
+from core.records.builder import build_control_batch
+from core.records.record import ControlRecordType
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer
 from core.server.config import BrokerConfig
@@ -32,7 +36,7 @@ from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.quota_enforcement import handle_with_quotas
 from core.server.quota_store import LocalQuotaStore
 from core.server.quotas import ClientQuotas
-from core.server.replica_manager import ReplicaManager
+from core.server.replica_manager import Partition, ReplicaManager
 from core.server.sasl import ScramCredentialSource
 from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
 from core.server.security import ListenerSecurity, listener_security, with_runtime_scram
@@ -44,6 +48,14 @@ from core.server.topics import (
     UnknownTopicError,
     read_partition_metadata,
 )
+from core.server.transaction_coordinator import CoordinatorSettings, TransactionCoordinator
+from core.server.transaction_log import TRANSACTION_STATE_TOPIC
+from core.server.transaction_marker_channel import MarkerChannel, TxnMarker
+from core.server.transaction_state_topic import (
+    TransactionStateLog,
+    ensure_transaction_state_topic,
+)
+from core.server.transaction_verification import abort_hanging_transactions
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +119,8 @@ class Broker:
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
         self._group_coordinator: GroupCoordinator | None = None
+        self._transaction_coordinator: TransactionCoordinator | None = None
+        self._hanging_check: asyncio.TimerHandle | None = None
         self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
@@ -145,6 +159,8 @@ class Broker:
             self.replica_manager.open_topic(info)
         await self._load_groups()
         self._schedule_offset_expiry()
+        self._transaction_coordinator = self._create_transaction_coordinator()
+        await self._load_transactions()
         assert self.log_manager is not None
         self.log_manager.startup()
         self.server = SocketServer(
@@ -215,6 +231,104 @@ class Broker:
         )
         self.group_coordinator.restore(self.group_offsets.group_metadata())
 
+    # -- transactions ----------------------------------------------------------------------
+    def _create_transaction_coordinator(self) -> TransactionCoordinator:
+        """The transaction coordinator over ``__transaction_state`` (not loaded yet)."""
+        replica_manager = self.replica_manager
+
+        async def written(partition: Partition, offset: int) -> None:
+            await replica_manager.wait_durable_always(partition)
+            await replica_manager.wait_replicated(partition, offset, 30_000)
+
+        state_log = TransactionStateLog(
+            lambda i: replica_manager.partition(TRANSACTION_STATE_TOPIC, i), written
+        )
+        markers = MarkerChannel(
+            replica_manager,
+            on_written=self.on_marker_written,
+            exists=lambda t, i: (
+                (info := self.topics.get(t)) is not None and 0 <= i < info.partitions
+            ),
+        )
+        config = self.config
+        return TransactionCoordinator(
+            lambda: info.partitions if (info := self.topics.get(TRANSACTION_STATE_TOPIC)) else 1,
+            state_log,
+            markers,
+            self.topics.allocate_producer_id,
+            CoordinatorSettings(
+                max_timeout_ms=config.get("transaction.max.timeout.ms"),
+                abort_interval_ms=config.get(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                ),
+                id_expiration_ms=config.get("transactional.id.expiration.ms"),
+                remove_interval_ms=config.get(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms"
+                ),
+            ),
+        )
+
+    async def _load_transactions(self) -> None:
+        """Alone, this broker leads every ``__transaction_state`` partition: load them all
+        (their leader epoch is the coordinator epoch), then start the timeouts."""
+        coordinator = self.transaction_coordinator
+        info = self.topics.get(TRANSACTION_STATE_TOPIC)
+        assert info is not None
+        for index in range(info.partitions):
+            partition = self.replica_manager.partition(TRANSACTION_STATE_TOPIC, index)
+            if partition is not None:
+                await coordinator.load(index, partition.leader_epoch)
+        coordinator.start()
+        self._schedule_hanging_check()
+
+    def _schedule_hanging_check(self) -> None:
+        interval = self.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms")
+        loop = asyncio.get_running_loop()
+        self._hanging_check = loop.call_later(interval / 1000, self._abort_hanging)
+
+    def _abort_hanging(self) -> None:
+        self._schedule_hanging_check()
+        coordinator = self.transaction_coordinator
+        replica_manager = self.replica_manager
+
+        def write_abort(partition: Partition, txn: OpenTxn) -> None:
+            log.warning(
+                "aborting a transaction of producer %d open in %s-%d since offset %d that "
+                "no coordinator knows of (older than transaction.max.timeout.ms)",
+                txn.producer_id,
+                partition.topic,
+                partition.index,
+                txn.first_offset,
+            )
+            batch = build_control_batch(
+                ControlRecordType.ABORT,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                coordinator_epoch=max(txn.coordinator_epoch, 0),
+            )
+            try:
+                replica_manager.append_marker(partition.topic, partition.index, batch)
+            except (LookupError, CoreError) as e:
+                log.warning("cannot abort that transaction: %s", e)
+
+        abort_hanging_transactions(
+            list(replica_manager.partitions.values()),
+            coordinator.knows_open_transaction,
+            write_abort,
+            self.config.get("transaction.max.timeout.ms"),
+            now_ms(),
+        )
+
+    def on_marker_written(self, tp: tuple[str, int], marker: TxnMarker) -> None:
+        """Transactional offset commits of ``__consumer_offsets`` complete at the marker."""
+        if tp[0] == OFFSETS_TOPIC and self._group_offsets is not None:
+            self._group_offsets.complete_txn(marker.producer_id, tp[1], marker.commit)
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        assert self._transaction_coordinator is not None, "the broker is not started"
+        return self._transaction_coordinator
+
     def _store_group(self, group: Group) -> None:
         """The coordinator's hook: journal the group's metadata in the background (a lost
         record only makes the group's members rejoin after a restart)."""
@@ -233,6 +347,12 @@ class Broker:
             self.topics,
             self.config.get("offsets.topic.num.partitions"),
             self.config.get("offsets.topic.segment.bytes"),
+        )
+        ensure_transaction_state_topic(
+            self.topics,
+            self.config.get("transaction.state.log.num.partitions"),
+            self.config.get("transaction.state.log.segment.bytes"),
+            self.config.get("transaction.state.log.min.isr"),
         )
         self.quotas = ClientQuotas.open(
             LocalQuotaStore(first_dir),
@@ -280,6 +400,10 @@ class Broker:
             self._offset_expiry.cancel()
         if self._group_coordinator is not None:
             self._group_coordinator.shutdown()
+        if self._transaction_coordinator is not None:
+            self._transaction_coordinator.shutdown()
+        if self._hanging_check is not None:
+            self._hanging_check.cancel()
         if self.timer is not None:
             self.timer.shutdown()
         if self.log_manager is not None:

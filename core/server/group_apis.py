@@ -82,10 +82,18 @@ async def handle_find_coordinator(broker: BrokerServices, ctx: RequestContext, r
                 "port": port,
             }
         if key_type == COORDINATOR_TRANSACTION:
-            error, message = (
-                ErrorCode.coordinator_not_available,
-                ("tierlog does not support transactions yet: there is no transaction coordinator"),
-            )
+            if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                error, message = ErrorCode.transactional_id_authorization_failed, None
+            elif broker.transaction_coordinator.is_coordinator(key):
+                return {
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "node_id": node,
+                    "host": host,
+                    "port": port,
+                }
+            else:
+                error, message = ErrorCode.coordinator_not_available, None
         else:
             error, message = ErrorCode.invalid_request, f"Unknown coordinator type: {key_type}"
         return {

@@ -81,6 +81,8 @@ class GroupOffsetStore:
         self._groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._metadata: dict[str, GroupMetadataValue] = {}
         self._pending: list[tuple[int, list[CoordinatorRecord]]] = []  # (partition, records)
+        # TxnOffsetCommit: producer id -> group -> offsets, applied at the COMMIT marker.
+        self._txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
         self._version = 0
         self._persisted = 0
         self.skipped_records = 0
@@ -117,6 +119,7 @@ class GroupOffsetStore:
                 # Kafka skips what it cannot parse rather than refuse to coordinate at all.
                 self.skipped_records += 1
                 log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, e)
+        self._replay_open_transactions(journal)
         log.info(
             "loaded %d groups with offsets and %d group metadata from %d records of %s",
             len(self._groups),
@@ -124,6 +127,66 @@ class GroupOffsetStore:
             records,
             OFFSETS_TOPIC,
         )
+
+    def _replay_open_transactions(self, journal: OffsetsTopic) -> None:
+        for pid, records in getattr(journal, "open_transactions", {}).items():
+            for _, (key_bytes, value) in records:
+                try:
+                    key = decode_key(key_bytes)
+                    if isinstance(key, OffsetCommitKey) and value is not None:
+                        offsets = self._txn_offsets.setdefault(pid, {}).setdefault(key.group, {})
+                        offsets[(key.topic, key.partition)] = decode_offset_commit_value(value)
+                except CoordinatorRecordError as e:
+                    log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, e)
+
+    # -- transactional offset commits (TxnOffsetCommit) -------------------------------------
+    def txn_commit(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        group: str,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> int | None:
+        """Journal offsets of a producer's transaction (they apply at its COMMIT marker);
+        returns the ``__consumer_offsets`` partition to fsync (None without a journal).
+
+        Raises:
+            InvalidProducerEpochError, KafkaStorageError: the append failed.
+        """
+        records = [
+            (offset_commit_key(group, t, p), offset_commit_value(c))
+            for (t, p), c in offsets.items()
+        ]
+        index = None
+        if self.journal is not None and records:
+            index = self.journal.partition_for(group)
+            self.journal.append_transactional(index, records, producer_id, producer_epoch)
+        with self._state_lock:
+            self._txn_offsets.setdefault(producer_id, {}).setdefault(group, {}).update(offsets)
+        return index
+
+    def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` was written in ``__consumer_offsets``
+        partition ``partition``: apply or drop the producer's offsets of its groups."""
+        with self._state_lock:
+            groups = self._txn_offsets.get(producer_id)
+            if not groups:
+                return
+            for group in list(groups):
+                here = self.journal.partition_for(group) if self.journal is not None else partition
+                if here != partition:
+                    continue
+                offsets = groups.pop(group)
+                if commit:
+                    self._groups.setdefault(group, {}).update(offsets)
+            if not groups:
+                del self._txn_offsets[producer_id]
+
+    def has_pending_txn_offsets(self, group: str, tp: TopicPartition) -> bool:
+        """Whether a transaction not yet completed holds an offset of ``group`` for ``tp``
+        (OffsetFetch's require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        with self._state_lock:
+            return any(tp in groups.get(group, {}) for groups in self._txn_offsets.values())
 
     def _migrate(self, path: Path) -> None:
         try:

@@ -34,6 +34,8 @@ from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
 from core.server.scram_credentials import ScramCredentialStore
 from core.server.topics import TopicInfo, TopicRegistry
+from core.server.transaction_coordinator import TransactionCoordinator
+from core.server.transaction_marker_channel import TxnMarker
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -128,6 +130,16 @@ class BrokerServices(Protocol):
     @property
     def group_coordinator(self) -> GroupCoordinator:
         """Group membership: joins, syncs, heartbeats, generations."""
+        ...
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        """Transactional ids, their producers and transactions (the transaction APIs)."""
+        ...
+
+    def on_marker_written(self, tp: tuple[str, int], marker: TxnMarker) -> None:
+        """A transaction marker was appended here (completes transactional offset commits
+        of ``__consumer_offsets`` partitions; WriteTxnMarkers)."""
         ...
 
     @property

@@ -97,6 +97,13 @@ class Partition:
         self.log.update_high_watermark(self.log.log_end_offset)
         return info
 
+    def append_as_coordinator(self, records: bytearray) -> LogAppendInfo:
+        """Append batches of this broker's coordinators: transaction markers and
+        transactional offset commits (Kafka's AppendOrigin.COORDINATOR)."""
+        info = self.log.append_as_coordinator(records, self.leader_epoch)
+        self.log.update_high_watermark(self.log.log_end_offset)
+        return info
+
     @property
     def high_watermark(self) -> int:
         return self.log.high_watermark
@@ -257,6 +264,26 @@ class ReplicaManager:
         if not info.duplicate and self.fetch_purgatory.watched():
             self.fetch_purgatory.check_and_complete(partition.tp)
         return info
+
+    def append_marker(self, topic: str, index: int, batch: bytearray) -> None:
+        """Append a transaction marker to a partition led here, waking its fetches (the
+        LSO may move). ``MarkerPartitions`` of core.server.transaction_marker_channel.
+
+        Raises:
+            LookupError: the partition is not led here.
+            CoreError: the log refused the marker.
+        """
+        partition = self.partition(topic, index)
+        if partition is None:
+            raise LookupError(f"{topic}-{index} is not led here")
+        partition.append_as_coordinator(batch)
+        if self.fetch_purgatory.watched():
+            self.fetch_purgatory.check_and_complete(partition.tp)
+
+    async def wait_durable_always(self, partition: Partition) -> None:
+        """fsync the partition off the event loop, whatever ``flush.messages`` says (the
+        coordinators' state must survive a crash once they act on it)."""
+        await asyncio.get_running_loop().run_in_executor(None, partition.log.flush)
 
     async def wait_durable(self, partition: Partition) -> None:
         """fsync the partition if ``flush.messages`` says so, off the event loop."""

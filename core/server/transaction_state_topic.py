@@ -1,0 +1,116 @@
+"""``__transaction_state``: the compacted internal topic behind the transaction coordinator.
+
+Created at start-up with ``transaction.state.log.num.partitions`` partitions (an existing
+topic keeps its count: changing it would move transactional ids between partitions) and
+Kafka's topic configs: ``cleanup.policy=compact``, ``compression.type=uncompressed``,
+``min.insync.replicas=transaction.state.log.min.isr``, ``unclean.leader.election.enable=
+false``, ``segment.bytes=transaction.state.log.segment.bytes``. Each record is one
+transactional id's state (``core.server.transaction_log``); a write is answered once it is
+fsynced (and, in a cluster, replicated), so a state the coordinator acted on survives a
+crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from core.clock import now_ms
+from core.records.builder import RecordBatchBuilder
+from core.records.record import decode_records
+from core.server.topics import TopicInfo, TopicRegistry
+from core.server.transaction_log import TRANSACTION_STATE_TOPIC
+
+if TYPE_CHECKING:
+    from core.server.replica_manager import Partition
+
+log = logging.getLogger(__name__)
+
+
+def transaction_state_topic_configs(segment_bytes: int, min_isr: int) -> dict[str, str]:
+    """The topic-level configs Kafka gives ``__transaction_state``."""
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "uncompressed",
+        "min.insync.replicas": str(min_isr),
+        "unclean.leader.election.enable": "false",
+        "segment.bytes": str(segment_bytes),
+    }
+
+
+def ensure_transaction_state_topic(
+    topics: TopicRegistry, partitions: int, segment_bytes: int, min_isr: int
+) -> TopicInfo:
+    """The registry's ``__transaction_state``, created if missing."""
+    info = topics.get(TRANSACTION_STATE_TOPIC)
+    if info is None:
+        # One broker: a min ISR above 1 could never be met by its only replica.
+        configs = transaction_state_topic_configs(segment_bytes, 1)
+        info = topics.create(TRANSACTION_STATE_TOPIC, partitions, configs)
+        log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, partitions)
+    elif info.partitions != partitions:
+        log.warning(
+            "%s has %d partitions; transaction.state.log.num.partitions=%d is ignored "
+            "(changing it would move transactional ids to other partitions)",
+            TRANSACTION_STATE_TOPIC,
+            info.partitions,
+            partitions,
+        )
+    return info
+
+
+class TransactionStateLog:
+    """Appends transaction records to ``__transaction_state`` and replays a partition.
+
+    Args:
+        partition: the leader partition with that index, None if not led here.
+        wait_written: awaits durability (and replication) of a partition up to an offset.
+    """
+
+    def __init__(
+        self,
+        partition: Callable[[int], Partition | None],
+        wait_written: Callable[[Partition, int], asyncio.Future[None] | object],
+        *,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self._partition = partition
+        self._wait_written = wait_written
+        self._clock = clock
+
+    def leader_epoch(self, index: int) -> int | None:
+        partition = self._partition(index)
+        return None if partition is None else partition.leader_epoch
+
+    async def append(self, index: int, key: bytes, value: bytes | None) -> None:
+        """Append one record and wait until it is durable.
+
+        Raises:
+            LookupError: the partition is not led here.
+            CoreError: the write failed (its Kafka error code says why).
+        """
+        partition = self._partition(index)
+        if partition is None:
+            raise LookupError(f"{TRANSACTION_STATE_TOPIC}-{index} is not led here")
+        builder = RecordBatchBuilder()
+        builder.append(value, key=key, timestamp=self._clock())
+        info = partition.append_as_leader(builder.build())
+        await self._wait_written(partition, info.last_offset + 1)  # type: ignore[misc]
+
+    def replay(self, index: int) -> Iterator[tuple[bytes, bytes | None]]:
+        """Every keyed record of the partition from its log start, in offset order
+        (blocking: run it on an executor thread)."""
+        partition = self._partition(index)
+        if partition is None:
+            return
+        plog = partition.log
+        start = plog.log_start_offset
+        for segment in plog.segments():
+            for _, header in segment.log.scan_batches(0):
+                if header.is_control or header.last_offset < start:
+                    continue
+                for record in decode_records(header, verify=False):
+                    if record.offset >= start and record.key is not None:
+                        yield record.key, record.value
