@@ -49,6 +49,7 @@ PRODUCER_FENCED_SINCE = {
     ApiKey.END_TXN: 2,
     ApiKey.TXN_OFFSET_COMMIT: 3,
 }
+EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
 UNKNOWN_MEMBER_ID = 25
 ILLEGAL_GENERATION = 22
 FENCED_INSTANCE_ID = 82
@@ -417,12 +418,9 @@ async def handle_describe_transactions(
                 transactional_id=txn_id,
                 transaction_state=meta.state.kafka_name if meta else "",
                 transaction_timeout=datetime.timedelta(milliseconds=meta.timeout_ms if meta else 0),
-                transaction_start_time=datetime.datetime.fromtimestamp(
-                    max(meta.start_ms if meta else -1, 0) / 1000, tz=datetime.UTC
-                )
-                if meta and meta.start_ms >= 0
-                else datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
-                - datetime.timedelta(milliseconds=1),
+                # -1 (Kafka's "no transaction") is 1 ms before the epoch.
+                transaction_start_time=EPOCH
+                + datetime.timedelta(milliseconds=meta.start_ms if meta else -1),
                 producer_id=meta.producer_id if meta else -1,
                 producer_epoch=meta.producer_epoch if meta else -1,
                 topics=tuple(

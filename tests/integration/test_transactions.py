@@ -292,6 +292,7 @@ def last_stable_offset(bootstrap: str, topic: str) -> tuple[int, int]:
 
 def test_unknown_transactional_batch_is_refused(broker: BrokerProcess) -> None:
     create_topic(broker.bootstrap, "h")
+    create_topic(broker.bootstrap, "h-other")
     plain = Producer({"bootstrap.servers": broker.bootstrap})
     plain.produce("h", b"before", partition=0)
     plain.flush(30)
@@ -303,6 +304,8 @@ def test_unknown_transactional_batch_is_refused(broker: BrokerProcess) -> None:
     # A registered producer whose transaction does not hold the partition.
     producer = txn_producer(broker.bootstrap, "tx-h")
     producer.begin_transaction()
+    producer.produce("h-other", b"in the transaction", partition=0)
+    producer.flush(30)
     pid, epoch = describe_producer(broker.bootstrap, "tx-h")
     answer = raw_produce(broker.bootstrap, "h", txn_batch(pid, epoch), "tx-h")
     assert answer.error_code == ErrorCode.invalid_txn_state
