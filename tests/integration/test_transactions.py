@@ -127,7 +127,7 @@ def test_commit_and_abort_read_committed(broker: BrokerProcess) -> None:
     committed = [b"c1-0", b"c1-1", b"c1-2", b"c1-3", b"c1-4", b"c2-0"]
     assert consume_all(broker.bootstrap, "t", "read_committed", 6) == committed
     everything = consume_all(broker.bootstrap, "t", "read_uncommitted", 9)
-    assert everything == committed[:5] + [b"a-0", b"a-1", b"a-2"] + [b"c2-0"]
+    assert everything == [*committed[:5], b"a-0", b"a-1", b"a-2", b"c2-0"]
 
 
 def test_second_producer_fences_the_first(broker: BrokerProcess) -> None:

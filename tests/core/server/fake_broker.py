@@ -95,9 +95,7 @@ class FakeBroker:
         async def written(partition: Any, offset: int) -> None:
             await rm.wait_durable_always(partition)
 
-        state_log = TransactionStateLog(
-            lambda i: rm.partition(TRANSACTION_STATE_TOPIC, i), written
-        )
+        state_log = TransactionStateLog(lambda i: rm.partition(TRANSACTION_STATE_TOPIC, i), written)
         markers = MarkerChannel(rm, on_written=self.on_marker_written)
         coordinator = TransactionCoordinator(
             lambda: 2,
