@@ -566,6 +566,14 @@ class PartitionLog:
                 self.producer_state.check_coordinator_append(header)
             return self._append_validated(records, batches, headers, leader_epoch)
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the earliest transaction still open (or whose
+        marker is not yet below the high watermark), else the high watermark."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
+
     def open_transactions(self) -> list[OpenTxn]:
         """The transactions open in this partition, oldest first (under the log's lock)."""
         with self.lock:

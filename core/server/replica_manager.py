@@ -110,9 +110,7 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        first_unstable = self.log.producer_state.first_unstable_offset()
-        hw = self.log.high_watermark
-        return hw if first_unstable is None else min(first_unstable, hw)
+        return self.log.last_stable_offset
 
 
 @dataclass(slots=True)
