@@ -227,8 +227,13 @@ async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, reque
     suffix = "s" if multi else ""  # v8+ names its nested classes in the plural
     topic_cls = nested(response_type, f"OffsetFetchResponseTopic{suffix}")
     partition_cls = nested(response_type, f"OffsetFetchResponsePartition{suffix}")
-    # require_stable (v7+) asks for UNSTABLE_OFFSET_COMMIT while transactional commits are
-    # pending; there are no transactional commits yet, so every offset is stable.
+    # require_stable (v7+): a partition with a transactional commit not yet completed
+    # answers UNSTABLE_OFFSET_COMMIT (the consumer retries), as Kafka does, so that a
+    # read_committed consumer never starts from an offset its transaction may still undo.
+    require_stable = bool(getattr(request, "require_stable", False))
+
+    def unstable(group: str, topic: str, index: int) -> bool:
+        return require_stable and store.has_pending_txn_offsets(group, (topic, index))
 
     def may_describe(topic: str) -> bool:
         return allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
@@ -250,9 +255,11 @@ async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, reque
                         committed_offset=c.offset if c is not None else -1,
                         committed_leader_epoch=c.leader_epoch if c is not None else -1,
                         metadata=c.metadata if c is not None else "",
-                        error_code=ErrorCode.none
-                        if may_describe(name)
-                        else ErrorCode.topic_authorization_failed,
+                        error_code=ErrorCode.topic_authorization_failed
+                        if not may_describe(name)
+                        else ErrorCode.unstable_offset_commit
+                        if unstable(group, name, index)
+                        else ErrorCode.none,
                     )
                     for index, c in partitions
                     if topics is not None or may_describe(name)
