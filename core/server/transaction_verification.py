@@ -27,6 +27,10 @@ from collections.abc import Callable
 from typing import Any
 
 from core.records.batch import F_ATTRIBUTES, F_PRODUCER_EPOCH, F_PRODUCER_ID, HEADER, Attributes
+from core.server.api_keys import ApiKey
+from core.server.broker_connection import BrokerClientError
+from core.server.kio_build import make, nested
+from core.server.protocol import load_request_schema
 
 NONE = 0
 NOT_ENOUGH_REPLICAS = 19
@@ -117,3 +121,69 @@ def abort_hanging_transactions(
             write_abort(partition, txn)
             aborted += 1
     return aborted
+
+
+ADD_PARTITIONS_VERIFY_VERSIONS = (4, 4)
+
+
+async def verify_remotely(
+    node_client: Any,
+    coordinator: Any,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: list[tuple[str, int]],
+) -> dict[tuple[str, int], int]:
+    """Ask the coordinator on another broker (AddPartitionsToTxn v4, ``verify_only``):
+    the error code per partition, as ``TransactionCoordinator.verify`` answers locally.
+    A failed connection answers NOT_ENOUGH_REPLICAS (the producer retries).
+
+    Args:
+        node_client: the inter-broker ``NodeClient``.
+        coordinator: the coordinator's ``BrokerEndpoint``.
+    """
+
+    def build(version: int) -> Any:
+        request_type = load_request_schema(ApiKey.ADD_PARTITIONS_TO_TXN, version)
+        txn_cls = nested(request_type, "AddPartitionsToTxnTransaction")
+        topic_cls = nested(request_type, "AddPartitionsToTxnTopic")
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in partitions:
+            by_topic.setdefault(topic, []).append(index)
+        return make(
+            request_type,
+            transactions=(
+                make(
+                    txn_cls,
+                    transactional_id=transactional_id,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    verify_only=True,
+                    topics=tuple(
+                        make(topic_cls, name=t, partitions=tuple(p)) for t, p in by_topic.items()
+                    ),
+                ),
+            ),
+        )
+
+    try:
+        response = await node_client.send(
+            coordinator,
+            "txn-verification",
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            build,
+            versions=ADD_PARTITIONS_VERIFY_VERSIONS,
+        )
+    except (BrokerClientError, OSError):
+        return dict.fromkeys(partitions, NOT_ENOUGH_REPLICAS)
+    codes = dict.fromkeys(partitions, NOT_ENOUGH_REPLICAS)
+    if response.error_code:
+        return dict.fromkeys(partitions, int(response.error_code))
+    for result in response.results_by_transaction:
+        for topic in result.topic_results:
+            for p in topic.results_by_partition:
+                code = int(p.partition_error_code)
+                codes[(topic.name, p.partition_index)] = (
+                    NOT_ENOUGH_REPLICAS if code in RETRIABLE else code
+                )
+    return codes

@@ -31,6 +31,9 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from core.records.builder import RecordBatchBuilder
 from core.server.api_keys import ApiKey
+from core.server.node_client import BrokerEndpoint, ClientSettings, NodeClient
+from core.server.security import ClientSecurity
+from core.server.transaction_verification import verify_remotely
 from tests.support.broker_process import BrokerProcess, restart, start_broker
 from tests.support.kafka_wire import call
 
@@ -366,3 +369,34 @@ def test_aiokafka_transactions(broker: BrokerProcess) -> None:
 
     asyncio.run(run())
     assert consume_all(broker.bootstrap, "ak", "read_committed", 1) == [b"ak-commit"]
+
+
+# -- KIP-890 over the protocol (a leader asking a coordinator on another broker) -------------
+def test_verification_over_add_partitions_to_txn_v4(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "v4")
+    create_topic(broker.bootstrap, "v4-other")
+    producer = txn_producer(broker.bootstrap, "tx-v4")
+    producer.begin_transaction()
+    producer.produce("v4", b"x", partition=0)
+    producer.flush(30)
+    pid, epoch = describe_producer(broker.bootstrap, "tx-v4")
+    host, port = broker.bootstrap.rsplit(":", 1)
+    node = BrokerEndpoint(1, host, int(port))
+
+    async def ask() -> tuple[dict[Any, int], ...]:
+        client = NodeClient(ClientSettings(local_id=2, security=ClientSecurity("PLAINTEXT")))
+        try:
+            parts = [("v4", 0), ("v4-other", 0)]
+            return (
+                await verify_remotely(client, node, "tx-v4", pid, epoch, parts),
+                await verify_remotely(client, node, "tx-v4", pid, epoch - 1, parts[:1]),
+                await verify_remotely(client, node, "unknown-id", pid, epoch, parts[:1]),
+            )
+        finally:
+            await client.close()
+
+    ok, fenced, unknown = asyncio.run(ask())
+    assert ok == {("v4", 0): 0, ("v4-other", 0): ErrorCode.invalid_txn_state}
+    assert fenced == {("v4", 0): ErrorCode.invalid_producer_epoch}
+    assert unknown == {("v4", 0): ErrorCode.invalid_producer_id_mapping}
+    producer.abort_transaction(30)
