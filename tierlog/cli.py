@@ -52,6 +52,7 @@ COMMANDS: tuple[str, ...] = (
     "tierlog.metadata_cmd",
     "tierlog.export_cmd",
     "tierlog.groups_cmd",
+    "tierlog.transactions_cmd",
 )
 """Modules that register a subcommand, in the order ``--help`` lists them."""
 
