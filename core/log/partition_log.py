@@ -880,6 +880,18 @@ class PartitionLog:
             self._unflushed_messages = 0
             self._last_flush_ms = self.clock()
 
+    def sync_data(self) -> None:
+        """fsync the record files written since the recovery point, not their indexes
+        (recovery rebuilds those): what a coordinator's write needs to survive a crash,
+        at a quarter of ``flush``'s fsyncs. The recovery point does not move."""
+        with self.lock:
+            if self._closed:
+                return
+            floor = self._floor(self.recovery_point)
+            segments = [s for s in self._segments if s.base_offset >= floor]
+        for segment in segments:
+            segment.log.flush()
+
     def _floor(self, offset: int) -> int:
         seg = self.segment_for(offset)
         return seg.base_offset if seg is not None else 0

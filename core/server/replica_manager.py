@@ -281,7 +281,7 @@ class ReplicaManager:
     async def wait_durable_always(self, partition: Partition) -> None:
         """fsync the partition off the event loop, whatever ``flush.messages`` says (the
         coordinators' state must survive a crash once they act on it)."""
-        await asyncio.get_running_loop().run_in_executor(None, partition.log.flush)
+        await asyncio.get_running_loop().run_in_executor(None, partition.log.sync_data)
 
     async def wait_durable(self, partition: Partition) -> None:
         """fsync the partition if ``flush.messages`` says so, off the event loop."""

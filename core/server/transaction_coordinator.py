@@ -207,8 +207,13 @@ class TransactionCoordinator:
         value = meta.value_for(target, meta.partitions, now_ms=self._clock(), **changes)  # type: ignore[arg-type]
         meta.pending = target
         try:
+            # CompleteCommit/CompleteAbort need no fsync: lost in a crash, the reload finds
+            # PrepareCommit/PrepareAbort and writes the (idempotent) markers again.
             await self.state_log.append(
-                index, encode_key(meta.transactional_id), encode_value(value)
+                index,
+                encode_key(meta.transactional_id),
+                encode_value(value),
+                durable=target not in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT),
             )
         except LookupError:
             return NOT_COORDINATOR

@@ -84,8 +84,11 @@ class TransactionStateLog:
         partition = self._partition(index)
         return None if partition is None else partition.leader_epoch
 
-    async def append(self, index: int, key: bytes, value: bytes | None) -> None:
-        """Append one record and wait until it is durable.
+    async def append(
+        self, index: int, key: bytes, value: bytes | None, *, durable: bool = True
+    ) -> None:
+        """Append one record and wait until it is durable (``durable=False``: appended,
+        left to the flush policy, for records whose loss a restart repairs).
 
         Raises:
             LookupError: the partition is not led here.
@@ -97,7 +100,8 @@ class TransactionStateLog:
         builder = RecordBatchBuilder()
         builder.append(value, key=key, timestamp=self._clock())
         info = partition.append_as_leader(builder.build())
-        await self._wait_written(partition, info.last_offset + 1)  # type: ignore[misc]
+        if durable:
+            await self._wait_written(partition, info.last_offset + 1)  # type: ignore[misc]
 
     def replay(self, index: int) -> Iterator[tuple[bytes, bytes | None]]:
         """Every keyed record of the partition from its log start, in offset order
