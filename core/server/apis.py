@@ -45,7 +45,7 @@ from core.server.replica_manager import (
 )
 from core.server.throttle import ThrottledResponse
 from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
-from core.server.transaction_verification import verification_error
+from core.server.transaction_verification import verification_error, verification_message
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                 ):
                     # KIP-890: no transactional batch the coordinator does not know of.
                     error = error_code(code)
-                    message = "the partition is not in an ongoing transaction of the producer"
+                    message = verification_message(code)
                 else:
                     info = broker.replica_manager.append(partition, bytearray(pdata.records))
                     base_offset, start = info.first_offset, info.log_start_offset

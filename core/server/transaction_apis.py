@@ -98,7 +98,7 @@ async def handle_init_producer_id(broker: BrokerServices, ctx: RequestContext, r
     ):
         # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE or WRITE on some topic.
         return answer(ErrorCode.cluster_authorization_failed)
-    if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH - 1:
+    if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH:
         # KIP-360: an idempotent producer re-initialising keeps its id with a new epoch.
         return answer(ErrorCode.none, pid, epoch + 1)
     return answer(ErrorCode.none, broker.topics.allocate_producer_id(), 0)

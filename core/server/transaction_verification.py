@@ -56,6 +56,21 @@ def transactional_producer(records: bytes | bytearray | memoryview) -> tuple[int
     return fields[F_PRODUCER_ID], fields[F_PRODUCER_EPOCH]
 
 
+_MESSAGES = {
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional records need a transactional id the "
+    "principal may write",
+    NOT_ENOUGH_REPLICAS: "the transaction coordinator cannot verify the transaction now",
+    47: "the producer's epoch is older than its coordinator's (fenced)",
+    48: "the partition is not in an ongoing transaction of the producer",
+    49: "the transaction coordinator knows no such producer for this transactional id",
+}
+
+
+def verification_message(code: int) -> str:
+    """The error message of a refused transactional batch."""
+    return _MESSAGES.get(code, "transactional batch refused by its coordinator")
+
+
 def verification_error(
     transactional_id: str | None,
     may_write: Callable[[str], bool],
