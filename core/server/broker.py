@@ -352,6 +352,7 @@ class Broker:
             self.topics,
             self.config.get("transaction.state.log.num.partitions"),
             self.config.get("transaction.state.log.segment.bytes"),
+            self.config.get("transaction.state.log.replication.factor"),
             self.config.get("transaction.state.log.min.isr"),
         )
         self.quotas = ClientQuotas.open(

@@ -404,7 +404,7 @@ _BROKER_KEYS = [
               "The replicas of __transaction_state, capped to the live brokers when it is "
               "created (one broker alone: 1).", between(1, SHORT_MAX)),
     ConfigKey("transaction.state.log.min.isr", I, 2,
-              "min.insync.replicas of __transaction_state (one broker alone: 1).",
+              "min.insync.replicas of __transaction_state, capped to its replication factor.",
               at_least(1)),
     ConfigKey("transaction.state.log.segment.bytes", I, 104857600,
               "segment.bytes of __transaction_state.", at_least(1)),

@@ -41,13 +41,32 @@ def transaction_state_topic_configs(segment_bytes: int, min_isr: int) -> dict[st
 
 
 def ensure_transaction_state_topic(
-    topics: TopicRegistry, partitions: int, segment_bytes: int, min_isr: int
+    topics: TopicRegistry,
+    partitions: int,
+    segment_bytes: int,
+    replication_factor: int,
+    min_isr: int,
+    *,
+    live_brokers: int = 1,
 ) -> TopicInfo:
-    """The registry's ``__transaction_state``, created if missing."""
+    """The registry's ``__transaction_state``, created if missing.
+
+    ``transaction.state.log.replication.factor`` is capped to the live brokers at creation,
+    with a warning (a broker alone: 1), and ``transaction.state.log.min.isr`` to the
+    replication factor, so that the coordinator can write at all."""
     info = topics.get(TRANSACTION_STATE_TOPIC)
     if info is None:
-        # One broker: a min ISR above 1 could never be met by its only replica.
-        configs = transaction_state_topic_configs(segment_bytes, 1)
+        replicas = min(replication_factor, live_brokers)
+        if replicas < replication_factor:
+            log.warning(
+                "creating %s with %d replica(s): transaction.state.log.replication.factor=%d "
+                "but only %d broker(s) are live",
+                TRANSACTION_STATE_TOPIC,
+                replicas,
+                replication_factor,
+                live_brokers,
+            )
+        configs = transaction_state_topic_configs(segment_bytes, min(min_isr, replicas))
         info = topics.create(TRANSACTION_STATE_TOPIC, partitions, configs)
         log.info("created %s with %d partitions", TRANSACTION_STATE_TOPIC, partitions)
     elif info.partitions != partitions:

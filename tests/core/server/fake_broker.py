@@ -88,7 +88,7 @@ class FakeBroker:
 
     def _transaction_coordinator(self) -> TransactionCoordinator:
         """Over a two-partition ``__transaction_state``, every partition loaded."""
-        info = ensure_transaction_state_topic(self.topics, 2, 1 << 20, 1)
+        info = ensure_transaction_state_topic(self.topics, 2, 1 << 20, 1, 1)
         self.replica_manager.open_topic(info)
         rm = self.replica_manager
 
