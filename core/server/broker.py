@@ -29,7 +29,7 @@ from core.server.group_coordinator import Group, GroupCoordinator
 from core.server.group_offsets import GroupOffsetStore
 from core.server.handler_support import error_code
 from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
-from core.server.internal_topics import BrokerTrust
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC, BrokerTrust
 from core.server.network import BoundListener, ListenerSpec, SocketServer
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.protocol import ProtocolCodec, RequestContext
@@ -49,7 +49,6 @@ from core.server.topics import (
     read_partition_metadata,
 )
 from core.server.transaction_coordinator import CoordinatorSettings, TransactionCoordinator
-from core.server.transaction_log import TRANSACTION_STATE_TOPIC
 from core.server.transaction_marker_channel import MarkerChannel, TxnMarker
 from core.server.transaction_state_topic import (
     TransactionStateLog,

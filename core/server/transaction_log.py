@@ -28,7 +28,6 @@ from core.server.coordinator_records import (
     _string,
     partition_for,
 )
-from core.server.internal_topics import TRANSACTION_STATE_TOPIC
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
@@ -76,7 +75,6 @@ _NAMES = {
 }
 
 TopicPartition = tuple[str, int]
-__all__ = ["TRANSACTION_STATE_TOPIC"]
 
 
 @dataclass(frozen=True, slots=True)

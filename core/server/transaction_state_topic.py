@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from core.clock import now_ms
 from core.records.builder import RecordBatchBuilder
 from core.records.record import decode_records
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC
 from core.server.topics import TopicInfo, TopicRegistry
-from core.server.transaction_log import TRANSACTION_STATE_TOPIC
 
 if TYPE_CHECKING:
     from core.server.replica_manager import Partition

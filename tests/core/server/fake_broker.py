@@ -26,7 +26,7 @@ from core.server.config import load_broker_config
 from core.server.group_coordinator import GroupCoordinator
 from core.server.handler_support import BrokerServices
 from core.server.handlers import HANDLERS
-from core.server.internal_topics import BrokerTrust
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC, BrokerTrust
 from core.server.protocol import ProtocolCodec
 from core.server.quota_store import LocalQuotaStore
 from core.server.quotas import ClientQuotas
@@ -34,7 +34,6 @@ from core.server.scram_credentials import LocalScramCredentialStore, ScramCreden
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo
 from core.server.transaction_coordinator import CoordinatorSettings, TransactionCoordinator
-from core.server.transaction_log import TRANSACTION_STATE_TOPIC
 from core.server.transaction_marker_channel import MarkerChannel, TxnMarker
 from core.server.transaction_state_topic import (
     TransactionStateLog,

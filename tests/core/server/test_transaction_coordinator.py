@@ -12,6 +12,7 @@ import pytest
 
 from core.records.builder import RecordBatchBuilder, build_control_batch
 from core.records.record import ControlRecordType
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC
 from core.server.transaction_coordinator import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_EPOCH,
@@ -23,7 +24,7 @@ from core.server.transaction_coordinator import (
     CoordinatorSettings,
     TransactionCoordinator,
 )
-from core.server.transaction_log import TRANSACTION_STATE_TOPIC, TransactionState
+from core.server.transaction_log import TransactionState
 from core.server.transaction_marker_channel import MarkerChannel, TxnMarker
 from core.server.transaction_state_topic import TransactionStateLog
 from core.server.transaction_verification import abort_hanging_transactions
