@@ -361,8 +361,8 @@ class TransactionCoordinator:
 
     def knows_open_transaction(self, producer_id: int, tp: TopicPartition) -> bool | None:
         """Whether a transaction of ``producer_id`` including ``tp`` is open here; None
-        when this broker does not coordinate every transactional id (cluster mode asks
-        the others)."""
+        when no such transaction is known here and this broker does not coordinate every
+        ``__transaction_state`` partition (another broker may know it)."""
         for txns in self._txns.values():
             for meta in txns.values():
                 if (
@@ -371,7 +371,8 @@ class TransactionCoordinator:
                     and meta.state in OPEN_STATES
                 ):
                     return True
-        return False
+        # Unknown here, but another broker may coordinate it: no verdict.
+        return False if len(self._loaded) >= self._num_partitions() else None
 
     # -- EndTxn ----------------------------------------------------------------------------------
     async def end_txn(

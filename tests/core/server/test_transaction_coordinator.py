@@ -273,3 +273,13 @@ def test_known_transaction_is_left_to_its_coordinator(broker: FakeBroker) -> Non
         assert (count, calls) == (0, [])
 
     run(go)
+
+
+def test_no_verdict_on_unknown_transactions_without_every_partition(broker: FakeBroker) -> None:
+    async def go() -> None:
+        c = await loaded(coordinator(broker, Clock()))
+        assert c.knows_open_transaction(4242, ("t", 0)) is False
+        c.unload(1)  # another broker leads __transaction_state-1 now
+        assert c.knows_open_transaction(4242, ("t", 0)) is None
+
+    run(go)
