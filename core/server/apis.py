@@ -45,7 +45,11 @@ from core.server.replica_manager import (
 )
 from core.server.throttle import ThrottledResponse
 from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
-from core.server.transaction_verification import verification_error, verification_message
+from core.server.transaction_verification import (
+    remote_verifications,
+    verification_error,
+    verification_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +196,10 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     topics = []
     # (partition, its topic's result list, slot in it, offset the high watermark must reach)
     waits: list[tuple[Any, list[Any], int, int]] = []
+    # KIP-890 answers from a coordinator on another broker; suspends only if it asks one.
+    remote = await remote_verifications(
+        broker.transaction_coordinator, request, broker.replica_manager.partition
+    )
     for topic_data in request.topic_data:
         name = topic_data.name
         results = []
@@ -222,9 +230,11 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     ),
                     partition,
                     pdata.records,
-                    lambda txn, pid, epoch, tp: broker.transaction_coordinator.verify(
-                        txn, pid, epoch, [tp]
-                    )[tp],
+                    lambda txn, pid, epoch, tp: (
+                        remote[tp]
+                        if tp in remote
+                        else broker.transaction_coordinator.verify(txn, pid, epoch, [tp])[tp]
+                    ),
                 ):
                     # KIP-890: no transactional batch the coordinator does not know of.
                     error = error_code(code)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from core.clock import now_ms
@@ -91,6 +91,9 @@ class CoordinatorSettings:
     remove_interval_ms: int = 3_600_000
 
 
+RemoteVerify = Callable[[str, int, int, list[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
+
+
 @dataclass(frozen=True, slots=True)
 class TransactionListing:
     transactional_id: str
@@ -131,6 +134,10 @@ class TransactionCoordinator:
         self._tasks: set[asyncio.Task[None]] = set()
         self._completing: set[str] = set()  # ids whose markers are being sent
         self._timers: list[asyncio.TimerHandle] = []
+        # KIP-890 in a cluster: asks the coordinator of a transactional id led by another
+        # broker (transaction_verification.verify_remotely with that broker's endpoint);
+        # None on a broker alone, which coordinates every id.
+        self.remote: RemoteVerify | None = None
 
     # -- partitions ----------------------------------------------------------------------------
     def partition_for(self, transactional_id: str) -> int:

@@ -71,6 +71,40 @@ def verification_message(code: int) -> str:
     return _MESSAGES.get(code, "transactional batch refused by its coordinator")
 
 
+async def remote_verifications(
+    coordinator: Any, request: Any, partition_of: Callable[[str, int], Any]
+) -> dict[tuple[str, int], int]:
+    """The answers of another broker's coordinator for the transactional batches of a
+    Produce ``request`` that this broker cannot verify itself (its transactional id is
+    coordinated elsewhere), by partition; empty without any.
+
+    Awaited before the appends of the request; it suspends only when it has something to
+    ask, so a Produce without such batches still appends before its first suspension.
+    ``coordinator.remote`` asks (None: nobody to ask, and the local answer stands).
+    """
+    txn_id = request.transactional_id
+    remote = coordinator.remote
+    if txn_id is None or remote is None or coordinator.is_coordinator(txn_id):
+        return {}
+    wanted: list[tuple[str, int]] = []
+    producer = None
+    for topic_data in request.topic_data:
+        for pdata in topic_data.partition_data:
+            found = transactional_producer(pdata.records) if pdata.records else None
+            partition = partition_of(topic_data.name, pdata.index)
+            if found is None or partition is None:
+                continue
+            entry = partition.log.producer_state.last_entry(found[0])
+            if entry is not None and entry.current_txn_first_offset is not None:
+                continue  # open here already (an older epoch is refused by the append)
+            producer = found
+            wanted.append((topic_data.name, pdata.index))
+    if producer is None:
+        return {}
+    answers: dict[tuple[str, int], int] = await remote(txn_id, producer[0], producer[1], wanted)
+    return answers
+
+
 def verification_error(
     transactional_id: str | None,
     may_write: Callable[[str], bool],

@@ -197,3 +197,50 @@ def test_produce_verification(broker: FakeBroker) -> None:
     call(broker, ApiKey.ADD_PARTITIONS_TO_TXN, 3, request)
     assert produce("v", pid) == ErrorCode.none
     assert partition.last_stable_offset == 0
+
+
+def test_produce_verification_by_a_coordinator_on_another_broker(broker: FakeBroker) -> None:
+    """In a cluster the transactional id's coordinator may be elsewhere: the leader asks it
+    (AddPartitionsToTxn v4 verify_only, ``coordinator.remote``) before appending."""
+    coordinator = broker.transaction_coordinator
+    txn_id = "elsewhere"
+    coordinator.unload(coordinator.partition_for(txn_id))  # another broker leads it now
+    asked: list[Any] = []
+    answers = {("t", 0): int(ErrorCode.invalid_txn_state)}
+
+    async def remote(txn: str, pid: int, epoch: int, tps: list[Any]) -> dict[Any, int]:
+        asked.append((txn, pid, epoch, tuple(tps)))
+        return {tp: answers[tp] for tp in tps}
+
+    def produce(seq: int) -> ErrorCode:
+        builder = RecordBatchBuilder(
+            producer_id=555, producer_epoch=2, base_sequence=seq, is_transactional=True
+        )
+        builder.append(b"x", timestamp=1_700_000_000_000)
+        s = schema(ApiKey.PRODUCE, 9)
+        request = s.ProduceRequest(
+            transactional_id=txn_id,
+            acks=i16(1),
+            timeout=TIMEOUT,
+            topic_data=(
+                s.TopicProduceData(
+                    name="t",
+                    partition_data=(
+                        s.PartitionProduceData(index=i32(0), records=bytes(builder.build())),
+                    ),
+                ),
+            ),
+        )
+        r = call(broker, ApiKey.PRODUCE, 9, request)
+        return r.responses[0].partition_responses[0].error_code
+
+    # Nobody to ask: retriable, nothing appended.
+    assert produce(0) == ErrorCode.not_enough_replicas
+    coordinator.remote = remote
+    assert produce(0) == ErrorCode.invalid_txn_state
+    answers[("t", 0)] = 0
+    assert produce(0) == ErrorCode.none
+    assert asked == [(txn_id, 555, 2, (("t", 0),))] * 2
+    # The transaction is open in the partition now: no second question.
+    assert produce(1) == ErrorCode.none
+    assert len(asked) == 2
