@@ -56,6 +56,7 @@ from core.server.transaction_metadata import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    IllegalTransitionError,
     TransactionMetadata,
     check_transition,
 )
@@ -174,6 +175,7 @@ class TransactionCoordinator:
         self._loaded[index] = coordinator_epoch
         for meta in txns.values():
             if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                self._completing.add(meta.transactional_id)
                 self._spawn(self._complete(index, meta))
             elif meta.state is S.PREPARE_EPOCH_FENCE:
                 self._spawn(self._abort_quietly(index, meta, bump=False))
@@ -207,7 +209,11 @@ class TransactionCoordinator:
         self, index: int, meta: TransactionMetadata, target: TransactionState, **changes: object
     ) -> int:
         """Write ``meta`` in state ``target`` (with ``changes``) and apply it once durable."""
-        check_transition(meta.state, target)
+        try:
+            check_transition(meta.state, target)
+        except IllegalTransitionError as e:
+            log.error("transactional id %s: %s (a coordinator bug)", meta.transactional_id, e)
+            return INVALID_TXN_STATE
         epoch = self._loaded.get(index)
         if epoch is None:
             return NOT_COORDINATOR
@@ -460,17 +466,17 @@ class TransactionCoordinator:
         transactional ids (event loop)."""
         loop = asyncio.get_running_loop()
 
-        def every(seconds: float, job: Callable[[], None]) -> None:
+        def every(slot: int, seconds: float, job: Callable[[], None]) -> None:
             def run() -> None:
                 try:
                     job()
                 finally:
-                    self._timers.append(loop.call_later(seconds, run))
+                    self._timers[slot] = loop.call_later(seconds, run)
 
             self._timers.append(loop.call_later(seconds, run))
 
-        every(self.settings.abort_interval_ms / 1000, self.abort_timed_out)
-        every(self.settings.remove_interval_ms / 1000, self.remove_expired)
+        every(0, self.settings.abort_interval_ms / 1000, self.abort_timed_out)
+        every(1, self.settings.remove_interval_ms / 1000, self.remove_expired)
 
     def shutdown(self) -> None:
         for timer in self._timers:
@@ -497,6 +503,7 @@ class TransactionCoordinator:
                     )
                     self._spawn(self._abort_quietly(index, meta, bump=True))
                 elif meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                    self._completing.add(meta.transactional_id)
                     self._spawn(self._complete(index, meta))
 
     def remove_expired(self) -> None:
