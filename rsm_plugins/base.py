@@ -14,12 +14,18 @@ Each plugin supplies its settings and a store; this class owns the object layout
   objects are fine (idempotent).
 * ``rsm.config.encryption.enabled``: the store is wrapped in ``EncryptingStore`` (client-side
   AES-256-GCM, see ``rsm_plugins.encryption``); sizes and checksums stay the plaintext's.
+  Manifests (segment and topic) stay plain JSON, so a bucket can be audited without the key.
+* topic manifests (``write_topic_manifest``, ``read_topic_manifest``,
+  ``delete_topic_manifest``): the broker's record of a tiered topic's partition count and
+  configs in the bucket, which ``tierlog restore`` needs. Not part of Kafka's RSM contract:
+  the broker writes them only through plugins of this class.
 """
 
 from __future__ import annotations
 
 import io
 import threading
+import uuid
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -31,14 +37,16 @@ from core.errors import InvalidConfigError
 from rsm_plugins.encryption import EncryptingStore, load_key_file
 from rsm_plugins.layout import (
     CHECKSUM_ALGORITHM,
+    TOPIC_MANIFEST_NAME,
     CorruptObjectError,
     ObjectEntry,
     ObjectSuffix,
     SegmentManifest,
-    checksum_bytes,
+    TopicManifest,
     object_key,
     object_name,
     partition_prefix,
+    topic_manifest_key,
 )
 from rsm_plugins.store import ObjectStore, VerifyingReader, buffered
 from tiered.api import (
@@ -165,12 +173,11 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if values[ENCRYPTION_ENABLED]:
             path = require(values, ENCRYPTION_KEY_FILE, "the key file for encryption.enabled")
             key_id = require(values, ENCRYPTION_KEY_ID, "a name for the encryption key")
-            manifest_suffix = "." + ObjectSuffix.MANIFEST.value
             store = EncryptingStore(
                 store,
                 load_key_file(Path(path), setting(ENCRYPTION_KEY_FILE)),
                 key_id,
-                encrypts=lambda key: not key.endswith(manifest_suffix),
+                encrypts=lambda key: not is_manifest_key(key),
             )
         self._store_ = store
 
@@ -196,17 +203,19 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if segment_data.transaction_index is not None:
             files.append((ObjectSuffix.TRANSACTION_INDEX, segment_data.transaction_index))
         store = self.store
-        objects: dict[ObjectSuffix, ObjectEntry] = {}
-        for suffix, path in files:
+        for _, path in files:
             if not path.is_file():
                 raise RemoteStorageError(f"{metadata.remote_log_segment_id}: no local file {path}")
-            size, crc = store.put_file(self._key(metadata, suffix), path)
-            objects[suffix] = ObjectEntry(object_name(metadata, suffix), size, crc)
-        epochs = bytes(segment_data.leader_epoch_index)
-        store.put_bytes(self._key(metadata, ObjectSuffix.LEADER_EPOCH), epochs)
-        objects[ObjectSuffix.LEADER_EPOCH] = ObjectEntry(
-            object_name(metadata, ObjectSuffix.LEADER_EPOCH), *_size_crc(epochs)
-        )
+        items: list[tuple[ObjectSuffix, Path | bytes]] = [
+            *files,
+            (ObjectSuffix.LEADER_EPOCH, bytes(segment_data.leader_epoch_index)),
+        ]
+        # Every object but the manifest in one call: a store may make them durable together.
+        stored = store.put_objects([(self._key(metadata, suffix), src) for suffix, src in items])
+        objects: dict[ObjectSuffix, ObjectEntry] = {
+            suffix: ObjectEntry(object_name(metadata, suffix), size, crc)
+            for (suffix, _), (size, crc) in zip(items, stored, strict=True)
+        }
         manifest = SegmentManifest(metadata, objects)
         store.put_bytes(self._key(metadata, ObjectSuffix.MANIFEST), manifest.to_json())
         self._remember(metadata, manifest)
@@ -256,6 +265,39 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if self._store_ is not None:
             self._store_.close()
 
+    # -- topic manifests --------------------------------------------------------------------
+
+    def write_topic_manifest(self, manifest: TopicManifest) -> None:
+        """Store ``manifest`` as the topic's ``topic-manifest.json``, replacing any.
+
+        Raises:
+            RemoteStorageError: the store failed.
+        """
+        key = topic_manifest_key(self._key_prefix, manifest.topic, manifest.topic_id)
+        self.store.put_bytes(key, manifest.to_json())
+
+    def read_topic_manifest(self, topic: str, topic_id: uuid.UUID) -> TopicManifest | None:
+        """The topic's manifest, or None when it has none.
+
+        Raises:
+            ManifestError: the object is not a valid topic manifest.
+            RemoteStorageError: the store failed.
+        """
+        key = topic_manifest_key(self._key_prefix, topic, topic_id)
+        try:
+            data = self.store.get_bytes(key)
+        except RemoteResourceNotFoundError:
+            return None
+        return TopicManifest.from_json(data, key)
+
+    def delete_topic_manifest(self, topic: str, topic_id: uuid.UUID) -> None:
+        """Delete the topic's manifest; a missing one is not an error.
+
+        Raises:
+            RemoteStorageError: the store failed.
+        """
+        self.store.delete([topic_manifest_key(self._key_prefix, topic, topic_id)])
+
     # -- manifests --------------------------------------------------------------------------
 
     def manifest(self, metadata: RemoteLogSegmentMetadata) -> SegmentManifest:
@@ -294,8 +336,9 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         return object_key(self._key_prefix, metadata, suffix)
 
 
-def _size_crc(data: bytes) -> tuple[int, str]:
-    return len(data), checksum_bytes(data)
+def is_manifest_key(key: str) -> bool:
+    """Whether ``key`` is a segment's or a topic's manifest (kept as plain JSON)."""
+    return key.endswith(("." + ObjectSuffix.MANIFEST.value, "/" + TOPIC_MANIFEST_NAME))
 
 
 def _mismatch(key: str, entry: ObjectEntry) -> Callable[[int, str], RemoteStorageError]:

@@ -43,7 +43,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from rsm_plugins.layout import CorruptObjectError, RunningChecksum
-from rsm_plugins.store import ObjectStore
+from rsm_plugins.store import ObjectInfo, ObjectStore
 from tiered.api import RemoteStorageError
 
 MAGIC = b"TLENC\x00\x01\x00"
@@ -306,6 +306,31 @@ class EncryptingStore(ObjectStore):
 
     def list_keys(self, prefix: str) -> Iterator[str]:
         return self.inner.list_keys(prefix)
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The inner listing, with the plaintext size of each encrypted object.
+
+        The plaintext size follows from the stored one for objects written by this store
+        (its key id and chunk size); an object whose stored size fits no plaintext size
+        under them (another key id, a truncated object) is listed with size None.
+        """
+        for info in self.inner.list_objects(prefix):
+            if info.size is not None and self.encrypts(info.key):
+                yield ObjectInfo(info.key, self.plain_size(info.size), info.last_modified_ms)
+            else:
+                yield info
+
+    def plain_size(self, stored: int) -> int | None:
+        """The plaintext size of an object of ``stored`` bytes written by this store, or None
+        when no plaintext size encrypts to that many bytes."""
+        body = stored - (_FIXED.size + len(self.key_id.encode()) + 12 + KEY_SIZE + TAG_SIZE)
+        if body < 0:
+            return None
+        chunks = -(-body // (self.chunk_size + TAG_SIZE))
+        plain = body - chunks * TAG_SIZE
+        if plain < 0 or -(-plain // self.chunk_size) != chunks:
+            return None
+        return plain
 
     def close(self) -> None:
         self.inner.close()

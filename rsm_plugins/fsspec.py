@@ -42,7 +42,7 @@ from core.config import ConfigKey, ConfigType
 from core.extras import install_command, is_installed, requires_extra
 from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
 from rsm_plugins.layout import RunningChecksum
-from rsm_plugins.store import BoundedReader, ObjectStore, buffered
+from rsm_plugins.store import BoundedReader, ObjectInfo, ObjectStore, buffered
 from tiered.api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -190,12 +190,35 @@ class FsspecObjectStore(ObjectStore):
         return bool(_guard(f"stat {path}", lambda: self.fs.exists(path)))
 
     def list_keys(self, prefix: str) -> Iterator[str]:
+        for info in self.list_objects(prefix):
+            yield info.key
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
         root = self.fs._strip_protocol(self.root).rstrip("/") + "/"
-        found = _guard(f"list {self.root}", lambda: self.fs.find(self.root))
-        for name in found:
+        found = _guard(f"list {self.root}", lambda: self.fs.find(self.root, detail=True))
+        for name, info in found.items():
             key = name[len(root) :] if name.startswith(root) else name
             if key.startswith(prefix) and _TMP_MARK not in key:
-                yield key
+                size = info.get("size")
+                yield ObjectInfo(key, None if size is None else int(size), _mtime_ms(info))
+
+
+def _mtime_ms(info: Mapping[str, Any]) -> int | None:
+    """The modification time of a listing entry in ms, under whichever name the file
+    system gives it (None if it gives none)."""
+    for name, scale in (
+        ("mtime", 1000),  # local: seconds (float)
+        ("modificationTime", 1),  # WebHDFS: ms
+        ("modification_time", 1),  # hdfs-native: ms
+        ("created", 1000),  # memory: seconds (float)
+    ):
+        value = info.get(name)
+        if isinstance(value, int | float):
+            return int(value * scale)
+    modified = info.get("LastModified")  # s3fs: a datetime
+    if modified is not None and hasattr(modified, "timestamp"):
+        return int(modified.timestamp() * 1000)
+    return None
 
 
 class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):

@@ -43,7 +43,7 @@ from core.config import ConfigKey, ConfigType, at_least, between, one_of
 from core.extras import requires_extra
 from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
 from rsm_plugins.layout import RunningChecksum
-from rsm_plugins.store import ObjectStore, buffered
+from rsm_plugins.store import ObjectInfo, ObjectStore, buffered
 from tiered.api import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
@@ -297,11 +297,20 @@ class S3ObjectStore(ObjectStore):
         return True
 
     def list_keys(self, prefix: str) -> Iterator[str]:
+        for info in self.list_objects(prefix):
+            yield info.key
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
         paginator = self.client.get_paginator("list_objects_v2")
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
                 for item in page.get("Contents", []):
-                    yield item["Key"]
+                    modified = item.get("LastModified")
+                    yield ObjectInfo(
+                        item["Key"],
+                        int(item["Size"]),
+                        None if modified is None else int(modified.timestamp() * 1000),
+                    )
         except (ClientError, BotoCoreError) as e:
             raise _convert(e, f"list s3://{self.bucket}/{prefix}") from e
 

@@ -10,13 +10,32 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import crc32c
 
+from rsm_plugins.layout import checksum_bytes
 from tiered.api import RemoteStorageError
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """An object as a listing describes it.
+
+    Attributes:
+        key: the full key.
+        size: the object's size in bytes as readers see it (with client-side encryption,
+            the plaintext's), or None when the store cannot tell without reading it.
+        last_modified_ms: when the object was last written, in milliseconds since the epoch,
+            or None when the store does not say.
+    """
+
+    key: str
+    size: int | None
+    last_modified_ms: int | None
 
 
 class ObjectStore(ABC):
@@ -33,6 +52,20 @@ class ObjectStore(ABC):
     @abstractmethod
     def put_bytes(self, key: str, data: bytes) -> None:
         """Store ``data`` as ``key``, replacing any object there (atomically, as put_file)."""
+
+    def put_objects(self, items: Sequence[tuple[str, Path | bytes]]) -> list[tuple[int, str]]:
+        """Store several objects, each a file (read once) or bytes; returns the size and
+        CRC32C of each, in order. Each object is atomic as with ``put_file``; all are
+        durable when this returns. The default puts them one by one; a store may make them
+        durable together (one sync for the lot)."""
+        out = []
+        for key, source in items:
+            if isinstance(source, Path):
+                out.append(self.put_file(key, source))
+            else:
+                self.put_bytes(key, source)
+                out.append((len(source), checksum_bytes(source)))
+        return out
 
     @abstractmethod
     def get_range(self, key: str, start: int, end: int | None) -> BinaryIO:
@@ -64,6 +97,18 @@ class ObjectStore(ABC):
     @abstractmethod
     def list_keys(self, prefix: str) -> Iterator[str]:
         """The keys starting with ``prefix``, in no particular order."""
+
+    def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
+        """The objects whose keys start with ``prefix``, with their sizes and modification
+        times as the listing gives them (one listing, no request per object), in no
+        particular order.
+
+        The default knows neither (``list_keys`` with None for both); every store of this
+        package overrides it. Auditing tools treat an unknown time as "too young to judge",
+        so they never call such an object an orphan.
+        """
+        for key in self.list_keys(prefix):
+            yield ObjectInfo(key, None, None)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients and threads."""

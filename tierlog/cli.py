@@ -52,6 +52,8 @@ COMMANDS: tuple[str, ...] = (
     "tierlog.metadata_cmd",
     "tierlog.export_cmd",
     "tierlog.groups_cmd",
+    "tierlog.restore_cmd",
+    "tierlog.cluster_cmd",
     "tierlog.transactions_cmd",
 )
 """Modules that register a subcommand, in the order ``--help`` lists them."""

@@ -43,7 +43,7 @@ def register(subparsers: Subparsers) -> None:
 def _admin(args: argparse.Namespace) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    from tierlog.metadata_cmd import client_properties
+    from tierlog.metadata_source import client_properties
 
     settings = client_properties(args.command_config) if args.command_config else {}
     return AdminClient({"bootstrap.servers": args.bootstrap_server, **settings})

@@ -18,6 +18,7 @@ from core.records.record import decode_records
 from rlmm.topic_client import METADATA_TOPIC, MetadataRecord, MetadataTopicError
 
 if TYPE_CHECKING:
+    from core.log.partition_log import PartitionLog
     from core.server.broker import Broker
     from core.server.replica_manager import Partition
 
@@ -67,9 +68,7 @@ class InProcessMetadataTopicClient:
 
     def append(self, partition: int, value: bytes) -> int:
         target = self._partition(partition)
-        builder = RecordBatchBuilder()
-        builder.append(value, key=None)
-        batch = builder.build()
+        batch = metadata_batch(value)
 
         async def do_append() -> int:
             return self.broker.replica_manager.append(target, batch).first_offset
@@ -83,32 +82,47 @@ class InProcessMetadataTopicClient:
 
     def read(self, partition: int, start_offset: int, max_records: int) -> list[MetadataRecord]:
         plog = self._partition(partition).log
-        out: list[MetadataRecord] = []
-        offset = max(start_offset, plog.log_start_offset)
-        while len(out) < max_records and offset < plog.high_watermark:
-            info = plog.read(offset, READ_BYTES, max_offset=plog.high_watermark)
-            if info.records is None:
-                break
-            data = info.records.read_bytes()
-            advanced = False
-            position = 0
-            # Whole batches only: a slice may end inside one, which the next read starts at.
-            while position + HEADER_SIZE <= len(data):
-                header = RecordBatchHeader(data, position)
-                if position + header.size_in_bytes > len(data):
-                    break
-                for record in decode_records(header):
-                    if record.offset >= offset and record.value is not None:
-                        out.append(MetadataRecord(partition, record.offset, record.value))
-                offset = header.next_offset
-                position += header.size_in_bytes
-                advanced = True
-            if not advanced:
-                break
-        return out[:max_records]
+        return read_metadata_records(plog, partition, start_offset, max_records)
 
     def end_offset(self, partition: int) -> int:
         return self._partition(partition).high_watermark
 
     def close(self) -> None:
         return None
+
+
+def read_metadata_records(
+    plog: PartitionLog, partition: int, start_offset: int, max_records: int
+) -> list[MetadataRecord]:
+    """Records of a metadata partition's log from ``start_offset``, below its high
+    watermark, at most ``max_records``: ``MetadataTopicClient.read`` over a local log."""
+    out: list[MetadataRecord] = []
+    offset = max(start_offset, plog.log_start_offset)
+    while len(out) < max_records and offset < plog.high_watermark:
+        info = plog.read(offset, READ_BYTES, max_offset=plog.high_watermark)
+        if info.records is None:
+            break
+        data = info.records.read_bytes()
+        advanced = False
+        position = 0
+        # Whole batches only: a slice may end inside one, which the next read starts at.
+        while position + HEADER_SIZE <= len(data):
+            header = RecordBatchHeader(data, position)
+            if position + header.size_in_bytes > len(data):
+                break
+            for record in decode_records(header):
+                if record.offset >= offset and record.value is not None:
+                    out.append(MetadataRecord(partition, record.offset, record.value))
+            offset = header.next_offset
+            position += header.size_in_bytes
+            advanced = True
+        if not advanced:
+            break
+    return out[:max_records]
+
+
+def metadata_batch(value: bytes) -> bytearray:
+    """One metadata event as the record batch appended for it (null key)."""
+    builder = RecordBatchBuilder()
+    builder.append(value, key=None)
+    return builder.build()

@@ -10,7 +10,9 @@ With ``remote.log.storage.system.enable=true`` the broker gets:
   creates at start-up or checks (a partition-count mismatch stops the broker);
 - the RemoteLogManager (``remote.log.manager.*`` keys), leading every partition of a
   topic with ``remote.storage.enable=true``;
-- a RemotePartitionRemover deleting the remote data of deleted topics.
+- a RemotePartitionRemover deleting the remote data of deleted topics;
+- with an object-store RSM plugin, a ``TopicManifestPublisher`` keeping each tiered topic's
+  ``topic-manifest.json`` (partition count, configs) in the bucket, for ``tierlog restore``.
 
 ``RemoteStorageSystem`` is what the ReplicaManager sees through core's ``RemoteTier`` seam:
 reads go to the RemoteLogManager, and topic events become its leadership changes. A single
@@ -29,6 +31,7 @@ from core.errors import KafkaStorageError
 from core.server.config import REMOTE_TIER_PREFIXES
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.remover import RemotePartitionRemover
+from rsm_plugins.base import ObjectStoreRemoteStorageManager
 from tiered.api import (
     RLMM_CLASS_NAME,
     RLMM_CONFIG_PREFIX,
@@ -45,6 +48,7 @@ from tiered.remote_log_manager import RemoteLogManager
 from tiered.rlm_config import RemoteLogManagerConfig
 from tierlog.metadata_topic import InProcessMetadataTopicClient
 from tierlog.metrics_http import PrometheusEndpoint, QuotaCollector
+from tierlog.topic_manifests import TopicManifestPublisher
 
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog, TimestampAndOffset
@@ -69,6 +73,7 @@ class RemoteStorageSystem:
         self.rlmm: RemoteLogMetadataManager | None = None
         self.rlm: RemoteLogManager | None = None
         self.remover: RemotePartitionRemover | None = None
+        self.manifests: TopicManifestPublisher | None = None
 
     @property
     def enabled(self) -> bool:
@@ -134,6 +139,16 @@ class RemoteStorageSystem:
             config.log_dirs[0],
         )
         self.broker.replica_manager.remote = self
+        if isinstance(rsm, ObjectStoreRemoteStorageManager):
+            topics = self.broker.topics
+            self.manifests = TopicManifestPublisher(
+                rsm,
+                topics.by_id,
+                lambda info: topics.effective_config(info).remote_storage_enable,
+                config.node_id,
+                retry_ms=rlm_config.remote_log_manager_task_retry_backoff_max_ms,
+            )
+            self.manifests.publish_all(topics.all())
         tiered = self.tiered_partitions()
         if tiered:
             await loop.run_in_executor(None, self.rlm.on_leadership, tiered)
@@ -203,17 +218,24 @@ class RemoteStorageSystem:
 
     def on_topic_created(self, topic: TopicInfo) -> None:
         """A topic was created or reconfigured: this broker leads its tiered partitions."""
+        if self.manifests is not None:
+            self.manifests.topic_changed(topic)
         if self.rlm is not None:
             self.rlm.on_leadership(self.tiered_partitions([topic]))
 
     def on_topic_deleted(self, topic: TopicInfo) -> None:
-        """A topic was deleted: its partitions stop here and their remote data goes."""
+        """A topic was deleted: its manifest goes first, its partitions stop here and their
+        remote data goes."""
+        if self.manifests is not None:
+            self.manifests.topic_deleted(topic)
         if self.rlm is not None:
             tps = [TopicIdPartition(topic.topic_id, topic.name, p) for p in range(topic.partitions)]
             self.rlm.on_stop_partitions(tps, delete=True)
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.manifests is not None:
+            await loop.run_in_executor(None, self.manifests.close)
         if self.remover is not None:
             await loop.run_in_executor(None, self.remover.stop)
         if self.rlm is not None:
@@ -222,7 +244,7 @@ class RemoteStorageSystem:
         for plugin in (self.rlmm, self.rsm):
             if plugin is not None:
                 await loop.run_in_executor(None, plugin.close)
-        self.rlm = self.rlmm = self.rsm = self.remover = None
+        self.rlm = self.rlmm = self.rsm = self.remover = self.manifests = None
 
 
 class TieredBroker:
@@ -238,6 +260,15 @@ class TieredBroker:
         return self.broker.config
 
     async def start(self):
+        config = self.broker.config
+        if self.remote_tier.enabled and config.get("zookeeper.connect"):
+            # Before anything starts: in a cluster the remote tier would have to follow
+            # leadership changes and write __remote_log_metadata through its leaders,
+            # which it does not do yet.
+            raise RemoteTierStartError(
+                "remote.log.storage.system.enable=true with zookeeper.connect: tiered "
+                "storage runs on a broker alone only for now; unset one of the two"
+            )
         bound = await self.broker.start()
         try:
             await self.remote_tier.start()

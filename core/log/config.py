@@ -259,27 +259,26 @@ TOPIC_CONFIG = ConfigDef(
             at_least(1),
             "log.cleaner.max.compaction.lag.ms",
         ),
-        # Inert until replication: one replica per partition leaves nothing to decide.
         ConfigKey(
             "min.insync.replicas",
             I,
             1,
-            "Kafka: the in-sync replicas an acks=all produce needs, else it fails with "
-            "NOT_ENOUGH_REPLICAS. tierlog keeps one replica per partition and answers acks=all "
-            "once the leader has the records, whatever this says.",
+            "The in-sync replicas an acks=all produce needs: with fewer in the ISR it is "
+            "refused with NOT_ENOUGH_REPLICAS before the append, or answered "
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank while it waited. acks=1 "
+            "and acks=0 ignore it. A broker running alone has an ISR of one.",
             at_least(1),
             "min.insync.replicas",
-            inert=True,
         ),
         ConfigKey(
             "unclean.leader.election.enable",
             ConfigType.BOOLEAN,
             False,
-            "Kafka: whether a replica outside the ISR may become leader (losing the records "
-            "it lacks). tierlog keeps one replica per partition: there is no election.",
+            "Whether the controller may make a replica outside the ISR the leader when no "
+            "in-sync replica is alive (the records it lacks are lost; the old leader "
+            "truncates them when it returns). A broker running alone has no election.",
             None,
             "unclean.leader.election.enable",
-            inert=True,
         ),
         ConfigKey(
             "compression.type",

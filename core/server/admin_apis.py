@@ -38,7 +38,9 @@ from core.server.handler_support import (
     BrokerServices,
     Handler,
     allowed,
+    cluster_action_allowed,
     cluster_allowed,
+    error_code,
     error_of,
 )
 from core.server.internal_topics import PROTECTED_TOPICS, protected_message, refused_for
@@ -105,6 +107,7 @@ async def handle_delete_topics(broker: BrokerServices, ctx: RequestContext, requ
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
     counts = Counter(name if name is not None else topic_id for name, topic_id in wanted)
     results = []
     deleted: list[str] = []
@@ -117,7 +120,7 @@ async def handle_delete_topics(broker: BrokerServices, ctx: RequestContext, requ
             error, message, info = ErrorCode.topic_authorization_failed, None, None
         if info is not None:
             try:
-                await broker.delete_topic(info.name)
+                await broker.delete_topic(info.name, timeout_ms=timeout_ms)
                 deleted.append(info.name)
             except CoreError as e:
                 error, message = error_of(e), str(e)
@@ -311,7 +314,7 @@ def _replaced_overrides(broker: BrokerServices, configs: Any) -> dict[str, str]:
 OverridesOf = Callable[[BrokerServices, TopicInfo, Any], dict[str, str]]
 
 
-def _alter_resource(
+async def _alter_resource(
     broker: BrokerServices,
     ctx: RequestContext,
     resource: Any,
@@ -335,7 +338,7 @@ def _alter_resource(
             return ErrorCode.unknown_topic_or_partition, f"The topic '{rname}' does not exist."
         overrides = overrides_of(broker, info, resource.configs)
         if not validate_only and overrides != dict(info.configs):
-            broker.alter_topic_configs(rname, overrides)
+            await broker.alter_topic_configs(rname, overrides)
             log.info("topic %s configs now %s", rname, overrides)
         return ErrorCode.none, None
     if rtype == ResourceType.BROKER:
@@ -357,7 +360,7 @@ def _alter_resource(
     raise _RequestError(f"Unsupported resource type {rtype}: only topics (2) and brokers (4)")
 
 
-def _alter_configs(
+async def _alter_configs(
     broker: BrokerServices, ctx: RequestContext, request: Any, overrides_of: OverridesOf
 ) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
@@ -369,7 +372,7 @@ def _alter_configs(
         try:
             if seen[(rtype, rname)] > 1:
                 raise _RequestError("Error due to duplicate resource")
-            error, message = _alter_resource(
+            error, message = await _alter_resource(
                 broker, ctx, resource, request.validate_only, overrides_of
             )
         except _RequestError as e:
@@ -391,14 +394,14 @@ def _alter_configs(
 async def handle_incremental_alter_configs(
     broker: BrokerServices, ctx: RequestContext, request: Any
 ) -> Any:
-    return _alter_configs(broker, ctx, request, _altered_overrides)
+    return await _alter_configs(broker, ctx, request, _altered_overrides)
 
 
 # -- AlterConfigs -----------------------------------------------------------------------------
 async def handle_alter_configs(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     """The non-incremental AlterConfigs (KafkaJS and librdkafka still send it): each resource's
     configs replace its overrides whole."""
-    return _alter_configs(broker, ctx, request, lambda b, _info, c: _replaced_overrides(b, c))
+    return await _alter_configs(broker, ctx, request, lambda b, _info, c: _replaced_overrides(b, c))
 
 
 # -- DeleteRecords ----------------------------------------------------------------------------
@@ -419,7 +422,9 @@ async def handle_delete_records(broker: BrokerServices, ctx: RequestContext, req
             elif refused_for(broker.broker_trust, ctx, topic.name):
                 error = ErrorCode.policy_violation  # whatever the ACLs say
             elif partition is None:
-                error = ErrorCode.unknown_topic_or_partition
+                error = error_code(manager.missing_partition_error((topic.name, p.partition_index)))
+            elif not partition.is_leader:
+                error = ErrorCode.not_leader_or_follower
             elif not partition.log.config.delete:
                 # Kafka: records of a compacted-only topic cannot be deleted by offset.
                 error = ErrorCode.policy_violation
@@ -451,6 +456,10 @@ async def handle_offset_for_leader_epoch(
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "OffsetForLeaderTopicResult")
     partition_cls = nested(response_type, "EpochEndOffset")
+    # A follower's request (replica_id >= 0, v3+) is a broker's: Kafka lets CLUSTER_ACTION
+    # stand for DESCRIBE on every topic.
+    from_follower = getattr(request, "replica_id", -1) >= 0
+    as_broker = from_follower and cluster_action_allowed(broker, ctx)
     topics = []
     for topic in request.topics:
         results = []
@@ -458,11 +467,19 @@ async def handle_offset_for_leader_epoch(
             error, epoch, end = ErrorCode.none, -1, -1
             partition = broker.replica_manager.partition(topic.topic, p.partition)
             try:
-                if not allowed(broker, ctx, Operation.DESCRIBE, AclResource.TOPIC, topic.topic):
+                may_describe = as_broker or (
+                    not from_follower
+                    and allowed(broker, ctx, Operation.DESCRIBE, AclResource.TOPIC, topic.topic)
+                )
+                if not may_describe:
                     error = ErrorCode.topic_authorization_failed
                 elif partition is None:
-                    error = ErrorCode.unknown_topic_or_partition
+                    error = error_code(
+                        broker.replica_manager.missing_partition_error((topic.topic, p.partition))
+                    )
                 else:
+                    # Answered by the leader only, for followers and consumers alike.
+                    partition.check_leader()
                     partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
                     plog = partition.log
                     epoch, end = plog.leader_epoch_cache.end_offset_for(

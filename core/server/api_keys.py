@@ -46,6 +46,7 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
@@ -104,6 +105,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     # v0 left in Kafka 4.0; v5 (cordoned log dirs, KIP-1066) is newer than Kafka 4.0.

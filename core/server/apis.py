@@ -1,9 +1,10 @@
 """KafkaApis: the data-path and topic handlers, in a table keyed by api key.
 
 Every handler has the signature ``async handler(broker, context, request) -> response``
-(None for no response), ``broker`` being the ``BrokerServices`` it is handed. Handlers
-whose order matters (produce) do their work before their first ``await``; see
-core.server.network. ``core.server.handlers`` merges this table with the others.
+(None for no response), ``broker`` being the ``BrokerServices`` it is handed. The
+network layer hands a connection's requests over one at a time (core.server.network);
+produce still appends before its first ``await`` (handle_produce).
+``core.server.handlers`` merges this table with the others.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from core.errors import CoreError, KafkaStorageError, RecordValidationError
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType, TopicAuthorizationError
+from core.server.cluster_types import PartitionState
 from core.server.handler_support import (
     NO_THROTTLE,
     UNKNOWN_AUTHORIZED_OPERATIONS,
@@ -24,10 +26,12 @@ from core.server.handler_support import (
     Handler,
     allowed,
     authorized_operations,
+    cluster_action_allowed,
     cluster_allowed,
     cluster_authorized_operations,
     error_code,
     error_of,
+    live_brokers,
 )
 from core.server.internal_topics import (
     PROTECTED_TOPICS,
@@ -36,6 +40,8 @@ from core.server.internal_topics import (
     refused_for,
 )
 from core.server.kio_build import make, nested, nested_optional
+from core.server.leader_hints import FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, LeaderHints
+from core.server.metadata_cache import MetadataSnapshot
 from core.server.produce_validation import produce_records_refusal
 from core.server.protocol import RequestContext
 from core.server.quota_enforcement import fetch_quota_bytes, fetch_throttle_ms, produce_throttle_ms
@@ -44,7 +50,12 @@ from core.server.replica_manager import (
     FetchRequestPartition,
 )
 from core.server.throttle import ThrottledResponse
-from core.server.topics import INTERNAL_TOPICS, InvalidTopicError, validate_topic_name
+from core.server.topics import (
+    INTERNAL_TOPICS,
+    InvalidTopicError,
+    TopicExistsError,
+    validate_topic_name,
+)
 from core.server.transaction_verification import (
     remote_verifications,
     verification_error,
@@ -62,12 +73,63 @@ class TooManyPartitionsError(CoreError):
 
 
 # -- Metadata ---------------------------------------------------------------------------------
+def _partition_metadata(
+    broker: BrokerServices, ctx: RequestContext, snapshot: MetadataSnapshot, state: PartitionState
+) -> dict[str, Any]:
+    """One partition as Kafka's MetadataCache describes it: LEADER_NOT_AVAILABLE (leader -1)
+    while the leader is none, not alive, or not reachable on the request's listener (or is
+    this broker before it has taken the partition on); from v1 replicas and ISR are listed
+    whole, v0 keeps the live ones and says REPLICA_NOT_AVAILABLE when some are missing."""
+    node = broker.config.node_id
+    leader = state.leader
+    reachable = leader >= 0 and (
+        leader == node or snapshot.endpoint(leader, ctx.listener) is not None
+    )
+    if leader == node:
+        local = broker.replica_manager.partition(state.topic, state.partition)
+        reachable = local is not None and local.is_leader
+    replicas, isr = state.replicas, state.isr
+    error = ErrorCode.none
+    if ctx.api_version == 0:
+        replicas = tuple(r for r in replicas if snapshot.is_alive(r))
+        isr = tuple(r for r in isr if snapshot.is_alive(r))
+        if len(replicas) < len(state.replicas) or len(isr) < len(state.isr):
+            error = ErrorCode.replica_not_available
+    if not reachable:
+        error, leader = ErrorCode.leader_not_available, -1
+    return {
+        "error_code": error,
+        "partition_index": state.partition,
+        "leader_id": leader,
+        "leader_epoch": state.leader_epoch,
+        "replica_nodes": replicas,
+        "isr_nodes": isr,
+        "offline_replicas": state.offline_replicas,
+    }
+
+
+async def _auto_create(broker: BrokerServices, name: str) -> ErrorCode | None:
+    """Kafka's auto-creation on Metadata: None once created here or elsewhere (the caller
+    describes the topic if it is already known), else the error to answer."""
+    try:
+        await broker.create_topic(
+            name,
+            broker.config.num_partitions,
+            {},
+            replication_factor=broker.config.default_replication_factor,
+        )
+    except TopicExistsError:
+        return None  # another request or broker created it meanwhile
+    except CoreError as e:
+        return error_of(e)
+    return None
+
+
 async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "MetadataResponseTopic")
     partition_cls = nested(response_type, "MetadataResponsePartition")
     broker_cls = nested(response_type, "MetadataResponseBroker")
-    host, port = broker.advertised_endpoint(ctx.listener)
     requested = request.topics
     if ctx.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
@@ -85,95 +147,88 @@ async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: 
             topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
         )
 
-    topics = []
-    infos = []
-
     def may(operation: Operation, name: str) -> bool:
         return allowed(broker, ctx, operation, ResourceType.TOPIC, name)
 
+    topics: list[Any] = []
+    names: list[str] = []  # topics to describe from the metadata, in answer order
+    cache = broker.metadata_cache
     if requested is None:
         # Topics the principal may not DESCRIBE are left out, as if absent (Kafka's way).
-        infos = [t for t in broker.topics.all() if may(Operation.DESCRIBE, t.name)]
+        names = sorted(t for t in cache.topic_names() if may(Operation.DESCRIBE, t))
     else:
         for req in requested:
             name = req.name
             topic_id = getattr(req, "topic_id", None)
             if name is None and topic_id is not None and topic_id.int != 0:
-                info = broker.topics.by_id(topic_id)
-                if info is None or not may(Operation.DESCRIBE, info.name):
+                found = cache.topic_name(topic_id)
+                if found is None or not may(Operation.DESCRIBE, found):
                     topics.append(describe(None, topic_id, ErrorCode.unknown_topic_id))
                 else:
-                    infos.append(info)
+                    names.append(found)
                 continue
-            info = broker.topics.get(name) if name is not None else None
             if name is not None and not may(Operation.DESCRIBE, name):
                 # Existing or not: an unauthorized principal learns nothing about it.
                 topics.append(describe(name, None, ErrorCode.topic_authorization_failed))
                 continue
-            if info is None:
-                try:
-                    validate_topic_name(name or "")
-                except InvalidTopicError:
-                    topics.append(describe(name, None, ErrorCode.invalid_topic_exception))
-                    continue
-                if (
-                    allow_auto
-                    and broker.config.auto_create_topics_enable
-                    and (name not in PROTECTED_TOPICS)  # the broker creates those itself
-                    and (
-                        cluster_allowed(broker, ctx, Operation.CREATE)
-                        or may(Operation.CREATE, name or "")
-                    )
-                ):
-                    try:
-                        info = await broker.create_topic(name, broker.config.num_partitions, {})
-                    except CoreError as e:
-                        topics.append(describe(name, None, error_of(e)))
-                        continue
-                else:
-                    topics.append(describe(name, None, ErrorCode.unknown_topic_or_partition))
-                    continue
-            infos.append(info)
-    node = broker.config.node_id
-    for info in infos:
-        partitions = []
-        for index in range(info.partitions):
-            partition = broker.replica_manager.partition(info.name, index)
-            epoch = partition.leader_epoch if partition is not None else -1
-            partitions.append(
-                make(
-                    partition_cls,
-                    error_code=ErrorCode.none if partition else ErrorCode.leader_not_available,
-                    partition_index=index,
-                    leader_id=node,
-                    leader_epoch=epoch,
-                    replica_nodes=(node,),
-                    isr_nodes=(node,),
-                    offline_replicas=(),
-                )
-            )
-        topic = make(
-            topic_cls,
-            error_code=ErrorCode.none,
-            name=info.name,
-            topic_id=info.topic_id,
-            is_internal=info.is_internal,
-            partitions=tuple(partitions),
-            topic_authorized_operations=authorized_operations(
-                broker, ctx, ResourceType.TOPIC, info.name
-            )
-            if getattr(request, "include_topic_authorized_operations", False)
-            else UNKNOWN_AUTHORIZED_OPERATIONS,
+            if name is not None and cache.contains_topic(name):
+                names.append(name)
+                continue
+            try:
+                validate_topic_name(name or "")
+            except InvalidTopicError:
+                topics.append(describe(name, None, ErrorCode.invalid_topic_exception))
+                continue
+            if not (
+                allow_auto
+                and broker.config.auto_create_topics_enable
+                and (name not in PROTECTED_TOPICS)  # the broker creates those itself
+                and (cluster_allowed(broker, ctx, Operation.CREATE) or may(Operation.CREATE, name))
+            ):
+                topics.append(describe(name, None, ErrorCode.unknown_topic_or_partition))
+                continue
+            failed = await _auto_create(broker, name)
+            if failed is not None:
+                topics.append(describe(name, None, failed))
+            elif cache.contains_topic(name):
+                names.append(name)
+            else:
+                # Created, its leaders not elected yet: clients ask again (Kafka's answer).
+                topics.append(describe(name, None, ErrorCode.leader_not_available))
+    snapshot = cache.snapshot()
+    for name in names:
+        states = snapshot.partitions_of(name)
+        if not states:  # deleted meanwhile
+            topics.append(describe(name, None, ErrorCode.unknown_topic_or_partition))
+            continue
+        partitions = tuple(
+            make(partition_cls, **_partition_metadata(broker, ctx, snapshot, state))
+            for state in states
         )
-        topics.append(topic)
+        topics.append(
+            make(
+                topic_cls,
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=snapshot.topic_id(name),
+                is_internal=name in INTERNAL_TOPICS,
+                partitions=partitions,
+                topic_authorized_operations=authorized_operations(
+                    broker, ctx, ResourceType.TOPIC, name
+                )
+                if getattr(request, "include_topic_authorized_operations", False)
+                else UNKNOWN_AUTHORIZED_OPERATIONS,
+            )
+        )
     return make(
         response_type,
         throttle_time=NO_THROTTLE,
-        brokers=(
-            make(broker_cls, node_id=node, host=host, port=port, rack=broker.config.broker_rack),
+        brokers=tuple(
+            make(broker_cls, node_id=node_id, host=host, port=port, rack=rack)
+            for node_id, host, port, rack in live_brokers(broker, ctx.listener, snapshot)
         ),
         cluster_id=broker.cluster_id,
-        controller_id=node,
+        controller_id=snapshot.controller_id if snapshot.controller_id is not None else -1,
         topics=tuple(topics),
         # Metadata v8-v10 (librdkafka's describe_cluster and describe_topics ask here).
         cluster_authorized_operations=cluster_authorized_operations(broker, ctx)
@@ -185,14 +240,16 @@ async def handle_metadata(broker: BrokerServices, ctx: RequestContext, request: 
 
 # -- Produce ----------------------------------------------------------------------------------
 async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    # Everything up to the append runs before any await: appends of one connection keep
-    # their request order (idempotent producers rely on it).
+    # Everything up to the append runs before any await: a request's appends land
+    # together, with no other connection's request in between, and stay done even if the
+    # client goes away while this waits (the network layer cancels it then).
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "TopicProduceResponse")
     partition_cls = nested(response_type, "PartitionProduceResponse")
     record_error_cls = nested_optional(response_type, "BatchIndexAndErrorMessage")
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
+    hints = LeaderHints(broker.replica_manager.metadata_cache, response_type, ctx.listener)
     topics = []
     # (partition, its topic's result list, slot in it, offset the high watermark must reach)
     waits: list[tuple[Any, list[Any], int, int]] = []
@@ -217,7 +274,9 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     error = ErrorCode.topic_authorization_failed
                     message = protected_message(name, "produce to")
                 elif partition is None:
-                    error = ErrorCode.unknown_topic_or_partition
+                    error = error_code(
+                        broker.replica_manager.missing_partition_error((name, pdata.index))
+                    )
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
@@ -240,7 +299,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     error = error_code(code)
                     message = verification_message(code)
                 else:
-                    info = broker.replica_manager.append(partition, bytearray(pdata.records))
+                    info = broker.replica_manager.append(partition, bytearray(pdata.records), acks)
                     base_offset, start = info.first_offset, info.log_start_offset
                     waits.append((partition, results, len(results), info.last_offset + 1))
                     if info.log_append_time >= 0:
@@ -279,11 +338,12 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     log_start_offset=start,
                     record_errors=record_errors,
                     error_message=message,
+                    **hints.partition_fields((name, pdata.index), error),
                 )
             )
         topics.append((name, results))
     # Every append of the request is done; only now wait (fsync per flush.messages, then
-    # the high watermark for acks=-1), so requests of a connection append in order.
+    # the high watermark for acks=-1).
     for partition, results, slot, required in waits:
         try:
             await broker.replica_manager.wait_durable(partition)
@@ -313,6 +373,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     log_start_offset=-1,
                     record_errors=(),
                     error_message=None,
+                    **hints.partition_fields(partition.tp, code),
                 )
     # producer_byte_rate counts the request once it is answered (acks=0 too: Kafka mutes
     # the connection of a throttled acks=0 producer though it sends no answer).
@@ -322,8 +383,12 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     responses = tuple(
         make(topic_cls, name=name, partition_responses=tuple(results)) for name, results in topics
     )
-    throttle = datetime.timedelta(milliseconds=throttle_ms)
-    return make(response_type, responses=responses, throttle_time=throttle)
+    return make(
+        response_type,
+        responses=responses,
+        throttle_time=datetime.timedelta(milliseconds=throttle_ms),
+        node_endpoints=hints.node_endpoints(),
+    )
 
 
 # -- Fetch ------------------------------------------------------------------------------------
@@ -332,7 +397,18 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
     topic_cls = nested(response_type, "FetchableTopicResponse")
     partition_cls = nested(response_type, "PartitionData")
     aborted_cls = nested(response_type, "AbortedTransaction")
+    diverging_cls = nested_optional(response_type, "EpochEndOffset")  # v12+
     by_id = ctx.api_version >= 13
+    replica_state = getattr(request, "replica_state", None)  # v15+
+    replica_id = replica_state.replica_id if replica_state else getattr(request, "replica_id", -1)
+    # A follower's fetch (replica_id >= 0) reads every partition or none (Kafka's rule).
+    follower_allowed = replica_id >= 0 and cluster_action_allowed(broker, ctx)
+    hints = LeaderHints(
+        broker.replica_manager.metadata_cache,
+        response_type,
+        ctx.listener,
+        (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH),
+    )
     # Kafka bounds a fetch by what consumer_byte_rate allows in one quota span.
     max_bytes = min(
         getattr(request, "max_bytes", 2**31 - 1),
@@ -344,20 +420,20 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
         min_bytes=min(request.min_bytes, max_bytes),
         max_bytes=max_bytes,
         isolation_level=getattr(request, "isolation_level", 0),
+        replica_id=replica_id if follower_allowed else -1,
     )
     unknown_ids: list[tuple[Any, int]] = []
     denied: list[tuple[Any, int]] = []  # (topic key, partition): no READ on the topic
     layout: list[tuple[Any, list[int]]] = []  # response topics in request order
     for topic in request.topics:
-        if by_id:
-            info = broker.topics.by_id(topic.topic_id)
-            name = info.name if info is not None else None
-        else:
-            name = topic.topic
+        name = _topic_name(broker, topic.topic_id) if by_id else topic.topic
         indexes = []
-        may_read = name is not None and allowed(
-            broker, ctx, Operation.READ, ResourceType.TOPIC, name
-        )
+        if replica_id >= 0:
+            may_read = name is not None and follower_allowed
+        else:
+            may_read = name is not None and allowed(
+                broker, ctx, Operation.READ, ResourceType.TOPIC, name
+            )
         for p in topic.partitions:
             if name is None:
                 unknown_ids.append((topic.topic_id, p.partition))
@@ -372,6 +448,8 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
                     fetch_offset=p.fetch_offset,
                     max_bytes=p.partition_max_bytes,
                     current_leader_epoch=getattr(p, "current_leader_epoch", -1),
+                    last_fetched_epoch=getattr(p, "last_fetched_epoch", -1),
+                    log_start_offset=getattr(p, "log_start_offset", -1),
                 )
             )
             indexes.append(len(params.partitions) - 1)
@@ -392,16 +470,20 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
             node_endpoints=(),
         )
 
-    def partition_data(index: int, result: Any) -> Any:
+    def partition_data(req: FetchRequestPartition, result: Any) -> Any:
         aborted = None
         if result.aborted is not None:
             aborted = tuple(
                 make(aborted_cls, producer_id=pid, first_offset=first)
                 for pid, first in result.aborted
             )
+        extra = hints.partition_fields((req.topic, req.partition), result.error)
+        if result.diverging_epoch is not None and diverging_cls is not None:
+            epoch, end_offset = result.diverging_epoch
+            extra["diverging_epoch"] = make(diverging_cls, epoch=epoch, end_offset=end_offset)
         return make(
             partition_cls,
-            partition_index=index,
+            partition_index=req.partition,
             error_code=error_code(result.error),
             high_watermark=result.high_watermark,
             last_stable_offset=result.last_stable_offset,
@@ -409,11 +491,12 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
             aborted_transactions=aborted,
             preferred_read_replica=-1,
             records=result.records if result.records is not None else b"",
+            **extra,
         )
 
     topics = []
     for key, indexes in layout:
-        parts = tuple(partition_data(params.partitions[i].partition, results[i]) for i in indexes)
+        parts = tuple(partition_data(params.partitions[i], results[i]) for i in indexes)
         topics.append(make(topic_cls, topic=key, topic_id=key, partitions=parts))
     failed = [(key, i, ErrorCode.unknown_topic_id) for key, i in unknown_ids]
     failed += [(key, i, ErrorCode.topic_authorization_failed) for key, i in denied]
@@ -436,8 +519,18 @@ async def handle_fetch(broker: BrokerServices, ctx: RequestContext, request: Any
         error_code=ErrorCode.none,
         session_id=0,  # no fetch sessions: clients keep sending full fetches (KIP-227)
         responses=tuple(topics),
-        node_endpoints=(),
+        node_endpoints=hints.node_endpoints(),
     )
+
+
+def _topic_name(broker: BrokerServices, topic_id: Any) -> str | None:
+    """The name of a topic id: the cluster's metadata, else the local topic registry (a
+    topic whose creation has not reached the metadata yet)."""
+    name = broker.replica_manager.metadata_cache.topic_name(topic_id)
+    if name is None:
+        info = broker.topics.by_id(topic_id)
+        name = info.name if info is not None else None
+    return name
 
 
 # -- ListOffsets ------------------------------------------------------------------------------
@@ -446,6 +539,8 @@ async def handle_list_offsets(broker: BrokerServices, ctx: RequestContext, reque
     topic_cls = nested(response_type, "ListOffsetsTopicResponse")
     partition_cls = nested(response_type, "ListOffsetsPartitionResponse")
     isolation = getattr(request, "isolation_level", 0)
+    # A follower (replica_id >= 0) sees the log end offset, not only what is committed.
+    from_follower = request.replica_id >= 0 and cluster_action_allowed(broker, ctx)
     topics = []
     for topic in request.topics:
         results = []
@@ -456,13 +551,18 @@ async def handle_list_offsets(broker: BrokerServices, ctx: RequestContext, reque
                 if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
                     error = ErrorCode.topic_authorization_failed
                 elif partition is None:
-                    error = ErrorCode.unknown_topic_or_partition
+                    error = error_code(
+                        broker.replica_manager.missing_partition_error(
+                            (topic.name, p.partition_index)
+                        )
+                    )
                 else:
                     found = await broker.replica_manager.list_offset(
                         partition,
                         p.timestamp,
                         isolation,
                         getattr(p, "current_leader_epoch", -1),
+                        from_follower=from_follower,
                     )
                     if found is not None:
                         ts, offset = found.timestamp, found.offset
@@ -517,11 +617,13 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
             f"({asked} asked, max.partitions.per.request={limit})."
         )
         log.info("refused CreateTopics from %s: %s", ctx.client_address, refusal)
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
     results = []
     for topic in request.topics:
         error, message, info = ErrorCode.none, None, None
         partitions = topic.num_partitions
         replication = topic.replication_factor
+        assignments = None
         try:
             if refusal is not None:
                 raise TooManyPartitionsError(refusal)
@@ -540,6 +642,7 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
                     )
                 partitions = len(topic.assignments)
                 replication = max(len(a.broker_ids) for a in topic.assignments)
+                assignments = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
             if partitions == -1:
                 partitions = broker.config.num_partitions
             if replication == -1:
@@ -550,7 +653,9 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
                 partitions,
                 configs,
                 replication_factor=replication,
+                assignments=assignments,
                 validate_only=validate_only,
+                timeout_ms=timeout_ms,
             )
         except CoreError as e:
             error, message = error_of(e), str(e)
@@ -578,7 +683,7 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
                 error_message=message,
                 topic_config_error_code=ErrorCode.none,
                 num_partitions=info.partitions if info is not None else -1,
-                replication_factor=1 if info is not None else -1,
+                replication_factor=replication if info is not None else -1,
                 configs=described if info is not None else None,
             )
         )

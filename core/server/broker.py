@@ -1,8 +1,17 @@
 """Broker: the core broker composed from its parts, started and stopped as one.
 
-Start-up: open the log dirs (recovering if needed), load the topic registry and reconcile
-it with the partition directories, begin a new leader epoch for every partition, start the
-housekeeping tasks, then listen. Shutdown reverses it and leaves the clean-shutdown marker.
+Running alone (no ``zookeeper.connect``): open the log dirs (recovering if needed), load the
+topic registry and reconcile it with the partition directories, begin a new leader epoch for
+every partition, lead them all, start the housekeeping tasks, then listen. Shutdown reverses
+it and leaves the clean-shutdown marker.
+
+In a cluster (``zookeeper.connect``, ``core.server.cluster_mode``): join ZooKeeper first (the
+cluster id must match the log dirs'), mirror the cluster's topics and configs from it, open
+the log dirs, listen, then register and campaign for the controller; from then on the
+controller's LeaderAndIsr, UpdateMetadata and StopReplica say which partitions this broker
+leads or follows. Topic changes go through ZooKeeper (``core.server.zk_admin``), topic config
+changes reach every broker through its notifications (``core.server.config_sync``). SIGTERM
+first moves this broker's leaderships away (controlled shutdown).
 """
 
 from __future__ import annotations
@@ -11,7 +20,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +34,47 @@ from core.records.builder import build_control_batch
 from core.records.record import ControlRecordType
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer
+from core.server.cluster_mode import ClusterMode, ClusterStartError
+from core.server.cluster_types import (
+    BrokerEndpoint,
+    BrokerInfo,
+    PartitionState,
+    StopReplicaPartition,
+    TopicPartition,
+)
 from core.server.config import BrokerConfig
+from core.server.config_sync import TopicConfigSync
+from core.server.controller.errors import NotControllerError
 from core.server.group_coordinator import Group, GroupCoordinator
+from core.server.group_loader import GroupLoader
 from core.server.group_offsets import GroupOffsetStore
-from core.server.handler_support import error_code
+from core.server.handler_support import ControllerPort, error_code
 from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
 from core.server.internal_topics import TRANSACTION_STATE_TOPIC, BrokerTrust
+from core.server.isr_writer import ZkIsrWriter
+from core.server.local_controller import LocalController
+from core.server.metadata_cache import MetadataCache
 from core.server.network import BoundListener, ListenerSpec, SocketServer
-from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
+from core.server.node_client import ClientSettings, NodeClient
+from core.server.offsets_topic import (
+    OFFSETS_TOPIC,
+    OffsetsTopic,
+    ensure_offsets_topic,
+    offsets_topic_configs,
+)
+from core.server.partition import Partition
+from core.server.producer_ids import ProducerIdSource, RegistryProducerIds, ZkProducerIds
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.quota_enforcement import handle_with_quotas
 from core.server.quota_store import LocalQuotaStore
 from core.server.quotas import ClientQuotas
-from core.server.replica_manager import Partition, ReplicaManager
+from core.server.replica_assignment import InvalidReplicaAssignmentError
+from core.server.replica_manager import ReplicaManager
+from core.server.replication_settings import ReplicationSettings
 from core.server.sasl import ScramCredentialSource
 from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
 from core.server.security import ListenerSecurity, listener_security, with_runtime_scram
+from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
 from core.server.topics import (
     InvalidReplicationFactorError,
@@ -49,18 +84,32 @@ from core.server.topics import (
     read_partition_metadata,
 )
 from core.server.transaction_coordinator import CoordinatorSettings, TransactionCoordinator
+from core.server.transaction_loader import TransactionLoader
 from core.server.transaction_marker_channel import MarkerChannel, TxnMarker
 from core.server.transaction_state_topic import (
     TransactionStateLog,
     ensure_transaction_state_topic,
+    transaction_state_topic_configs,
 )
-from core.server.transaction_verification import abort_hanging_transactions
+from core.server.transaction_verification import abort_hanging_transactions, verify_remotely
+from core.server.zk_admin import MetadataWaiters, RequestTimedOutError, ZkClusterAdmin
+from core.server.zookeeper.client import ZkConnectionState
+from core.server.zookeeper.data import EndPoint
+from core.server.zookeeper.errors import ZkError
 
 log = logging.getLogger(__name__)
 
+# How long a write to __consumer_offsets waits for the event loop to take it (from the
+# flushing thread); only a broker stopping under it makes it wait this long.
+OFFSETS_APPEND_TIMEOUT_S = 30.0
+NOT_ENOUGH_REPLICAS = 19
+# How long the opening of CreatePartitions' new partitions waits for their leaders in a
+# cluster; the request answers REQUEST_TIMED_OUT at its own timeout, usually shorter.
+CREATE_PARTITIONS_WAIT_MS = 120_000
+
 
 def listeners_security(
-    config: BrokerConfig, runtime_scram: ScramCredentialSource
+    config: BrokerConfig, runtime_scram: ScramCredentialSource, *, cluster: bool = False
 ) -> tuple[dict[str, ListenerSecurity], BrokerTrust]:
     """What each broker listener requires, and who acts as a broker.
 
@@ -73,7 +122,7 @@ def listeners_security(
         InvalidConfigError: a listener's setting, naming the key.
     """
     security = {x.name: listener_security(config, x) for x in config.broker_listeners}
-    trust = BrokerTrust.from_config(config, security)
+    trust = BrokerTrust.from_config(config, security, cluster=cluster)
     for name, listener in security.items():
         if name != trust.broker_listener:
             security[name] = with_runtime_scram(listener, runtime_scram)
@@ -103,7 +152,7 @@ class NameLocks:
 
 
 class Broker:
-    """A single tierlog broker; request handlers see it as a ``BrokerServices``
+    """A tierlog broker; request handlers see it as a ``BrokerServices``
     (core.server.handler_support)."""
 
     def __init__(self, config: BrokerConfig) -> None:
@@ -120,16 +169,34 @@ class Broker:
         self._group_coordinator: GroupCoordinator | None = None
         self._transaction_coordinator: TransactionCoordinator | None = None
         self._hanging_check: asyncio.TimerHandle | None = None
+        self._group_loader: GroupLoader | None = None
+        self._transaction_loader: TransactionLoader | None = None
+        self._transaction_state_creation: asyncio.Future[None] | None = None
         self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
         self.replica_manager: ReplicaManager
+        self.metadata_cache = MetadataCache(config.node_id)
+        self._waiters = MetadataWaiters(self.metadata_cache)
+        # zookeeper.connect: a cluster member, else a broker running alone.
+        self.cluster: ClusterMode | None = None
+        if config.get("zookeeper.connect"):
+            self.cluster = ClusterMode(config, self.metadata_cache)
+        self._admin: ZkClusterAdmin | None = None
+        self._config_sync: TopicConfigSync | None = None
+        self._producer_ids: ProducerIdSource | None = None
+        self._offsets_creation: asyncio.Task[None] | None = None
+        self.local_controller: LocalController | None = None  # running alone
+        self._isr_writer: ZkIsrWriter | None = None  # in a cluster
+        self._fetcher_client: NodeClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.timer: Timer | None = None
         self.server: SocketServer | None = None
         self.bound: list[BoundListener] = []
         self._stopped = asyncio.Event()
         self._topic_locks = NameLocks()
         self._topic_tasks: set[asyncio.Future[TopicInfo]] = set()
+        self._background: set[asyncio.Future[Any]] = set()
         # What the SCRAM servers of the SASL listeners check, filled from the store when
         # the log dirs are open (before any listener accepts a connection).
         self._scram_cache = ScramCredentialCache()
@@ -137,49 +204,196 @@ class Broker:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> list[BoundListener]:
-        """Open the logs and listen; returns the bound listeners (real ports)."""
-        loop = asyncio.get_running_loop()
+        """Open the logs and listen; returns the bound listeners (real ports). In a cluster,
+        then register and campaign for the controller.
+
+        Raises:
+            CoreError (InvalidConfigError, ClusterStartError, InconsistentClusterIdError,
+            ...): naming what is wrong; ZkError: ZooKeeper cannot be reached.
+        """
+        loop = self._loop = asyncio.get_running_loop()
+        config = self.config
         # TLS material and SASL accounts first: a bad setting stops start-up naming its key
         # before any disk work.
-        security, self.broker_trust = listeners_security(self.config, self._scram_cache)
+        cluster = self.cluster
+        security, self.broker_trust = listeners_security(
+            config, self._scram_cache, cluster=cluster is not None
+        )
+        if self.broker_trust.cluster_warning:
+            log.warning("%s", self.broker_trust.cluster_warning)
+        cluster_id = ""
+        if cluster is not None:
+            if config.get("authorizer.class.name"):
+                raise ClusterStartError(
+                    "authorizer.class.name: ACLs are kept in the first log dir of a broker "
+                    "running alone and are not shared through ZooKeeper yet; a cluster broker "
+                    "cannot enforce them. Unset it (protect the listeners with SASL or TLS) or "
+                    "run the broker alone."
+                )
+            cluster_id = await cluster.connect()
+            self.topics = TopicRegistry.in_memory(config.log_config_defaults())
+            # Kafka's LogManager reads the topics' overrides from ZooKeeper before it opens
+            # the logs (a compacted topic must not be opened with the default policy).
+            await self._mirror_all_topics()
         # Loading and recovery do blocking disk work: keep them off the event loop.
-        await loop.run_in_executor(None, self._open_storage)
+        await loop.run_in_executor(None, self._open_storage, cluster_id)
         self.timer = Timer(loop)
         self._group_coordinator = GroupCoordinator(
             self.timer,
-            initial_rebalance_delay_ms=self.config.get("group.initial.rebalance.delay.ms"),
-            min_session_timeout_ms=self.config.get("group.min.session.timeout.ms"),
-            max_session_timeout_ms=self.config.get("group.max.session.timeout.ms"),
-            max_size=self.config.get("group.max.size"),
+            initial_rebalance_delay_ms=config.get("group.initial.rebalance.delay.ms"),
+            min_session_timeout_ms=config.get("group.min.session.timeout.ms"),
+            max_session_timeout_ms=config.get("group.max.session.timeout.ms"),
+            max_size=config.get("group.max.size"),
             on_change=self._store_group,
         )
-        self.replica_manager = ReplicaManager(self.log_manager, self.topics, self.timer)
-        for info in self.topics.all():
-            self.replica_manager.open_topic(info)
-        await self._load_groups()
-        self._schedule_offset_expiry()
-        self._transaction_coordinator = self._create_transaction_coordinator()
-        await self._load_transactions()
         assert self.log_manager is not None
+        self.replica_manager = ReplicaManager(
+            self.log_manager,
+            self.timer,
+            self.metadata_cache,
+            ReplicationSettings.from_config(config),
+        )
+        self._open_group_store()
+        self._open_transaction_coordinator()
+        if cluster is None:
+            await self._start_alone()
+        else:
+            self._start_in_cluster(cluster)
+        self._schedule_offset_expiry()
+        self._start_transaction_timers()
         self.log_manager.startup()
         self.server = SocketServer(
             self.codec,
             self.handle,
             self._unsupported_version,
-            max_request_bytes=self.config.socket_request_max_bytes,
-            max_connections=self.config.max_connections,
-            idle_timeout_s=self.config.connections_max_idle_ms / 1000,
-            queued_max_request_bytes=self.config.queued_max_request_bytes,
-            send_buffer_bytes=self.config.socket_send_buffer_bytes,
-            receive_buffer_bytes=self.config.socket_receive_buffer_bytes,
-            listen_backlog=self.config.socket_listen_backlog_size,
+            max_request_bytes=config.socket_request_max_bytes,
+            max_connections=config.max_connections,
+            idle_timeout_s=config.connections_max_idle_ms / 1000,
+            queued_max_request_bytes=config.queued_max_request_bytes,
+            send_buffer_bytes=config.socket_send_buffer_bytes,
+            receive_buffer_bytes=config.socket_receive_buffer_bytes,
+            listen_backlog=config.socket_listen_backlog_size,
         )
         specs = [
-            ListenerSpec(x.name, x.host, x.port, security[x.name])
-            for x in self.config.broker_listeners
+            ListenerSpec(x.name, x.host, x.port, security[x.name]) for x in config.broker_listeners
         ]
         self.bound = await self.server.start(specs)
+        # Only now can clients reach the coordinator: the restored members' sessions count
+        # from here (see GroupCoordinator.restore).
+        self.group_coordinator.start_restored_sessions()
+        self.replica_manager.startup()
+        if self.local_controller is not None:
+            self.local_controller.set_broker_info(self._broker_info())
+        if cluster is not None:
+            await self._join_cluster(cluster)
         return self.bound
+
+    def _open_group_store(self) -> None:
+        """The offset store over ``__consumer_offsets``, empty: the partitions this broker
+        leads are loaded as their leadership arrives (``GroupLoader``)."""
+        loop = asyncio.get_running_loop()
+        fetches = self.replica_manager.fetch_purgatory
+
+        def wake_fetches(index: int) -> None:
+            # Called from flushes on executor threads; one may outlive the loop at shutdown.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(fetches.check_and_complete, (OFFSETS_TOPIC, index))
+
+        journal = OffsetsTopic(
+            lambda i: self.replica_manager.partition(OFFSETS_TOPIC, i),
+            self.config.get("offsets.topic.num.partitions"),
+            on_append=wake_fetches,
+            appender=self._append_offsets_batch,
+        )
+        self._group_offsets = GroupOffsetStore(journal, load=False)
+        self._group_loader = GroupLoader(
+            self._group_offsets,
+            self.group_coordinator,
+            self._offsets_partition_count,
+        )
+
+    def _offsets_partition_count(self) -> int:
+        """``__consumer_offsets``' partition count (0 before it exists): from the registry,
+        which knows a topic before its leadership is applied (the MetadataCache follows)."""
+        info = self.topics.get(OFFSETS_TOPIC)
+        return info.partitions if info is not None else 0
+
+    def _append_offsets_batch(self, index: int, batch: bytearray) -> int:
+        """The journal's appender, called from the flushing thread: the append runs on the
+        event loop, through the replica manager, as a produce would."""
+        loop = self._loop
+        assert loop is not None
+
+        async def append() -> int:
+            # Kafka's coordinator writes with acks=all: NOT_ENOUGH_REPLICAS below
+            # min.insync.replicas, before anything is appended.
+            partition = self.replica_manager.leader_partition(OFFSETS_TOPIC, index)
+            self.replica_manager.append(partition, batch, required_acks=-1)
+            return partition.log.log_end_offset
+
+        return asyncio.run_coroutine_threadsafe(append(), loop).result(OFFSETS_APPEND_TIMEOUT_S)
+
+    async def _start_alone(self) -> None:
+        """A broker running alone leads every partition it has, from its registry, through
+        its in-process controller (``LocalController``)."""
+        self._producer_ids = RegistryProducerIds(self.topics)
+        loader = self._group_loader
+        assert loader is not None
+        self.replica_manager.add_leadership_listener(loader)
+        self.local_controller = LocalController(
+            self.topics, self.replica_manager, self.metadata_cache, self._broker_info()
+        )
+        await self.local_controller.startup()
+        # The groups and transactions are back before the first request.
+        await loader.wait_idle()
+        assert self._transaction_loader is not None
+        await self._transaction_loader.wait_idle()
+        first_dir = Path(self.config.log_dirs[0])
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.group_offsets.import_legacy, first_dir
+        )
+
+    def _start_in_cluster(self, cluster: ClusterMode) -> None:
+        zk = cluster.connected_zk
+        config = self.config
+        manager = self.replica_manager
+        assert self._group_loader is not None
+        manager.add_leadership_listener(self._group_loader)
+        self._isr_writer = ZkIsrWriter(zk)
+        manager.set_isr_writer(self._isr_writer)
+        self._fetcher_client = NodeClient(
+            ClientSettings.from_config(
+                config, request_timeout_ms=config.get("replica.socket.timeout.ms")
+            )
+        )
+        manager.set_node_client(self._fetcher_client, config.inter_broker_listener_name)
+        self._wire_transactions_to_cluster(self._fetcher_client)
+        self._producer_ids = ZkProducerIds(zk, self.config.node_id)
+        self._admin = ZkClusterAdmin(zk, self._waiters, self.config.log_config_defaults())
+        self._config_sync = TopicConfigSync(zk, self._apply_topic_config)
+        cluster.add_session_listener(self._on_session_state)
+
+    async def _join_cluster(self, cluster: ClusterMode) -> None:
+        """Register with the listeners' real ports, follow config changes, campaign."""
+        advertised = []
+        protocols = self.config.listener_security_protocol_map
+        for listener in self.config.advertised_listeners:
+            host, port = self.advertised_endpoint(listener.name)
+            advertised.append(
+                EndPoint(listener.name, host, port, protocols.get(listener.name, listener.name))
+            )
+        assert self._config_sync is not None
+        await self._config_sync.start()
+        await cluster.register(advertised)
+        await cluster.start_controller()
+
+    def _broker_info(self) -> BrokerInfo:
+        """This broker as other brokers and clients reach it (the bound ports once bound)."""
+        endpoints = []
+        for adv in self.config.advertised_listeners:
+            host, port = self.advertised_endpoint(adv.name) if self.bound else (adv.host, adv.port)
+            endpoints.append(BrokerEndpoint(adv.name, host, port, adv.security_protocol))
+        return BrokerInfo(self.config.node_id, tuple(endpoints), self.config.broker_rack)
 
     def _schedule_offset_expiry(self) -> None:
         interval = self.config.get("offsets.retention.check.interval.ms") / 1000
@@ -207,54 +421,37 @@ class Broker:
             lambda f: f.exception() and log.error("cannot persist %s: %s", what, f.exception())
         )
 
-    async def _load_groups(self) -> None:
-        """Replay ``__consumer_offsets`` into the offset store and the coordinator."""
-        loop = asyncio.get_running_loop()
-        info = self.topics.get(OFFSETS_TOPIC)
-        assert info is not None
-        fetches = self.replica_manager.fetch_purgatory
-
-        def wake_fetches(index: int) -> None:
-            # Called from flushes on executor threads; one may outlive the loop at shutdown.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(fetches.check_and_complete, (OFFSETS_TOPIC, index))
-
-        journal = OffsetsTopic(
-            lambda i: self.replica_manager.partition(OFFSETS_TOPIC, i),
-            info.partitions,
-            on_append=wake_fetches,
-        )
-        first_dir = Path(self.config.log_dirs[0])
-        self._group_offsets = await loop.run_in_executor(
-            None, lambda: GroupOffsetStore(journal, legacy_dir=first_dir)
-        )
-        self.group_coordinator.restore(self.group_offsets.group_metadata())
-
     # -- transactions ----------------------------------------------------------------------
-    def _create_transaction_coordinator(self) -> TransactionCoordinator:
-        """The transaction coordinator over ``__transaction_state`` (not loaded yet)."""
+    def _open_transaction_coordinator(self) -> None:
+        """The transaction coordinator over ``__transaction_state``, empty: the partitions
+        this broker leads are loaded as their leadership arrives (``TransactionLoader``)."""
         replica_manager = self.replica_manager
+        config = self.config
 
-        async def written(partition: Partition, offset: int) -> None:
+        async def written(partition: Partition, offset: int) -> int:
+            # Kafka's coordinator writes with acks=all, and fsyncs: a state it acted on
+            # survives a crash of the leader and of the whole cluster.
             await replica_manager.wait_durable_always(partition)
-            await replica_manager.wait_replicated(partition, offset, 30_000)
+            return await replica_manager.wait_replicated(
+                partition, offset, config.get("request.timeout.ms")
+            )
 
-        state_log = TransactionStateLog(
-            lambda i: replica_manager.partition(TRANSACTION_STATE_TOPIC, i), written
-        )
+        def leader(index: int) -> Partition | None:
+            partition = replica_manager.partition(TRANSACTION_STATE_TOPIC, index)
+            return partition if partition is not None and partition.is_leader else None
+
+        state_log = TransactionStateLog(leader, written)
         markers = MarkerChannel(
             replica_manager,
+            leader_of=self._marker_leader,
             on_written=self.on_marker_written,
-            exists=lambda t, i: (
-                (info := self.topics.get(t)) is not None and 0 <= i < info.partitions
-            ),
+            exists=lambda t, i: self.metadata_cache.partition((t, i)) is not None,
         )
-        config = self.config
-        return TransactionCoordinator(
+        self._transaction_coordinator = TransactionCoordinator(
             lambda: info.partitions if (info := self.topics.get(TRANSACTION_STATE_TOPIC)) else 1,
             state_log,
             markers,
-            self.topics.allocate_producer_id,
+            self.allocate_producer_id,
             CoordinatorSettings(
                 max_timeout_ms=config.get("transaction.max.timeout.ms"),
                 abort_interval_ms=config.get(
@@ -266,18 +463,82 @@ class Broker:
                 ),
             ),
         )
+        self._transaction_loader = TransactionLoader(self._transaction_coordinator)
+        replica_manager.add_leadership_listener(self._transaction_loader)
 
-    async def _load_transactions(self) -> None:
-        """Alone, this broker leads every ``__transaction_state`` partition: load them all
-        (their leader epoch is the coordinator epoch), then start the timeouts."""
+    def _marker_leader(self, tp: tuple[str, int]) -> BrokerEndpoint | None:
+        """Where a marker of ``tp`` goes: None for this broker (or no leader known: the
+        local write answers NOT_LEADER_OR_FOLLOWER and the channel retries), else the
+        leader's inter-broker endpoint."""
+        leader = self.metadata_cache.leader(tp)
+        if leader is None or leader == self.config.node_id:
+            return None
+        return self.metadata_cache.endpoint(leader, self.config.inter_broker_listener_name)
+
+    def _wire_transactions_to_cluster(self, client: NodeClient) -> None:
+        """Markers for partitions led elsewhere go over WriteTxnMarkers, and KIP-890
+        verification of an id coordinated elsewhere over AddPartitionsToTxn v4."""
         coordinator = self.transaction_coordinator
-        info = self.topics.get(TRANSACTION_STATE_TOPIC)
-        assert info is not None
-        for index in range(info.partitions):
-            partition = self.replica_manager.partition(TRANSACTION_STATE_TOPIC, index)
-            if partition is not None:
-                await coordinator.load(index, partition.leader_epoch)
-        coordinator.start()
+        coordinator.markers.set_node_client(client)
+        listener = self.config.inter_broker_listener_name
+
+        async def remote(
+            txn_id: str, pid: int, epoch: int, partitions: list[TopicPartition]
+        ) -> dict[TopicPartition, int]:
+            index = coordinator.partition_for(txn_id)
+            endpoint = self.metadata_cache.leader_endpoint(
+                (TRANSACTION_STATE_TOPIC, index), listener
+            )
+            if endpoint is None:
+                # No coordinator now: NOT_ENOUGH_REPLICAS makes the producer retry (Kafka's
+                # answer when the verification cannot reach the coordinator).
+                return dict.fromkeys(partitions, NOT_ENOUGH_REPLICAS)
+            return await verify_remotely(client, endpoint, txn_id, pid, epoch, partitions)
+
+        coordinator.remote = remote
+
+    async def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` in the cluster when a transactional producer first
+        asks for its coordinator, with ``transaction.state.log.replication.factor``
+        replicas, or one per live broker when fewer are alive (logged as a WARNING)."""
+        if self._admin is None or self.metadata_cache.contains_topic(TRANSACTION_STATE_TOPIC):
+            return
+        creation = self._transaction_state_creation
+        if creation is None or creation.done():
+            creation = asyncio.ensure_future(self._create_transaction_state_topic())
+            self._transaction_state_creation = creation
+            self._background.add(creation)
+            creation.add_done_callback(self._background.discard)
+
+    async def _create_transaction_state_topic(self) -> None:
+        assert self._admin is not None
+        config = self.config
+        wanted = config.get("transaction.state.log.replication.factor")
+        live = len(self.metadata_cache.alive_brokers())
+        replication = min(wanted, max(live, 1))
+        if replication < wanted:
+            log.warning(
+                "creating %s with replication factor %d: transaction.state.log.replication."
+                "factor=%d but only %d brokers are alive; it keeps %d replicas per partition",
+                TRANSACTION_STATE_TOPIC, replication, wanted, live, replication,
+            )  # fmt: skip
+        configs = transaction_state_topic_configs(
+            config.get("transaction.state.log.segment.bytes"),
+            min(config.get("transaction.state.log.min.isr"), replication),
+        )
+        try:
+            await self._admin.create_topic(
+                TRANSACTION_STATE_TOPIC,
+                config.get("transaction.state.log.num.partitions"),
+                configs,
+                replication_factor=replication,
+            )
+        except CoreError as e:
+            if e.error_code != 36:  # TOPIC_ALREADY_EXISTS: another broker was quicker
+                log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC, e)
+
+    def _start_transaction_timers(self) -> None:
+        self.transaction_coordinator.start()
         self._schedule_hanging_check()
 
     def _schedule_hanging_check(self) -> None:
@@ -311,7 +572,7 @@ class Broker:
                 log.warning("cannot abort that transaction: %s", e)
 
         abort_hanging_transactions(
-            list(replica_manager.partitions.values()),
+            [p for p in replica_manager.partitions.values() if p.is_leader],
             coordinator.knows_open_transaction,
             write_abort,
             self.config.get("transaction.max.timeout.ms"),
@@ -337,39 +598,44 @@ class Broker:
         version = self.group_offsets.store_group(group.group_id, metadata)
         self._flush_in_background(version, f"the metadata of group {group.group_id}")
 
-    def _open_storage(self) -> None:
-        first_dir = Path(self.config.log_dirs[0])
+    def _open_storage(self, cluster_id: str = "") -> None:
+        config = self.config
+        first_dir = Path(config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
-        self.topics = TopicRegistry(first_dir, self.config.log_config_defaults())
+        # SCRAM credentials and client quotas stay in each broker's first log dir, in a
+        # cluster too (not shared through ZooKeeper yet: docs/OPERATIONS.md says so).
         self.scram_credentials = LocalScramCredentialStore(first_dir, self._scram_cache)
-        ensure_offsets_topic(
-            self.topics,
-            self.config.get("offsets.topic.num.partitions"),
-            self.config.get("offsets.topic.segment.bytes"),
-        )
-        ensure_transaction_state_topic(
-            self.topics,
-            self.config.get("transaction.state.log.num.partitions"),
-            self.config.get("transaction.state.log.segment.bytes"),
-            self.config.get("transaction.state.log.replication.factor"),
-            self.config.get("transaction.state.log.min.isr"),
-        )
         self.quotas = ClientQuotas.open(
             LocalQuotaStore(first_dir),
-            samples=self.config.get("quota.window.num"),
-            window_seconds=self.config.get("quota.window.size.seconds"),
+            samples=config.get("quota.window.num"),
+            window_seconds=config.get("quota.window.size.seconds"),
         )
-        if self.config.get("authorizer.class.name"):
-            self.authorizer = AclAuthorizer(
-                first_dir,
-                self.broker_trust.super_users,
-                allow_if_no_acl=self.config.get("allow.everyone.if.no.acl.found"),
+        if self.cluster is None:
+            self.topics = TopicRegistry(first_dir, config.log_config_defaults())
+            ensure_offsets_topic(
+                self.topics,
+                config.get("offsets.topic.num.partitions"),
+                config.get("offsets.topic.segment.bytes"),
             )
+            ensure_transaction_state_topic(
+                self.topics,
+                config.get("transaction.state.log.num.partitions"),
+                config.get("transaction.state.log.segment.bytes"),
+                config.get("transaction.state.log.replication.factor"),
+                config.get("transaction.state.log.min.isr"),
+            )
+            if config.get("authorizer.class.name"):
+                self.authorizer = AclAuthorizer(
+                    first_dir,
+                    self.broker_trust.super_users,
+                    allow_if_no_acl=config.get("allow.everyone.if.no.acl.found"),
+                )
         self.log_manager = LogManager(
-            self.config.log_manager_config(), topic_config=self.topics.log_config
+            config.log_manager_config(cluster_id=cluster_id), topic_config=self.topics.log_config
         )
-        self._reconcile_topics()
-        self.topics.bump_leader_epochs()
+        if self.cluster is None:
+            self._reconcile_topics()
+            self.topics.bump_leader_epochs()
 
     def _reconcile_topics(self) -> None:
         """Adopt topics whose partitions exist on disk but not in the registry."""
@@ -388,6 +654,22 @@ class Broker:
             self.topics.adopt(name, topic_id, count)
 
     async def stop(self) -> None:
+        cluster = self.cluster
+        if (
+            cluster is not None
+            and cluster.zk is not None
+            and cluster.broker_epoch >= 0
+            and self.config.get("controlled.shutdown.enable")
+            and self.server is not None
+        ):
+            # Kafka's order: leaderships move away while this broker still serves.
+            client = self._shutdown_client()
+            try:
+                await cluster.controlled_shutdown(client)
+            finally:
+                await client.close()
+        if self._config_sync is not None:
+            self._config_sync.stop()
         if self.server is not None:
             await self.server.stop()
         if self._topic_tasks:
@@ -396,20 +678,36 @@ class Broker:
             # as a topic again.
             self.replica_manager.stopping = True
             await asyncio.wait(list(self._topic_tasks))
+        for task in list(self._background):
+            task.cancel()
         if self._offset_expiry is not None:
             self._offset_expiry.cancel()
-        if self._group_coordinator is not None:
-            self._group_coordinator.shutdown()
+        # No marker or state write of the coordinator after the replicas shut down.
         if self._transaction_coordinator is not None:
             self._transaction_coordinator.shutdown()
         if self._hanging_check is not None:
             self._hanging_check.cancel()
+        replica_manager = getattr(self, "replica_manager", None)
+        if replica_manager is not None:  # started
+            await replica_manager.shutdown()
+        if self._isr_writer is not None:
+            with contextlib.suppress(CoreError, ZkError):
+                await self._isr_writer.close()
+        if self._fetcher_client is not None:
+            await self._fetcher_client.close()
+        if cluster is not None:
+            await cluster.close()
+        if self._group_coordinator is not None:
+            self._group_coordinator.shutdown()
         if self.timer is not None:
             self.timer.shutdown()
         if self.log_manager is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
             self.log_manager = None
         self._stopped.set()
+
+    def _shutdown_client(self) -> NodeClient:
+        return NodeClient(ClientSettings.from_config(self.config))
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -441,6 +739,18 @@ class Broker:
         assert self.log_manager is not None
         return self.log_manager.cluster_id
 
+    @property
+    def broker_epoch(self) -> int:
+        return self.cluster.broker_epoch if self.cluster is not None else -1
+
+    @property
+    def controller(self) -> ControllerPort:
+        if self.cluster is not None and self.cluster.controller is not None:
+            return self.cluster.controller
+        if self.cluster is not None:
+            return _NoController(self.config.node_id)
+        return SingleBrokerController(self.metadata_cache)
+
     def advertised_endpoint(self, listener: str) -> tuple[str, int]:
         """Host and port clients should use for ``listener`` (the bound port for port 0)."""
         for adv in self.config.advertised_listeners:
@@ -453,6 +763,11 @@ class Broker:
         bound = next(b for b in self.bound if b.name == listener)
         return bound.host, bound.port
 
+    async def allocate_producer_id(self) -> int:
+        assert self._producer_ids is not None, "the broker is not started"
+        return await self._producer_ids.allocate()
+
+    # -- topics ------------------------------------------------------------------------------
     async def create_topic(
         self,
         name: str,
@@ -460,16 +775,38 @@ class Broker:
         configs: Mapping[str, str],
         *,
         replication_factor: int = 1,
+        assignments: Mapping[int, Sequence[int]] | None = None,
         validate_only: bool = False,
+        timeout_ms: int = 0,
     ) -> TopicInfo:
-        """Create a topic and open its partitions, off the event loop: registered first (a
-        second creation of the name gets TOPIC_ALREADY_EXISTS at once), then its partition
-        logs opened on executor threads a step at a time, each step served as it opens.
+        """Create a topic. Alone: registered first (a second creation of the name gets
+        TOPIC_ALREADY_EXISTS at once), then its partition logs opened on executor threads
+        a step at a time, each step served as it opens. In a cluster: written to ZooKeeper
+        (``ZkClusterAdmin.create_topic``).
 
         Raises:
             InvalidTopicError, TopicExistsError, InvalidPartitionsError,
-            InvalidReplicationFactorError, InvalidConfigError.
+            InvalidReplicationFactorError, InvalidReplicaAssignmentError,
+            InvalidConfigError, RequestTimedOutError.
         """
+        if self._admin is not None:
+            return await self._admin.create_topic(
+                name,
+                partitions,
+                configs,
+                replication_factor=replication_factor,
+                assignments=assignments,
+                validate_only=validate_only,
+                timeout_ms=timeout_ms,
+            )
+        if assignments:
+            replication_factor = max(len(r) for r in assignments.values())
+            if any(set(r) != {self.config.node_id} for r in assignments.values()):
+                raise InvalidReplicaAssignmentError(
+                    f"Unknown broker(s) in replica assignment: this broker ("
+                    f"{self.config.node_id}) runs alone."
+                )
+            partitions = len(assignments)
         if replication_factor != 1:
             raise InvalidReplicationFactorError(
                 f"Unable to replicate the partition {replication_factor} time(s): The target "
@@ -494,7 +831,11 @@ class Broker:
                 # Deleted between its registration and here: nothing to open.
                 log.info("topic %s was deleted before its partitions were opened", info.name)
                 return info
-            complete = await self.replica_manager.open_topic_in_steps(info)
+            assert self.local_controller is not None
+            if added_from is None:
+                complete = await self.local_controller.topic_created(info)
+            else:
+                complete = await self.local_controller.partitions_added(info, added_from)
         if not complete:
             log.info("creation of topic %s interrupted by shutdown; resumed at start", info.name)
             return info
@@ -513,16 +854,25 @@ class Broker:
         return info
 
     async def create_partitions(
-        self, name: str, count: int, *, validate_only: bool = False
+        self,
+        name: str,
+        count: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
     ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
-        """Raise a topic's partition count to ``count`` (CreatePartitions): the registry
-        first, then the new partitions' logs opened on executor threads a step at a time,
-        as for a new topic. Returns the topic as registered and the opening, which runs as
-        the broker's own task (None with ``validate_only``).
+        """Raise a topic's partition count to ``count`` (CreatePartitions). Alone: the
+        registry first, then the new partitions' logs opened on executor threads a step at
+        a time, as for a new topic. In a cluster: the new assignment written to ZooKeeper
+        (``assignments`` or Kafka's placement), which the controller carries out. Returns
+        the topic as registered and the opening, done when the new partitions are served
+        (alone) or led (in a cluster); None with ``validate_only``.
 
         Raises:
-            UnknownTopicError, InvalidPartitionsError.
+            UnknownTopicError, InvalidPartitionsError, InvalidReplicaAssignmentError.
         """
+        if self._admin is not None:
+            return await self._create_partitions_in_cluster(name, count, assignments, validate_only)
         add = functools.partial(
             self.topics.add_partitions, name, count, validate_only=validate_only
         )
@@ -532,20 +882,57 @@ class Broker:
         opening = self._topic_change_task(self._open_topic(after, added_from=before.partitions))
         return after, opening
 
-    async def delete_topic(self, name: str) -> TopicInfo:
-        """Delete a topic: unregistered and no longer served at once, its partition logs
-        deleted on executor threads a step at a time.
+    async def _create_partitions_in_cluster(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+        assert self._admin is not None
+        new = await self._admin.create_partitions(
+            name, count, assignments, validate_only=validate_only
+        )
+        current = self.topics.get(name)
+        if current is None:
+            raise UnknownTopicError(f"The topic '{name}' does not exist.")
+        grown = replace(current, partitions=count)
+        if validate_only:
+            return grown, None
+
+        async def led() -> TopicInfo:
+            # The request's own timeout bounds its wait; this one only ends the waiter of
+            # a request that stopped waiting.
+            if not await self._waiters.wait_for(
+                lambda snapshot: all(
+                    (s := snapshot.partition((name, p))) is not None and s.leader >= 0 for p in new
+                ),
+                CREATE_PARTITIONS_WAIT_MS,
+            ):
+                raise RequestTimedOutError(f"the new partitions of {name} have no leader yet")
+            return grown
+
+        return grown, asyncio.ensure_future(led())
+
+    async def delete_topic(self, name: str, *, timeout_ms: int = 0) -> TopicInfo:
+        """Delete a topic. Alone: unregistered and no longer served at once, its partition
+        logs deleted on executor threads a step at a time. In a cluster: marked for deletion
+        in ZooKeeper, which the controller carries out.
 
         Raises:
             UnknownTopicError: no such topic (also when a concurrent deletion won).
+            RequestTimedOutError: in a cluster, not gone from the metadata in time.
         """
+        if self._admin is not None:
+            return await self._admin.delete_topic(name, timeout_ms=timeout_ms)
         return await self._topic_change(self._delete_topic(name))
 
     async def _delete_topic(self, name: str) -> TopicInfo:
         loop = asyncio.get_running_loop()
         async with self._topic_locks.hold(name):
             info = await loop.run_in_executor(None, self.topics.delete, name)
-            await self.replica_manager.remove_topic_in_steps(info)
+            assert self.local_controller is not None
+            await self.local_controller.topic_deleted(info)
         log.info("deleted topic %s", name)
         self._tell_remote_tier("on_topic_deleted", info)
         return info
@@ -573,8 +960,11 @@ class Broker:
         elif error is not None:
             log.error("topic change failed: %s", error)
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
-        """Replace a topic's overrides, persist them and apply them to its open logs."""
+    async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
+        """Replace a topic's overrides, persist them (alone: the registry; in a cluster:
+        ZooKeeper, which tells every broker) and apply them to its open logs here."""
+        if self._admin is not None:
+            await self._admin.set_topic_configs(name, configs)
         info = self.topics.set_configs(name, configs)
         config = self.topics.effective_config(info)
         assert self.log_manager is not None
@@ -582,6 +972,21 @@ class Broker:
         # Enabling remote.storage.enable on an existing topic starts tiering it.
         self._tell_remote_tier("on_topic_created", info)
         return config
+
+    async def _apply_topic_config(self, name: str, configs: dict[str, str]) -> None:
+        """A topic config change notification (cluster): apply the overrides here."""
+        info = self.topics.get(name)
+        if info is None or dict(info.configs) == configs:
+            return
+        try:
+            info = self.topics.set_configs(name, configs)
+        except CoreError as e:
+            log.error("topic %s: config change not applied: %s", name, e)
+            return
+        assert self.log_manager is not None
+        self.log_manager.update_topic_config(name, self.topics.effective_config(info))
+        log.info("topic %s configs now %s", name, configs)
+        self._tell_remote_tier("on_topic_created", info)
 
     def _tell_remote_tier(self, event: str, info: TopicInfo) -> None:
         """Pass a topic event to the remote tier on a thread: it writes metadata events
@@ -596,3 +1001,153 @@ class Broker:
                 log.error("remote tier %s(%s) failed: %s", event, info.name, done.exception())
 
         future.add_done_callback(report)
+
+    async def ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` in the cluster when a group first needs it, with
+        ``offsets.topic.replication.factor`` replicas, or one per live broker when fewer are
+        alive (logged as a WARNING)."""
+        if self._admin is None or self.metadata_cache.contains_topic(OFFSETS_TOPIC):
+            return
+        if self._offsets_creation is None or self._offsets_creation.done():
+            self._offsets_creation = asyncio.ensure_future(self._create_offsets_topic())
+            self._background.add(self._offsets_creation)
+            self._offsets_creation.add_done_callback(self._background.discard)
+
+    async def _create_offsets_topic(self) -> None:
+        assert self._admin is not None
+        config = self.config
+        wanted = config.get("offsets.topic.replication.factor")
+        live = len(self.metadata_cache.alive_brokers())
+        replication = min(wanted, max(live, 1))
+        if replication < wanted:
+            log.warning(
+                "creating %s with replication factor %d: offsets.topic.replication.factor=%d "
+                "but only %d brokers are alive; it keeps %d replicas per partition",
+                OFFSETS_TOPIC, replication, wanted, live, replication,
+            )  # fmt: skip
+        try:
+            await self._admin.create_topic(
+                OFFSETS_TOPIC,
+                config.get("offsets.topic.num.partitions"),
+                offsets_topic_configs(config.get("offsets.topic.segment.bytes")),
+                replication_factor=replication,
+            )
+        except CoreError as e:
+            if e.error_code != 36:  # TOPIC_ALREADY_EXISTS: another broker was quicker
+                log.error("cannot create %s: %s", OFFSETS_TOPIC, e)
+
+    # -- the cluster (controller requests) --------------------------------------------------
+    async def become_leader_or_follower(
+        self, controller_id: int, controller_epoch: int, states: list[PartitionState]
+    ) -> dict[TopicPartition, int]:
+        await self._mirror_topics({s.topic for s in states})
+        errors = await self.replica_manager.become_leader_or_follower(
+            controller_id, controller_epoch, states
+        )
+        self._waiters.changed()
+        return errors
+
+    async def update_metadata(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        brokers: list[BrokerInfo],
+        states: list[PartitionState],
+    ) -> None:
+        before = self.metadata_cache.topic_names()
+        self.metadata_cache.update(controller_id, controller_epoch, brokers, states)
+        after = self.metadata_cache.topic_names()
+        if self.cluster is not None:
+            await self._mirror_topics(after - set(t.name for t in self.topics.all()))
+            for name in sorted(before - after):
+                self._topic_deleted(name)
+        self._waiters.changed()
+
+    def _topic_deleted(self, name: str) -> None:
+        """A topic left the cluster: forget it here, and its groups' committed offsets
+        (Kafka's handleDeletedPartitions)."""
+        self.topics.remove(name)
+        if self._group_offsets is not None:
+            version = self.group_offsets.delete_topic(name)
+            self._flush_in_background(version, f"the offsets of deleted topic {name}")
+
+    async def stop_replicas(
+        self, controller_id: int, controller_epoch: int, partitions: list[StopReplicaPartition]
+    ) -> dict[TopicPartition, int]:
+        errors = await self.replica_manager.stop_replicas(
+            controller_id, controller_epoch, partitions
+        )
+        self._waiters.changed()
+        return errors
+
+    async def _mirror_all_topics(self) -> None:
+        """Every topic of the cluster with its id, partition count and overrides."""
+        assert self.cluster is not None
+        zk = self.cluster.connected_zk
+        await self._mirror_topics(await zk.get_all_topics(), refresh=True)
+
+    async def _mirror_topics(self, names: set[str], *, refresh: bool = False) -> None:
+        """Learn the topics among ``names`` that the registry does not know (all of them with
+        ``refresh``), from ZooKeeper; partition counts follow the MetadataCache."""
+        if self.cluster is None:
+            return
+        zk = self.cluster.connected_zk
+        unknown = sorted(n for n in names if refresh or self.topics.get(n) is None)
+        if unknown:
+            assignments = await zk.get_topic_assignments(unknown)
+            configs = await asyncio.gather(*(zk.get_topic_config(n) for n in assignments))
+            for (name, assignment), overrides in zip(assignments.items(), configs, strict=True):
+                if assignment.topic_id is None:
+                    continue  # the controller gives it an id first
+                count = max(
+                    len(assignment.partitions), len(self.metadata_cache.partitions_of(name))
+                )
+                self.topics.put(TopicInfo(name, assignment.topic_id, count, overrides))
+                if self.log_manager is not None:
+                    effective = self.topics.log_config(name)
+                    self.log_manager.update_topic_config(name, effective)
+        for name in names:
+            info = self.topics.get(name)
+            count = len(self.metadata_cache.partitions_of(name))
+            if info is not None and count > info.partitions:
+                self.topics.put(replace(info, partitions=count))
+
+    def _on_session_state(self, state: ZkConnectionState) -> None:
+        """Losing the ZooKeeper session: stop leading at once (see cluster_mode)."""
+        if state is ZkConnectionState.EXPIRED:
+            task = asyncio.ensure_future(self._stop_leading())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _stop_leading(self) -> None:
+        led = [
+            StopReplicaPartition(tp, -1, False)
+            for tp, partition in self.replica_manager.partitions.items()
+            if partition.is_leader
+        ]
+        if not led:
+            return
+        log.warning("no ZooKeeper session: no longer leading %d partitions", len(led))
+        cache = self.metadata_cache
+        await self.replica_manager.stop_replicas(
+            cache.controller_id if cache.controller_id is not None else -1,
+            cache.controller_epoch,
+            led,
+        )
+
+
+class _NoController:
+    """A cluster broker before its controller campaign started: not the controller."""
+
+    def __init__(self, broker_id: int) -> None:
+        self._broker_id = broker_id
+
+    @property
+    def is_active(self) -> bool:
+        return False
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> set[TopicPartition]:
+        raise NotControllerError(f"broker {self._broker_id} is not the controller")
+
+    async def elect_leaders(self, election_type: Any, partitions: Any) -> Any:
+        raise NotControllerError(f"broker {self._broker_id} is not the controller")

@@ -1,12 +1,12 @@
 """DescribeCluster: the brokers, the controller and the cluster id (KIP-700).
 
-As a Kafka broker answers it: the live brokers as seen on the request's listener (here this
-one broker, never fenced), the controller (this broker, as Metadata says), the cluster id of
-the log dirs, and when asked for, the cluster's authorized operations: the bits of every
-cluster operation the principal may perform (all of them without an authorizer), or 0 when
-it may not DESCRIBE the cluster. A broker serves endpoint type 1 (brokers) only: type 2
-(controllers) is MISMATCHED_ENDPOINT_TYPE, any other UNSUPPORTED_ENDPOINT_TYPE (both
-INVALID_REQUEST at v0, which has no such field).
+As a Kafka broker answers it, from the MetadataCache as Metadata does: the live brokers with
+their endpoint on the request's listener (never fenced: ZooKeeper-mode brokers are not), the
+controller (-1 while none is known), the cluster id, and when asked for, the cluster's
+authorized operations: the bits of every cluster operation the principal may perform (all
+of them without an authorizer), or 0 when it may not DESCRIBE the cluster. A broker serves
+endpoint type 1 (brokers) only: type 2 (controllers) is MISMATCHED_ENDPOINT_TYPE, any other
+UNSUPPORTED_ENDPOINT_TYPE (both INVALID_REQUEST at v0, which has no such field).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from core.server.handler_support import (
     BrokerServices,
     Handler,
     cluster_authorized_operations,
+    live_brokers,
 )
 from core.server.kio_build import make, nested
 from core.server.protocol import RequestContext
@@ -61,8 +62,8 @@ async def handle_describe_cluster(broker: BrokerServices, ctx: RequestContext, r
     operations = UNKNOWN_AUTHORIZED_OPERATIONS
     if request.include_cluster_authorized_operations:
         operations = cluster_authorized_operations(broker, ctx)
-    node = broker.config.node_id
-    host, port = broker.advertised_endpoint(ctx.listener)
+    snapshot = broker.metadata_cache.snapshot()
+    controller = snapshot.controller_id
     return make(
         response_type,
         throttle_time=NO_THROTTLE,
@@ -70,16 +71,10 @@ async def handle_describe_cluster(broker: BrokerServices, ctx: RequestContext, r
         error_message=None,
         endpoint_type=EndpointType.BROKER,
         cluster_id=broker.cluster_id,
-        controller_id=node,
-        brokers=(
-            make(
-                broker_cls,
-                broker_id=node,
-                host=host,
-                port=port,
-                rack=broker.config.broker_rack,
-                is_fenced=False,
-            ),
+        controller_id=controller if controller is not None else -1,
+        brokers=tuple(
+            make(broker_cls, broker_id=node, host=host, port=port, rack=rack, is_fenced=False)
+            for node, host, port, rack in live_brokers(broker, ctx.listener, snapshot)
         ),
         cluster_authorized_operations=operations,
     )

@@ -78,6 +78,13 @@ LS = ConfigType.LIST
 P = ConfigType.PASSWORD
 SHORT_MAX = (1 << 15) - 1
 
+
+def _unsupported_if_true(name: str, value: Any) -> None:
+    """A Kafka feature tierlog does not implement: accepted off, refused on."""
+    if value:
+        raise InvalidConfigError(f"{name}=true is not supported by tierlog")
+
+
 # The table is laid out by hand, one key per entry (ruff format would spread each key over
 # seven lines).
 # fmt: off
@@ -91,6 +98,28 @@ _BROKER_KEYS = [
               "broker and/or controller; must contain broker (tierlog runs no KRaft quorum).",
               one_of("broker", "controller")),
     ConfigKey("broker.rack", S, None, "The rack of this broker, reported in Metadata."),
+    # -- ZooKeeper (cluster mode: core/server/cluster_mode.py) ------------------------------
+    ConfigKey("zookeeper.connect", S, None,
+              "host:port[,host:port...][/chroot] of the ZooKeeper ensemble. Set, the broker "
+              "joins the cluster of the brokers sharing it (the chroot is created if "
+              "missing); unset, it runs alone, keeping its metadata in its first log dir."),
+    ConfigKey("zookeeper.session.timeout.ms", I, 18000,
+              "The ZooKeeper session timeout: a broker silent for this long loses its "
+              "registration (it stops leading, and the controller elects other leaders).",
+              at_least(1)),
+    ConfigKey("zookeeper.connection.timeout.ms", I, None,
+              "How long start-up waits for a ZooKeeper session (default "
+              "zookeeper.session.timeout.ms).", at_least(1)),
+    ConfigKey("zookeeper.max.in.flight.requests", I, 10,
+              "ZooKeeper requests a broker has in flight at once.", at_least(1)),
+    # Only false is accepted, which changes nothing: hence inert.
+    ConfigKey("zookeeper.set.acl", B, False,
+              "Kafka: put ZooKeeper ACLs on the znodes a broker creates (with a SASL "
+              "ZooKeeper login). Not supported: true stops start-up naming the key.",
+              _unsupported_if_true, inert=True),
+    ConfigKey("zookeeper.ssl.client.enable", B, False,
+              "Kafka: TLS to ZooKeeper. Not supported: true stops start-up naming the key.",
+              _unsupported_if_true, inert=True),
     # -- listeners --------------------------------------------------------------------------
     ConfigKey("listeners", LS, [DEFAULT_LISTENERS],
               "NAME://host:port to bind; empty host binds all interfaces, port 0 an ephemeral "
@@ -101,14 +130,15 @@ _BROKER_KEYS = [
     ConfigKey("listener.security.protocol.map", LS, None,
               "LISTENER_NAME:SECURITY_PROTOCOL pairs; default " + DEFAULT_SECURITY_PROTOCOL_MAP),
     ConfigKey("inter.broker.listener.name", S, None,
-              "Kafka: the listener other brokers connect to (default from "
-              "security.inter.broker.protocol). tierlog has no other brokers: it checks, as "
-              "Kafka does, that the name is an advertised listener, and uses it for nothing.",
-              inert=True),
+              "The listener other brokers connect to (default from "
+              "security.inter.broker.protocol): it must be an advertised listener. In a "
+              "cluster it carries the controller's requests, replica fetches and the remote "
+              "tier's metadata traffic."),
     ConfigKey("security.inter.broker.protocol", S, None,
-              "Kafka: the protocol between brokers (default PLAINTEXT; exclusive with "
-              "inter.broker.listener.name). tierlog has no other brokers: validated, unused.",
-              one_of(*SECURITY_PROTOCOLS), inert=True),
+              "The protocol between brokers when inter.broker.listener.name is not set "
+              "(default PLAINTEXT; the listener of that name is used; exclusive with "
+              "inter.broker.listener.name).",
+              one_of(*SECURITY_PROTOCOLS)),
     ConfigKey("controller.listener.names", LS, [],
               "Listeners reserved for KRaft controllers; not served as broker listeners."),
     ConfigKey("controller.quorum.voters", LS, [],
@@ -219,8 +249,9 @@ _BROKER_KEYS = [
     ConfigKey("queued.max.requests", I, 500,
               "Kafka: requests read and waiting for a request handler thread before the "
               "network threads stop reading. tierlog has no such queue (a handler starts on "
-              "the event loop as soon as its request is read); reading pauses at 64 requests "
-              "in progress per connection and while queued.max.request.bytes is reached.",
+              "the event loop as soon as its request is read); each connection has one "
+              "request in progress at a time, as in Kafka, and large frames wait unread "
+              "while queued.max.request.bytes is reached.",
               at_least(1), inert=True),
     ConfigKey("queued.max.request.bytes", L, 104857600,
               "Bytes of request frames being read or served, all connections together. "
@@ -287,7 +318,9 @@ _BROKER_KEYS = [
               "retention.ms default in hours, below log.retention.minutes."),
     # -- topics -----------------------------------------------------------------------------
     ConfigKey("num.partitions", I, 1, "Partitions of an auto-created topic.", at_least(1)),
-    ConfigKey("default.replication.factor", I, 1, "Replication of an auto-created topic.",
+    ConfigKey("default.replication.factor", I, 1,
+              "Replicas of a topic created without a replication factor (auto-creation, "
+              "CreateTopics with -1). A broker running alone refuses more than 1.",
               between(1, SHORT_MAX)),
     ConfigKey("auto.create.topics.enable", B, True,
               "Create a topic on a Metadata request for it."),
@@ -300,64 +333,59 @@ _BROKER_KEYS = [
               "(MAX_PARTITIONS_PER_BATCH).", at_least(1)),
     # -- controller and controlled shutdown (ZooKeeper mode) --------------------------------
     # Read by the ZooKeeper-mode controller (core/server/controller) and, for the
-    # controlled.shutdown.* keys, by a broker stopping in a cluster. Inert until brokers run
-    # in cluster mode.
+    # controlled.shutdown.* keys, by a broker stopping in a cluster (core/server/cluster_mode.py).
+    # A broker running alone has no controller: there they change nothing.
     ConfigKey("auto.leader.rebalance.enable", B, True,
-              "Kafka: the controller moves leadership back to the preferred replicas (the "
-              "first of each assignment) when a broker leads too few of its preferred "
-              "partitions. tierlog brokers do not run in a cluster yet.", inert=True),
+              "The controller moves leadership back to the preferred replicas (the first of "
+              "each assignment) when a broker leads too few of its preferred partitions."),
     ConfigKey("leader.imbalance.check.interval.seconds", L, 300,
-              "Kafka: how often the controller checks the preferred leader imbalance (the "
-              "first check 5 s after it is elected). tierlog brokers do not run in a cluster "
-              "yet.", at_least(1), inert=True),
+              "How often the controller checks the preferred leader imbalance (the first "
+              "check 5 s after it is elected).", at_least(1)),
     ConfigKey("leader.imbalance.per.broker.percentage", I, 10,
-              "Kafka: the share (percent) of a broker's preferred partitions led by others "
-              "above which the controller moves them back to it. tierlog brokers do not run "
-              "in a cluster yet.", at_least(0), inert=True),
+              "The share (percent) of a broker's preferred partitions led by others above "
+              "which the controller moves them back to it.", at_least(0)),
     ConfigKey("controller.socket.timeout.ms", I, 30000,
-              "Kafka: how long the controller waits for a broker's answer before it sends the "
-              "request again on a new connection. tierlog brokers do not run in a cluster "
-              "yet.", at_least(1), inert=True),
+              "How long the controller waits for a broker's answer before it sends the "
+              "request again on a new connection.", at_least(1)),
     ConfigKey("controlled.shutdown.enable", B, True,
-              "Kafka: a stopping broker first asks the controller to move its leaderships to "
-              "other brokers. tierlog brokers do not run in a cluster yet; SIGTERM always "
-              "shuts down cleanly.", inert=True),
+              "A broker stopping on SIGTERM first asks the controller to move its "
+              "leaderships to other brokers (ControlledShutdown), then stops."),
     ConfigKey("controlled.shutdown.max.retries", I, 3,
-              "Kafka: how many times a stopping broker asks the controller before it stops "
-              "all the same. tierlog brokers do not run in a cluster yet.", at_least(0),
-              inert=True),
+              "How many times a stopping broker asks the controller (while it still leads "
+              "partitions, or the controller cannot be reached) before it stops all the same.",
+              at_least(0)),
     ConfigKey("controlled.shutdown.retry.backoff.ms", L, 5000,
-              "Kafka: the wait between those attempts. tierlog brokers do not run in a cluster "
-              "yet.", at_least(0), inert=True),
+              "The wait between those attempts.", at_least(0)),
     # -- fetching ---------------------------------------------------------------------------
     ConfigKey("fetch.max.bytes", I, 57671680, "Broker-side cap of a fetch response.",
               at_least(1024)),
-    # Inert until replication: tierlog keeps one replica per partition and has no followers.
-    # Validated as Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
+    # Read by the replica fetchers and the leaders' ISR checks (core/server/replica_fetcher.py,
+    # core/server/partition.py); a broker running alone has no followers, so there they change
+    # nothing. Validated as Kafka does (replica.fetch.wait.max.ms <= the two timeouts).
     ConfigKey("replica.fetch.wait.max.ms", I, 500,
-              "Kafka: how long a follower's fetch waits for data at the leader. tierlog has no "
-              "followers (one replica per partition).", at_least(0), inert=True),
+              "How long a follower's fetch waits at the leader for data (its max_wait).",
+              at_least(0)),
     ConfigKey("replica.fetch.min.bytes", I, 1,
-              "Kafka: the bytes a follower's fetch waits for. tierlog has no followers.",
-              at_least(1), inert=True),
+              "The bytes a follower's fetch waits for at the leader (its min_bytes).",
+              at_least(1)),
     ConfigKey("replica.fetch.max.bytes", I, 1048576,
-              "Kafka: the bytes per partition a follower fetches at once. tierlog has no "
-              "followers.", at_least(0), inert=True),
+              "The bytes per partition a follower asks for in one fetch (a larger first "
+              "batch is still returned whole, as in Kafka).", at_least(0)),
     ConfigKey("replica.fetch.response.max.bytes", I, 10485760,
-              "Kafka: the size cap of a follower's fetch response. tierlog has no followers.",
-              at_least(0), inert=True),
+              "The size cap of a follower's whole fetch response.", at_least(0)),
     ConfigKey("replica.fetch.backoff.ms", I, 1000,
-              "Kafka: a follower's pause after a failed fetch. tierlog has no followers.",
-              at_least(0), inert=True),
+              "A follower's pause after a failed fetch or a lost connection to the leader.",
+              at_least(0)),
     ConfigKey("replica.lag.time.max.ms", L, 30000,
-              "Kafka: a follower that has not caught up for this long leaves the ISR. tierlog "
-              "has no followers: the ISR is the leader alone.", inert=True),
+              "A follower that has not caught up with the leader's log end for this long "
+              "leaves the ISR (the leader checks every half of it and records the change in "
+              "ZooKeeper)."),
     ConfigKey("replica.socket.timeout.ms", I, 30000,
-              "Kafka: the socket timeout of a follower's fetches. tierlog has no followers.",
-              inert=True),
+              "How long a follower waits for the leader's answer to a fetch."),
     ConfigKey("num.replica.fetchers", I, 1,
-              "Kafka: fetcher threads per source broker. tierlog has no followers.",
-              at_least(1), inert=True),
+              "Fetchers (each one connection and one task) per source broker; a partition "
+              "goes to fetcher abs(31 * hash(topic) + partition) % num.replica.fetchers.",
+              at_least(1)),
     # -- log cleaner (compaction) ------------------------------------------------------------
     ConfigKey("log.cleaner.enable", B, True,
               "Run the log cleaner, which compacts topics with cleanup.policy=compact "
@@ -374,9 +402,10 @@ _BROKER_KEYS = [
     ConfigKey("offsets.topic.num.partitions", I, 50, "Partitions of __consumer_offsets.",
               at_least(1)),
     ConfigKey("offsets.topic.replication.factor", I, 3,
-              "Kafka: the replicas of __consumer_offsets (its creation waits for that many "
-              "brokers). tierlog is one broker and creates the topic with one replica, whatever "
-              "this says.", between(1, SHORT_MAX), inert=True),
+              "Replicas of __consumer_offsets, created when a group first asks for its "
+              "coordinator; with fewer live brokers it is created with one replica per live "
+              "broker and a warning. A broker running alone creates it with one replica.",
+              between(1, SHORT_MAX)),
     ConfigKey("offsets.topic.segment.bytes", I, 104857600,
               "segment.bytes of __consumer_offsets.", at_least(1)),
     ConfigKey("offsets.retention.minutes", I, 10080, "Keep committed offsets this long.",
@@ -384,10 +413,9 @@ _BROKER_KEYS = [
     ConfigKey("offsets.retention.check.interval.ms", L, 600000,
               "How often stale offsets are removed.", at_least(1)),
     ConfigKey("offsets.commit.timeout.ms", I, 5000,
-              "Kafka: how long an offset commit waits for the replicas of __consumer_offsets "
-              "before it fails. tierlog has one replica: a commit is answered once it is "
-              "appended and fsynced, with no replication wait to bound (inert until "
-              "replication).", at_least(1), inert=True),
+              "How long an offset commit waits for the in-sync replicas of its "
+              "__consumer_offsets partition before it is answered with an error (the client "
+              "retries).", at_least(1)),
     ConfigKey("group.initial.rebalance.delay.ms", I, 3000,
               "Wait for more members before the first rebalance of a group."),
     ConfigKey("group.min.session.timeout.ms", I, 6000, "Smallest session timeout allowed."),
@@ -458,12 +486,6 @@ LISTENER_PREFIX = "listener.name."
 # common keys that tierlog has no use for: accepted (any value) so that a copied file
 # starts, ignored. Each says what Kafka does with it.
 _COMPATIBILITY_DOCS = {
-    "zookeeper.connect": "Kafka before KRaft: the ZooKeeper ensemble holding the metadata. "
-    "tierlog uses no ZooKeeper.",
-    "zookeeper.connection.timeout.ms": "Kafka before KRaft: the ZooKeeper connection timeout. "
-    "tierlog uses no ZooKeeper.",
-    "zookeeper.session.timeout.ms": "Kafka before KRaft: the ZooKeeper session timeout. "
-    "tierlog uses no ZooKeeper.",
     "metadata.log.dir": "Kafka (KRaft): where the cluster metadata log lives. tierlog has no "
     "metadata log (its topic registry is in the first log dir).",
     "share.coordinator.state.topic.replication.factor": "Kafka 4 (KIP-932): the replicas of "

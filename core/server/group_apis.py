@@ -33,10 +33,19 @@ from core.clock import now_ms
 from core.errors import CoreError
 from core.server.api_keys import ApiKey
 from core.server.authorizer import Operation, ResourceType
-from core.server.group_coordinator import GroupCoordinator
+from core.server.coordinator_records import partition_for
+from core.server.group_coordinator import GroupCoordinator, GroupError
 from core.server.group_offsets import CommittedOffset, GroupOffsetStore, TopicPartition
-from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler, allowed
+from core.server.handler_support import (
+    NO_THROTTLE,
+    BrokerServices,
+    Handler,
+    allowed,
+    live_brokers,
+)
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC
 from core.server.kio_build import make, nested
+from core.server.offsets_topic import OFFSETS_TOPIC
 from core.server.protocol import RequestContext
 
 log = logging.getLogger(__name__)
@@ -54,12 +63,91 @@ async def flush_offsets(store: GroupOffsetStore, version: int) -> None:
     await asyncio.get_running_loop().run_in_executor(None, store.flush, version)
 
 
+def _write_error(code: int) -> ErrorCode:
+    """What a failed write to ``__consumer_offsets`` is answered with (Kafka's
+    GroupMetadataManager): the client retries after finding the coordinator again."""
+    if code == 0:
+        return ErrorCode.none
+    if code in (6, 56):  # NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR
+        return ErrorCode.not_coordinator
+    # UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS(_AFTER_APPEND), ...
+    return ErrorCode.coordinator_not_available
+
+
+async def store_replicated(
+    broker: BrokerServices, store: GroupOffsetStore, version: int, group_id: str
+) -> ErrorCode:
+    """Write the store up to ``version`` (append and fsync), then wait until the group's
+    partition's in-sync replicas have it (acks=all, ``offsets.commit.timeout.ms``)."""
+    try:
+        await flush_offsets(store, version)
+    except (OSError, CoreError, LookupError) as e:
+        log.error("cannot persist offsets of group %s: %s", group_id, e)
+        return _write_error(e.error_code if isinstance(e, CoreError) else 6)
+    if store.journal is None:
+        return ErrorCode.none
+    index = store.partition_for(group_id)
+    end = store.appended_end(index)
+    partition = broker.replica_manager.partition(OFFSETS_TOPIC, index)
+    if partition is None:
+        return ErrorCode.not_coordinator
+    if end < 0:
+        return ErrorCode.none
+    timeout_ms = broker.config.get("offsets.commit.timeout.ms")
+    code = await broker.replica_manager.wait_replicated(partition, end, timeout_ms)
+    if code:
+        log.warning(
+            "offsets of group %s not replicated (error %d within offsets.commit.timeout.ms=%d)",
+            group_id,
+            code,
+            timeout_ms,
+        )
+    return _write_error(code)
+
+
 # -- FindCoordinator --------------------------------------------------------------------------
+def _coordinator(
+    broker: BrokerServices, ctx: RequestContext, topic: str, key: str
+) -> dict[str, Any]:
+    """The leader of the key's partition of ``topic`` (``__consumer_offsets`` for a group,
+    ``__transaction_state`` for a transactional id), reachable on the request's listener;
+    COORDINATOR_NOT_AVAILABLE while there is none (the topic is being created, or the
+    partition has no live leader)."""
+    snapshot = broker.metadata_cache.snapshot()
+    partitions = snapshot.partitions_of(topic)
+    unavailable = {
+        "error_code": ErrorCode.coordinator_not_available,
+        "error_message": None,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+    }
+    if not partitions:
+        return unavailable
+    state = partitions[partition_for(key, len(partitions))]
+    for node_id, host, port, _ in live_brokers(broker, ctx.listener, snapshot):
+        if node_id == state.leader:
+            return {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "node_id": node_id,
+                "host": host,
+                "port": port,
+            }
+    return unavailable
+
+
 async def handle_find_coordinator(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     key_type = getattr(request, "key_type", COORDINATOR_GROUP)
-    host, port = broker.advertised_endpoint(ctx.listener)
-    node = broker.config.node_id
+    if key_type == COORDINATOR_GROUP and not broker.metadata_cache.contains_topic(OFFSETS_TOPIC):
+        # Kafka creates __consumer_offsets when a group first asks for its coordinator.
+        await broker.ensure_offsets_topic()
+    if key_type == COORDINATOR_TRANSACTION and not broker.metadata_cache.contains_topic(
+        TRANSACTION_STATE_TOPIC
+    ):
+        # ... and __transaction_state when a transactional producer first asks for its own.
+        await broker.ensure_transaction_state_topic()
 
     def answer(key: str) -> dict[str, Any]:
         if key_type == COORDINATOR_GROUP and not allowed(
@@ -74,26 +162,12 @@ async def handle_find_coordinator(broker: BrokerServices, ctx: RequestContext, r
                 "port": -1,
             }
         if key_type == COORDINATOR_GROUP:
-            return {
-                "error_code": ErrorCode.none,
-                "error_message": None,
-                "node_id": node,
-                "host": host,
-                "port": port,
-            }
+            return _coordinator(broker, ctx, OFFSETS_TOPIC, key)
         if key_type == COORDINATOR_TRANSACTION:
             if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
                 error, message = ErrorCode.transactional_id_authorization_failed, None
-            elif broker.transaction_coordinator.is_coordinator(key):
-                return {
-                    "error_code": ErrorCode.none,
-                    "error_message": None,
-                    "node_id": node,
-                    "host": host,
-                    "port": port,
-                }
             else:
-                error, message = ErrorCode.coordinator_not_available, None
+                return _coordinator(broker, ctx, TRANSACTION_STATE_TOPIC, key)
         else:
             error, message = ErrorCode.invalid_request, f"Unknown coordinator type: {key_type}"
         return {
@@ -135,20 +209,24 @@ def _commit_error(
 
 
 async def handle_offset_commit(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    # The in-memory commit happens before the first await: commits of one connection are
-    # applied in request order.
+    # The in-memory commit happens before the first await: it stays even if the client
+    # goes away while the commit is persisted (the network layer cancels the wait).
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "OffsetCommitResponseTopic")
     partition_cls = nested(response_type, "OffsetCommitResponsePartition")
     store = broker.group_offsets
-    group_error = _commit_error(broker, store, request, ctx.api_version)
+    status = broker.group_coordinator.status(request.group_id)
     if not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, request.group_id):
         group_error = ErrorCode.group_authorization_failed
+    elif status is not GroupError.NONE:
+        group_error = ErrorCode(status.value)
+    else:
+        group_error = _commit_error(broker, store, request, ctx.api_version)
     timestamp = now_ms()
     pending: dict[TopicPartition, CommittedOffset] = {}
     layout: list[tuple[str, list[tuple[int, ErrorCode]]]] = []
+    cache = broker.metadata_cache.snapshot()
     for topic in request.topics:
-        info = broker.topics.get(topic.name)
         results = []
         for p in topic.partitions:
             metadata = p.committed_metadata
@@ -156,7 +234,7 @@ async def handle_offset_commit(broker: BrokerServices, ctx: RequestContext, requ
                 error = group_error
             elif not allowed(broker, ctx, Operation.READ, ResourceType.TOPIC, topic.name):
                 error = ErrorCode.topic_authorization_failed
-            elif info is None or not 0 <= p.partition_index < info.partitions:
+            elif cache.partition((topic.name, p.partition_index)) is None:
                 error = ErrorCode.unknown_topic_or_partition
             elif group_error is not ErrorCode.none:
                 error = group_error
@@ -174,20 +252,10 @@ async def handle_offset_commit(broker: BrokerServices, ctx: RequestContext, requ
         layout.append((topic.name, results))
     if pending:
         version = store.commit(request.group_id, pending)
-        try:
-            await flush_offsets(store, version)
-        except (OSError, CoreError) as e:
-            # Kafka answers a failed write to __consumer_offsets with NOT_COORDINATOR: the
-            # client looks the coordinator up again and retries.
-            log.error("cannot persist offsets of group %s: %s", request.group_id, e)
+        failed = await store_replicated(broker, store, version, request.group_id)
+        if failed is not ErrorCode.none:
             layout = [
-                (
-                    name,
-                    [
-                        (i, ErrorCode.not_coordinator if err is ErrorCode.none else err)
-                        for i, err in results
-                    ],
-                )
+                (name, [(i, failed if err is ErrorCode.none else err) for i, err in results])
                 for name, results in layout
             ]
     topics = tuple(
@@ -241,9 +309,35 @@ async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, reque
     def group_denied(group: str) -> bool:
         return not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.GROUP, group)
 
-    def topics_of(group: str, topics: Any) -> tuple[Any, ...]:
+    def group_error(group: str) -> ErrorCode:
         if group_denied(group):
-            return ()
+            return ErrorCode.group_authorization_failed
+        return ErrorCode(broker.group_coordinator.status(group).value)
+
+    def topics_of(group: str, topics: Any) -> tuple[Any, ...]:
+        error = group_error(group)
+        if error is not ErrorCode.none:
+            if ctx.api_version >= 2 or error is ErrorCode.group_authorization_failed:
+                return ()  # the group's error says it all
+            # v1 has no group error: each partition asked for carries it.
+            return tuple(
+                make(
+                    topic_cls,
+                    name=t.name,
+                    partitions=tuple(
+                        make(
+                            partition_cls,
+                            partition_index=index,
+                            committed_offset=-1,
+                            committed_leader_epoch=-1,
+                            metadata="",
+                            error_code=error,
+                        )
+                        for index in t.partition_indexes
+                    ),
+                )
+                for t in topics or ()
+            )
         return tuple(
             make(
                 topic_cls,
@@ -274,9 +368,7 @@ async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, reque
             response_type,
             throttle_time=NO_THROTTLE,
             topics=topics_of(request.group_id, request.topics),
-            error_code=ErrorCode.group_authorization_failed
-            if group_denied(request.group_id)
-            else ErrorCode.none,
+            error_code=group_error(request.group_id),
         )
     group_cls = nested(response_type, "OffsetFetchResponseGroup")
     groups = tuple(
@@ -284,9 +376,7 @@ async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, reque
             group_cls,
             group_id=g.group_id,
             topics=topics_of(g.group_id, g.topics),
-            error_code=ErrorCode.group_authorization_failed
-            if group_denied(g.group_id)
-            else ErrorCode.none,
+            error_code=group_error(g.group_id),
         )
         for g in request.groups
     )

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 from core.clock import now_ms
 from core.server.consumer_protocol import SubscriptionFormatError, subscription_topics
-from core.server.coordinator_records import GroupMetadataValue, MemberMetadata
+from core.server.coordinator_records import GroupMetadataValue, MemberMetadata, partition_for
 from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from core.server.timing_wheel import Timer
 
@@ -79,7 +79,9 @@ class GroupError(enum.Enum):
     GROUP_ID_NOT_FOUND = 69
     NON_EMPTY_GROUP = 68
     INVALID_SESSION_TIMEOUT = 26
+    COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
     GROUP_MAX_SIZE_REACHED = 81
 
 
@@ -182,7 +184,8 @@ class DelayedJoin(DelayedOperation):
         pass
 
     def on_complete(self) -> None:
-        self.coordinator._complete_join(self.group)
+        if self.group.state is not GroupState.DEAD:  # not unloaded meanwhile
+            self.coordinator._complete_join(self.group)
 
 
 class DelayedHeartbeat(DelayedOperation):
@@ -215,7 +218,15 @@ class DelayedHeartbeat(DelayedOperation):
 
 
 class GroupCoordinator:
-    """Every group of this broker (it coordinates them all)."""
+    """The groups this broker coordinates.
+
+    By default every group (tools, tests). A broker calls ``coordinate_partitions``: it then
+    coordinates the groups of the ``__consumer_offsets`` partitions it leads and has loaded
+    (``partition_loaded``); ``status`` answers COORDINATOR_LOAD_IN_PROGRESS for a group of a
+    partition being loaded and NOT_COORDINATOR for one of a partition it does not lead
+    (Kafka's GroupMetadataManager ownedPartitions / loadingPartitions), and
+    ``partition_unloaded`` forgets a partition's groups when its leadership moves away.
+    """
 
     def __init__(
         self,
@@ -239,6 +250,92 @@ class GroupCoordinator:
         self.heartbeat_purgatory: DelayedOperationPurgatory[tuple[str, str]] = (
             DelayedOperationPurgatory("Heartbeat", timer)
         )
+        self._per_partition = False  # False: every group is this broker's
+        self._partition_count = 0
+        self._owned: set[int] = set()
+        self._loading: set[int] = set()
+        # Restored groups whose members' sessions start_restored_sessions() starts.
+        # Set once the broker serves: partitions loaded later start their sessions at once.
+        self._serving = False
+        self._sessions_to_start: list[Group] = []
+
+    # -- which groups are this broker's ------------------------------------------------------
+    def coordinate_partitions(self, count: int) -> None:
+        """Coordinate only the groups of loaded partitions of a ``count``-partition
+        ``__consumer_offsets`` (the broker's mode; none are loaded yet). 0: the topic does
+        not exist yet (no group is coordinated here)."""
+        self._per_partition = True
+        self._partition_count = count
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self._partition_count) if self._partition_count else 0
+
+    def status(self, group_id: str) -> GroupError:
+        """Whether requests for the group are served here now (NONE), later
+        (COORDINATOR_LOAD_IN_PROGRESS) or by another broker (NOT_COORDINATOR)."""
+        if not self._per_partition:
+            return GroupError.NONE
+        if not self._partition_count:
+            return GroupError.NOT_COORDINATOR
+        index = self.partition_of(group_id)
+        if index in self._owned:
+            return GroupError.NONE
+        if index in self._loading:
+            return GroupError.COORDINATOR_LOAD_IN_PROGRESS
+        return GroupError.NOT_COORDINATOR
+
+    @property
+    def loading(self) -> bool:
+        """Whether any partition is being loaded (ListGroups answers
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        return bool(self._loading)
+
+    def partition_loading(self, index: int) -> None:
+        self._owned.discard(index)
+        self._loading.add(index)
+
+    def partition_loaded(self, index: int, stored: Mapping[str, GroupMetadataValue]) -> None:
+        """Partition ``index`` is loaded: its groups come back (``restore``) and are served."""
+        if index not in self._loading:
+            return  # unloaded while it loaded
+        self._loading.discard(index)
+        self.restore({g: v for g, v in stored.items() if self.partition_of(g) == index})
+        self._owned.add(index)
+        if self._serving:
+            # Loaded while serving (a leadership change): the sessions count from now.
+            self.start_restored_sessions()
+
+    def partition_unloaded(self, index: int) -> list[str]:
+        """Forget partition ``index``'s groups (Kafka's onResignation): waiting joins and
+        syncs are answered NOT_COORDINATOR (the members look the coordinator up again),
+        sessions and rebalances stop. Returns the group ids forgotten."""
+        self._owned.discard(index)
+        self._loading.discard(index)
+        gone = [g for g in self.groups if self.partition_of(g) == index]
+        for group_id in gone:
+            self._unload(self.groups.pop(group_id))
+        if gone:
+            log.info("unloaded %d groups of %s-%d", len(gone), "__consumer_offsets", index)
+        return gone
+
+    def _unload(self, group: Group) -> None:
+        group.state = GroupState.DEAD
+        members = list(group.members.values())
+        group.members.clear()
+        group.static.clear()
+        group.pending.clear()
+        for m in members:
+            if m.join_future is not None and not m.join_future.done():
+                m.join_future.set_result(
+                    JoinResult(GroupError.NOT_COORDINATOR, member_id=m.member_id)
+                )
+            if m.sync_future is not None and not m.sync_future.done():
+                m.sync_future.set_result(SyncResult(GroupError.NOT_COORDINATOR))
+            self.heartbeat_purgatory.check_and_complete((group.group_id, m.member_id))
+        op, group.join_op = group.join_op, None
+        if op is not None:
+            op.force_complete()  # a no-op for a dead group
+        self.join_purgatory.check_and_complete(group.group_id)
 
     def shutdown(self) -> None:
         self.join_purgatory.shutdown()
@@ -601,9 +698,13 @@ class GroupCoordinator:
     def restore(self, stored: Mapping[str, GroupMetadataValue]) -> None:
         """Bring back groups from their stored metadata (at start, before serving).
 
-        A group stored with members comes back Stable at its generation; each member's
-        session starts now. A group stored empty comes back Empty, empty since its stored
-        timestamp (for offsets.retention.minutes).
+        A group stored with members comes back Stable at its generation. Its members'
+        sessions are not started here but by :meth:`start_restored_sessions`, which the
+        broker calls once it serves: Kafka schedules them when its coordinator loads the
+        group, and it loads while already serving, so a member's session.timeout.ms counts
+        from when its client can reach the coordinator again, however slow the start-up
+        was. A group stored empty comes back Empty, empty since its stored timestamp (for
+        offsets.retention.minutes).
         """
         for group_id, value in stored.items():
             group = Group(
@@ -632,8 +733,7 @@ class GroupCoordinator:
                     group.static[m.group_instance_id] = m.member_id
             if group.members and value.protocol is not None:
                 group.state = GroupState.STABLE
-                for member in group.members.values():
-                    self._touch(group, member)
+                self._sessions_to_start.append(group)
                 if len(group.members) > self.max_size:
                     # Kafka's onLoaded: group.max.size was lowered. The members learn of the
                     # rebalance from their heartbeats; the first max_size to rejoin stay.
@@ -653,6 +753,19 @@ class GroupCoordinator:
             self.groups[group_id] = group
         if stored:
             log.info("restored %d groups from %s", len(stored), "__consumer_offsets")
+
+    def start_restored_sessions(self) -> None:
+        """Start the session of every member restored since the last call (Kafka's
+        completeAndScheduleNextHeartbeatExpiration at load): each expires
+        session.timeout.ms from now unless its client heartbeats, joins or leaves first."""
+        self._serving = True
+        groups, self._sessions_to_start = self._sessions_to_start, []
+        for group in groups:
+            if self.groups.get(group.group_id) is not group:
+                continue  # deleted meanwhile
+            for member in list(group.members.values()):
+                if member.heartbeat is None:  # not heard from since the restore
+                    self._touch(group, member)
 
     # -- admin -------------------------------------------------------------------------------
     def offset_expiry_inputs(self) -> tuple[dict[str, int], set[str]]:

@@ -73,7 +73,15 @@ class GroupOffsetStore:
         KafkaStorageError: the topic cannot be read.
     """
 
-    def __init__(self, journal: OffsetsTopic | None = None, *, legacy_dir: Path | None = None):
+    def __init__(
+        self,
+        journal: OffsetsTopic | None = None,
+        *,
+        legacy_dir: Path | None = None,
+        load: bool = True,
+    ):
+        """``load=False`` starts empty: the broker then loads the partitions it coordinates
+        one by one (``load_partition``), as their leadership arrives."""
         self.journal = journal
         self._state_lock = threading.Lock()
         self._write_lock = threading.Lock()
@@ -85,59 +93,123 @@ class GroupOffsetStore:
         self._txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
         self._version = 0
         self._persisted = 0
+        # The log end offset after this store's last append, per partition: what a commit
+        # waits for the high watermark to reach.
+        self._appended: dict[int, int] = {}
         self.skipped_records = 0
-        if journal is not None:
+        if journal is not None and load:
             self._replay(journal)
         if legacy_dir is not None:
             self._migrate(Path(legacy_dir) / OFFSETS_FILE)
 
     # -- loading ---------------------------------------------------------------------------
-    def _replay(self, journal: OffsetsTopic) -> None:
-        records = 0
-        for key_bytes, value in journal.replay():
+    def load_partition(self, index: int) -> dict[str, GroupMetadataValue]:
+        """Replay partition ``index`` into the store (blocking: run it off the event loop);
+        returns the stored metadata of its groups, for the coordinator."""
+        assert self.journal is not None
+        self._replay(self.journal, [index])
+        with self._state_lock:
+            return {
+                g: v for g, v in self._metadata.items() if self.journal.partition_for(g) == index
+            }
+
+    def unload_partition(self, index: int) -> set[str]:
+        """Forget the groups of partition ``index`` (another broker coordinates them now)
+        and the records queued for it; returns the group ids forgotten."""
+        assert self.journal is not None
+        journal = self.journal
+        with self._state_lock:
+            gone = {
+                g for g in (*self._groups, *self._metadata) if journal.partition_for(g) == index
+            }
+            for group in gone:
+                self._groups.pop(group, None)
+                self._metadata.pop(group, None)
+            self._pending = [(p, r) for p, r in self._pending if p != index]
+            self._appended.pop(index, None)
+            for pid in list(self._txn_offsets):
+                by_group = self._txn_offsets[pid]
+                for group in [g for g in by_group if journal.partition_for(g) == index]:
+                    del by_group[group]
+                if not by_group:
+                    del self._txn_offsets[pid]
+        return gone
+
+    def appended_end(self, index: int) -> int:
+        """The log end offset of partition ``index`` after this store's last append to it
+        (-1 before any)."""
+        with self._state_lock:
+            return self._appended.get(index, -1)
+
+    def partition_for(self, group: str) -> int:
+        return self.journal.partition_for(group) if self.journal is not None else 0
+
+    def _replay(self, journal: OffsetsTopic, indexes: list[int] | None = None) -> None:
+        """Rebuild the state of the groups of ``indexes`` (default: all) from the topic, off
+        the state lock, then merge it in: the groups of other partitions are served
+        meanwhile."""
+        groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        metadata: dict[str, GroupMetadataValue] = {}
+        records = skipped = 0
+        # TxnOffsetCommit records with no marker yet: producer id -> [(partition, record)].
+        open_transactions: dict[int, list[tuple[int, CoordinatorRecord]]] = {}
+        for key_bytes, value in journal.replay(indexes, open_transactions):
             records += 1
             try:
                 key = decode_key(key_bytes)
                 if isinstance(key, OffsetCommitKey):
                     tp = (key.topic, key.partition)
                     if value is None:
-                        offsets = self._groups.get(key.group, {})
+                        offsets = groups.get(key.group, {})
                         offsets.pop(tp, None)
                         if not offsets:
-                            self._groups.pop(key.group, None)
+                            groups.pop(key.group, None)
                     else:
                         committed = decode_offset_commit_value(value)
-                        self._groups.setdefault(key.group, {})[tp] = committed
+                        groups.setdefault(key.group, {})[tp] = committed
                 elif isinstance(key, GroupMetadataKey):
                     if value is None:
-                        self._metadata.pop(key.group, None)
+                        metadata.pop(key.group, None)
                     else:
-                        self._metadata[key.group] = decode_group_metadata_value(value)
+                        metadata[key.group] = decode_group_metadata_value(value)
                 else:
-                    self.skipped_records += 1
+                    skipped += 1
             except CoordinatorRecordError as e:
                 # Kafka skips what it cannot parse rather than refuse to coordinate at all.
-                self.skipped_records += 1
+                skipped += 1
                 log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, e)
-        self._replay_open_transactions(journal)
+        txn_offsets = self._open_transaction_offsets(open_transactions)
+        with self._state_lock:
+            self.skipped_records += skipped
+            self._groups.update(groups)
+            self._metadata.update(metadata)
+            for pid, by_group in txn_offsets.items():
+                self._txn_offsets.setdefault(pid, {}).update(by_group)
+        where = OFFSETS_TOPIC if indexes is None else f"{OFFSETS_TOPIC}-{indexes[0]}"
         log.info(
             "loaded %d groups with offsets and %d group metadata from %d records of %s",
-            len(self._groups),
-            len(self._metadata),
+            len(groups),
+            len(metadata),
             records,
-            OFFSETS_TOPIC,
+            where,
         )
 
-    def _replay_open_transactions(self, journal: OffsetsTopic) -> None:
-        for pid, records in getattr(journal, "open_transactions", {}).items():
+    @staticmethod
+    def _open_transaction_offsets(
+        open_transactions: Mapping[int, list[tuple[int, CoordinatorRecord]]],
+    ) -> dict[int, dict[str, dict[TopicPartition, CommittedOffset]]]:
+        """The offsets of transactions replay found no marker for (they apply at it)."""
+        txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        for pid, records in open_transactions.items():
             for _, (key_bytes, value) in records:
                 try:
                     key = decode_key(key_bytes)
                     if isinstance(key, OffsetCommitKey) and value is not None:
-                        offsets = self._txn_offsets.setdefault(pid, {}).setdefault(key.group, {})
+                        offsets = txn_offsets.setdefault(pid, {}).setdefault(key.group, {})
                         offsets[(key.topic, key.partition)] = decode_offset_commit_value(value)
                 except CoordinatorRecordError as e:
                     log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, e)
+        return txn_offsets
 
     # -- transactional offset commits (TxnOffsetCommit) -------------------------------------
     def txn_commit(
@@ -148,7 +220,8 @@ class GroupOffsetStore:
         offsets: Mapping[TopicPartition, CommittedOffset],
     ) -> int | None:
         """Journal offsets of a producer's transaction (they apply at its COMMIT marker);
-        returns the ``__consumer_offsets`` partition to fsync (None without a journal).
+        returns the ``__consumer_offsets`` partition to fsync and wait on (its
+        :meth:`appended_end` is the batch's end; None without a journal).
 
         Raises:
             InvalidProducerEpochError, KafkaStorageError: the append failed.
@@ -160,7 +233,9 @@ class GroupOffsetStore:
         index = None
         if self.journal is not None and records:
             index = self.journal.partition_for(group)
-            self.journal.append_transactional(index, records, producer_id, producer_epoch)
+            end = self.journal.append_transactional(index, records, producer_id, producer_epoch)
+            with self._state_lock:
+                self._appended[index] = max(self._appended.get(index, -1), end)
         with self._state_lock:
             self._txn_offsets.setdefault(producer_id, {}).setdefault(group, {}).update(offsets)
         return index
@@ -187,6 +262,15 @@ class GroupOffsetStore:
         (OffsetFetch's require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
         with self._state_lock:
             return any(tp in groups.get(group, {}) for groups in self._txn_offsets.values())
+
+    def import_legacy(self, directory: Path) -> None:
+        """Import ``tierlog-group-offsets.json`` from ``directory`` if it is there (once:
+        it is renamed after). Blocking; the partitions its groups map to must be loaded.
+
+        Raises:
+            CorruptCheckpointError: the file cannot be parsed.
+        """
+        self._migrate(Path(directory) / OFFSETS_FILE)
 
     def _migrate(self, path: Path) -> None:
         try:
@@ -247,7 +331,9 @@ class GroupOffsetStore:
                 done = 0
                 try:
                     for partition, records in pending:
-                        self.journal.append(partition, records)
+                        end = self.journal.append(partition, records)
+                        with self._state_lock:
+                            self._appended[partition] = max(self._appended.get(partition, -1), end)
                         done += 1
                     self.journal.sync(p for p, _ in pending)
                 except BaseException:

@@ -30,10 +30,22 @@ Who acts as a broker (``BrokerTrust``):
    for clients, and the listener is SASL_PLAINTEXT, SASL_SSL, or SSL with
    ``ssl.client.auth=required``.
 
-Why not simply "whatever comes over the inter-broker listener", as Kafka's inter-broker
-principal is: by default the only listener (PLAINTEXT) is also the inter-broker listener,
-so every client would count as a broker; a PLAINTEXT listener proves nothing about who is
-calling; and the default inter-broker listener (named after
+In a cluster (``zookeeper.connect``) other brokers do send such requests: the controller's
+LeaderAndIsr, UpdateMetadata and StopReplica, replica fetches, and other brokers' remote
+tiers appending to ``__remote_log_metadata``. They come over the inter-broker listener, so
+there rule 2 becomes: any connection on the inter-broker listener when it is dedicated
+(another broker listener exists for clients), authenticated or not; and, when it is the
+listener clients use too and it does not authenticate (the simplest cluster: one PLAINTEXT
+listener), any connection on it, since brokers cannot be told from clients there, as in
+Apache Kafka without an authorizer. Both unauthenticated cases are logged as a WARNING at
+start-up (``cluster_warning``): protect that listener at the network level, or use SASL or
+TLS client certificates. A shared listener that authenticates admits only ``super.users``,
+where the brokers' principal must then be listed.
+
+Why not simply "whatever comes over the inter-broker listener" for a broker running alone,
+as Kafka's inter-broker principal is: by default the only listener (PLAINTEXT) is also the
+inter-broker listener, so every client would count as a broker; a PLAINTEXT listener proves
+nothing about who is calling; and the default inter-broker listener (named after
 ``security.inter.broker.protocol``, PLAINTEXT) is the one clients use in most setups. Rule 2
 holds the operator to one promise, stated in docs/CONFIGURATION.md: the accounts or
 certificates that listener accepts are the brokers' own (``listener.name.<l>.*`` settings);
@@ -87,18 +99,44 @@ class BrokerTrust:
 
     super_users: frozenset[str] = frozenset()
     broker_listener: str | None = None
+    # In a cluster: connections on broker_listener count even without authentication.
+    anonymous_brokers: bool = False
+    cluster_warning: str | None = None
 
     @classmethod
     def from_config(
-        cls, config: BrokerConfig, security: Mapping[str, ListenerSecurity] | None = None
+        cls,
+        config: BrokerConfig,
+        security: Mapping[str, ListenerSecurity] | None = None,
+        *,
+        cluster: bool = False,
     ) -> BrokerTrust:
         """The trust a broker with ``config`` gives; ``security`` is what each listener
-        requires (without it, only ``super.users`` count)."""
+        requires (without it, only ``super.users`` count); ``cluster``: the broker runs in
+        a cluster (the rules of the module docstring)."""
         super_users = parse_super_users(config.get("super.users"))
         name = config.inter_broker_listener_name
-        explicit = any(k in config.originals for k in _INTER_BROKER_KEYS)
         others = [lst for lst in config.broker_listeners if lst.name != name]
         listener = security.get(name) if security is not None else None
+        if cluster and listener is not None:
+            authenticates = _authenticates(listener)
+            if others:
+                warning = None if authenticates else (
+                    f"the dedicated inter-broker listener {name} does not authenticate its "
+                    "peers: anyone who can reach it can act as a broker (protect it at the "
+                    "network level, or use SASL or TLS client certificates)"
+                )  # fmt: skip
+                return cls(super_users, name, not authenticates, warning)
+            if not authenticates:
+                warning = (
+                    f"the inter-broker listener {name} is also the clients' listener and does "
+                    "not authenticate: inter-broker requests cannot be told from clients' and "
+                    "are accepted from anyone who can reach it, as in Apache Kafka without an "
+                    "authorizer (use a dedicated, authenticating inter-broker listener)"
+                )
+                return cls(super_users, name, True, warning)
+            return cls(super_users, None)
+        explicit = any(k in config.originals for k in _INTER_BROKER_KEYS)
         trusted = explicit and bool(others) and listener is not None and _authenticates(listener)
         return cls(super_users, name if trusted else None)
 
@@ -109,7 +147,7 @@ class BrokerTrust:
         return (
             self.broker_listener is not None
             and ctx.listener == self.broker_listener
-            and ctx.principal != ANONYMOUS
+            and (self.anonymous_brokers or ctx.principal != ANONYMOUS)
         )
 
 

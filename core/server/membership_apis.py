@@ -58,6 +58,20 @@ async def handle_join_group(broker: BrokerServices, ctx: RequestContext, request
             member_id=request.member_id,
             members=(),
         )
+    status = broker.group_coordinator.status(request.group_id)
+    if status is not GroupError.NONE:
+        return make(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=_code(status),
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None,
+            leader="",
+            skip_assignment=False,
+            member_id=request.member_id,
+            members=(),
+        )
     session = _ms(request.session_timeout)
     rebalance = _ms(getattr(request, "rebalance_timeout", session))  # v0: the session timeout
     result = await broker.group_coordinator.join(
@@ -99,6 +113,11 @@ async def handle_sync_group(broker: BrokerServices, ctx: RequestContext, request
             error_code=ErrorCode.group_authorization_failed,
             assignment=b"",
         )
+    status = broker.group_coordinator.status(request.group_id)
+    if status is not GroupError.NONE:
+        return make(
+            response_type, throttle_time=NO_THROTTLE, error_code=_code(status), assignment=b""
+        )
     result = await broker.group_coordinator.sync(
         request.group_id,
         request.generation_id,
@@ -123,9 +142,11 @@ async def handle_heartbeat(broker: BrokerServices, ctx: RequestContext, request:
             throttle_time=NO_THROTTLE,
             error_code=ErrorCode.group_authorization_failed,
         )
-    error = broker.group_coordinator.heartbeat(
-        request.group_id, request.generation_id, request.member_id
-    )
+    error = broker.group_coordinator.status(request.group_id)
+    if error is GroupError.NONE:
+        error = broker.group_coordinator.heartbeat(
+            request.group_id, request.generation_id, request.member_id
+        )
     return make(response_type, throttle_time=NO_THROTTLE, error_code=_code(error))
 
 
@@ -139,6 +160,9 @@ async def handle_leave_group(broker: BrokerServices, ctx: RequestContext, reques
             members=(),
         )
     coord = broker.group_coordinator
+    status = coord.status(request.group_id)
+    if status is not GroupError.NONE:
+        return make(response_type, throttle_time=NO_THROTTLE, error_code=_code(status), members=())
     if ctx.api_version < 3:
         error = coord.leave(request.group_id, request.member_id, None)
         return make(response_type, throttle_time=NO_THROTTLE, error_code=_code(error))
@@ -175,6 +199,14 @@ async def handle_list_groups(broker: BrokerServices, ctx: RequestContext, reques
     listed_cls = nested(response_type, "ListedGroup")
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
+    if broker.group_coordinator.loading:
+        # Kafka: the listing would be incomplete while a partition loads.
+        return make(
+            response_type,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.coordinator_load_in_progress,
+            groups=(),
+        )
     groups = []
     for gid, (state, protocol_type) in sorted(_all_groups(broker).items()):
         if states and state.lower() not in states:
@@ -209,6 +241,21 @@ async def handle_describe_groups(broker: BrokerServices, ctx: RequestContext, re
                 make(
                     group_cls,
                     error_code=ErrorCode.group_authorization_failed,
+                    group_id=gid,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=-2147483648,
+                )
+            )
+            continue
+        status = broker.group_coordinator.status(gid)
+        if status is not GroupError.NONE:
+            out.append(
+                make(
+                    group_cls,
+                    error_code=_code(status),
                     group_id=gid,
                     group_state="",
                     protocol_type="",
@@ -258,8 +305,11 @@ async def handle_delete_groups(broker: BrokerServices, ctx: RequestContext, requ
     results = []
     version = 0
     for gid in request.groups_names:
+        status = broker.group_coordinator.status(gid)
         if not _may(broker, ctx, Operation.DELETE, gid):
             error = ErrorCode.group_authorization_failed
+        elif status is not GroupError.NONE:
+            error = _code(status)
         elif gid in broker.group_coordinator.groups:
             error = _code(broker.group_coordinator.delete(gid))
         else:

@@ -1,18 +1,32 @@
-"""The socket server: listeners, connections, framing, ordered responses.
+"""The socket server: listeners, connections, framing, one request at a time.
 
-Each connection has a reader loop and a writer task. The reader takes one size-prefixed
-frame at a time (``readexactly``), decodes it, and starts its handler at once, so several
-requests of one connection may be in progress together (a long-poll fetch does not hold up
-a produce behind it). Handlers must do any work whose order matters (appends) before their
-first ``await``: asyncio starts tasks in creation order. The writer sends responses strictly
-in request order, as Kafka clients require.
+A connection is served as Kafka's socket server serves it: one request at a time, in
+arrival order. Its loop reads one size-prefixed frame (``readexactly``), decodes it, runs its
+handler to the end, writes the answer, and only then reads the next frame (Kafka mutes a
+channel once a request has arrived and unmutes it when the response has been sent, or at once
+for a produce with acks=0, which has none). So a client may pipeline requests on one
+connection and rely on their order: a read behind a change sees the change, and answers go
+out in request order. Concurrency comes from the connections: while one waits (a long-poll
+fetch, an fsync, a topic being created), the others are served. Frames a client pipelines
+wait in the socket meanwhile (the kernel's buffers and asyncio's read buffer hold them, and
+TCP pushes back on the client beyond that).
 
 A frame that cannot be parsed, an unknown api key, a size out of bounds or a handler crash
 closes that one connection; nothing else is affected.
 
-Quotas (KIP-219): a handler's answer may come as a ``ThrottledResponse``; the connection is
-then muted, no further request of it served, until its throttle time has passed (and an
-answer to a client older than KIP-219 is itself held that long).
+When the client goes away, the request in progress is cancelled at its next ``await`` (a
+parked long-poll fetch would otherwise hold on until its ``max.wait.ms``); what it did before,
+such as a produce's appends, stays. Frames that had arrived in full before the end of the
+stream are still served, each cancelled at its first ``await`` likewise (unless it would
+have to wait for request memory); a connection lost (reset) or closed by the broker ends at
+once.
+
+Quotas (KIP-219): a handler's answer may come as a ``ThrottledResponse``. The connection is
+then also muted for its throttle time, counted from when the answer was ready: the next
+request is read once the answer has been sent and the throttle time has passed, whichever
+comes last (Kafka mutes a channel for a request in progress and for a throttle
+independently, and reads it again only when neither holds). An answer to a client older
+than KIP-219 is itself held for the throttle time, as Kafka holds it.
 
 Memory: every frame reserves its size in the broker-wide ``RequestMemoryPool``
 (``queued.max.request.bytes``) before its body is read, and releases it when its handler has
@@ -20,13 +34,13 @@ finished; while the pool is full, large frames wait unread. Before a SASL exchan
 completed, a frame larger than ``sasl.server.max.receive.size`` closes the connection at its
 size prefix, as Kafka's SaslServerAuthenticator does. A body must arrive in full within
 ``connections.max.idle.ms`` of its size prefix, so a client that announces a large frame and
-trickles it holds its reservation for that long at most.
+trickles it holds its reservation for that long at most. The idle timer runs only while a
+connection waits for its next request, never while one is in progress.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import struct
@@ -47,9 +61,6 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 
-# At most this many requests of one connection are in progress; reading pauses beyond it,
-# which bounds the memory one client can make the broker hold.
-MAX_IN_FLIGHT_PER_CONNECTION = 64
 # asyncio reads a connection ahead into its buffer up to twice this, then pauses it. Kept
 # small: those bytes are not in the memory pool, and every stalled connection holds them.
 READ_BUFFER_BYTES = 256 * 1024
@@ -58,6 +69,7 @@ READ_BUFFER_BYTES = 256 * 1024
 SMALL_FRAME_BYTES = READ_BUFFER_BYTES
 # Kept from a frame for the debug log of a connection closed on it.
 _FRAME_HEAD_LOGGED = 256
+_HANDLER_FAILED = "handler of %s v%d from %s failed; closing the connection"
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any | None]]
 UnsupportedVersionResponder = Callable[[RequestContext], Any]
@@ -79,11 +91,15 @@ class ListenerSpec:
 
 
 class AuthenticationEndedError(Exception):
-    """A SASL exchange failed; its answer has been queued and the connection closes."""
+    """A SASL exchange failed; its answer has been written and the connection closes."""
 
 
 class BodyTimeoutError(Exception):
     """A request body did not arrive within ``connections.max.idle.ms``."""
+
+
+class HandlerFailedError(Exception):
+    """A handler raised (a bug, logged where it happened); the connection closes."""
 
 
 class SocketServer:
@@ -138,14 +154,25 @@ class SocketServer:
         self.bound: list[BoundListener] = []
 
     async def start(self, listeners: list[ListenerSpec]) -> list[BoundListener]:
+        loop = asyncio.get_running_loop()
         for spec in listeners:
             security = spec.security
-            server = await asyncio.start_server(
-                lambda r, w, name=spec.name, sec=security: self._accept(r, w, name, sec),
+
+            # asyncio.start_server's factory, with a protocol that says when the peer goes.
+            def factory(
+                name: str = spec.name, sec: ListenerSecurity | None = security
+            ) -> _StreamProtocol:
+                reader = asyncio.StreamReader(limit=READ_BUFFER_BYTES, loop=loop)
+                protocol = _StreamProtocol(
+                    reader, lambda r, w: self._accept(r, w, protocol, name, sec), loop
+                )
+                return protocol
+
+            server = await loop.create_server(
+                factory,
                 spec.host,
                 spec.port,
                 reuse_address=True,
-                limit=READ_BUFFER_BYTES,
                 ssl=security.ssl_context if security is not None else None,
                 backlog=self.listen_backlog,
             )
@@ -164,8 +191,9 @@ class SocketServer:
         """Stop listening and close every connection; requests in progress are dropped."""
         for server in self._servers:
             server.close()
-        # Aborting the transports ends each reader loop with EOF. Cancelling the connection
-        # tasks instead would make asyncio's stream machinery log the CancelledError.
+        # Aborting the transports cancels each connection's request in progress and ends its
+        # loop. Cancelling the connection tasks instead would make asyncio's stream machinery
+        # log the CancelledError.
         for connection in list(self._connections):
             connection.abort()
         if self._connections:
@@ -177,6 +205,7 @@ class SocketServer:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        protocol: _StreamProtocol,
         listener: str,
         security: ListenerSecurity | None = None,
     ) -> None:
@@ -193,6 +222,7 @@ class SocketServer:
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         connection = Connection(self, reader, writer, listener, address, security)
         self._connections.add(connection)
+        protocol.watch(connection.peer_gone)
         try:
             await connection.run()
         finally:
@@ -200,8 +230,46 @@ class SocketServer:
             connection.finished.set_result(None)
 
 
+class _StreamProtocol(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol, also telling the connection when its peer has gone: end
+    of stream, or the connection lost. A connection does not read while it serves a request,
+    so its reader alone would not notice."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(reader, connected, loop=loop)
+        self._gone = False
+        self._on_gone: Callable[[], None] | None = None
+
+    def watch(self, on_gone: Callable[[], None]) -> None:
+        """Call ``on_gone`` once the peer has gone (at once if it already has)."""
+        self._on_gone = on_gone
+        if self._gone:
+            on_gone()
+
+    def eof_received(self) -> bool:
+        keep_open = super().eof_received()
+        self._peer_gone()
+        return keep_open
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._peer_gone()
+
+    def _peer_gone(self) -> None:
+        if self._gone:
+            return
+        self._gone = True
+        if self._on_gone is not None:
+            self._on_gone()
+
+
 class Connection:
-    """One client connection: a reader loop and an ordered writer."""
+    """One client connection, served one request at a time."""
 
     def __init__(
         self,
@@ -226,30 +294,46 @@ class Connection:
         if security is not None and security.sasl is not None:
             self.sasl = SaslSession(security.sasl, server.codec, address)
             self.sasl_max_receive = security.sasl_max_receive_size
-        # A None context marks raw SASL bytes (SaslHandshake v0), written as they are.
-        self._pending: collections.deque[tuple[RequestContext | None, asyncio.Future[Any]]] = (
-            collections.deque()
-        )
-        self._wake_writer = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
-        self._closing = False
-        self._closed = asyncio.Event()  # set when the connection ends: throttle waits stop
-        # KIP-219: no request is served before this loop time (a quota's throttle).
+        # KIP-219: no request is read before this loop time (a quota's throttle).
         self._unmute_at = 0.0
+        # The answer in hand waits out the throttle before it is written (pre-KIP-219).
+        self._answer_held = False
+        # Set with ``_gone``: ends a throttle wait.
+        self._gone_event = asyncio.Event()
         self._last_frame_head: bytes | None = None
-        # The wait for room in the memory pool, cancelled when the connection is aborted.
+        # The wait for room in the memory pool, cancelled when the peer goes.
         self._pool_wait: asyncio.Task[Reservation] | None = None
+        # The connection's task, which runs the handlers; set by ``run``.
+        self._task: asyncio.Task[Any] | None = None
+        self._serving = False  # a handler is in progress
+        self._cancel_sent = False  # the handler in progress has been cancelled
+        self._gone = False  # the peer has closed its end or the connection is lost
+        self._aborted = False  # the broker is closing the connection
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def abort(self) -> None:
-        self._closed.set()
+        """Close the connection now: the request in progress is cancelled, no other frame
+        is served."""
+        self._aborted = True
         self.writer.transport.abort()
+        self.peer_gone()  # asyncio reports the lost connection later; stop waiting now
+
+    def peer_gone(self) -> None:
+        """The peer has gone: nobody will read the answer of the request in progress, so
+        stop it (a parked long-poll fetch would otherwise wait out its max.wait.ms)."""
+        self._gone = True
+        self._gone_event.set()
+        self._cancel_handler()
         if self._pool_wait is not None:
             self._pool_wait.cancel()
 
+    def _cancel_handler(self) -> None:
+        if self._serving and not self._cancel_sent and self._task is not None:
+            self._cancel_sent = True
+            self._task.cancel()
+
     async def run(self) -> None:
-        writer_task = asyncio.create_task(self._write_loop())
+        self._task = asyncio.current_task()
         try:
             await self._read_loop()
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -260,30 +344,25 @@ class Connection:
             log.info("closing connection %s on %s: %s", self.address, self.listener, e)
         except AuthenticationEndedError:
             pass  # logged by the SASL session, answered before closing
+        except HandlerFailedError:
+            self.writer.transport.abort()  # logged where the handler failed
         except InvalidRequestError as e:
             log.warning("closing connection %s on %s: %s", self.address, self.listener, e)
             if self._last_frame_head is not None and log.isEnabledFor(logging.DEBUG):
                 log.debug("the frame began %s", self._last_frame_head.hex())
         finally:
-            self._closing = True
-            self._closed.set()
-            # Nobody will read the answers: stop the requests still in progress (a parked
-            # long-poll fetch would otherwise hold the connection until its max.wait.ms).
-            # Appends already made stay; only the waiting ends.
-            for _, future in self._pending:
-                future.cancel()
-            self._wake_writer.set()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-                await writer_task
+            # close() sends what is still buffered first (a SASL failure's answer).
             self.writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await self.writer.wait_closed()
 
     async def _read_loop(self) -> None:
         server = self.server
-        while True:
-            await self._room.wait()
-            async with asyncio.timeout(server.idle_timeout_s if not self._pending else None):
+        while not self._aborted:
+            # Muted for a quota: nothing is read (nor counted as idle) until it is over.
+            await self._throttle_ends()
+            # Waiting for a request is the only time a connection is idle.
+            async with asyncio.timeout(server.idle_timeout_s):
                 head = await self.reader.readexactly(4)
             size = _SIZE.unpack(head)[0]
             if size < 0 or size > server.max_request_bytes:
@@ -302,46 +381,49 @@ class Connection:
                     self.sasl_max_receive,
                 )
                 return
-            await self._throttle_ends()
             await self._serve_frame(size)
 
     async def _throttle_ends(self) -> None:
-        """While the connection is muted for a quota (KIP-219), wait: its next request is
-        served only once the throttle time of the last throttled answer has passed."""
+        """While the connection is muted for a quota (KIP-219), wait: it is read again once
+        the throttle time of its last throttled answer has passed, or at once if the peer
+        goes."""
         delay = self._unmute_at - asyncio.get_running_loop().time()
-        if delay > 0:
-            await self._pause(delay)
+        if delay > 0 and not self._gone:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._gone_event.wait()
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep ``seconds``, or less if the connection ends."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._closed.wait()
-
-    async def _throttled(self, answer: ThrottledResponse) -> Any:
-        """Mute the connection for ``answer``'s throttle time, from now; an answer to an
-        older client (before KIP-219) itself waits that long. Returns the response."""
-        seconds = answer.throttle_ms / 1000
+    def _throttled(self, answer: ThrottledResponse) -> Any:
+        """Mute the connection for ``answer``'s throttle time, from now, and note whether
+        the answer itself waits that long (an older client, before KIP-219). Returns the
+        response."""
         loop = asyncio.get_running_loop()
-        self._unmute_at = max(self._unmute_at, loop.time() + seconds)
-        if answer.delay_response:
-            await self._pause(seconds)
+        self._unmute_at = max(self._unmute_at, loop.time() + answer.throttle_ms / 1000)
+        self._answer_held = answer.delay_response
         return answer.response
 
     async def _serve_frame(self, size: int) -> None:
-        """Reserve memory for a frame, read it and start serving it; the memory is released
-        when its handler is done. (A method of its own so that nothing of the frame or its
-        answer stays referenced from the read loop while it waits for the next one.)"""
+        """Reserve memory for a frame, read it, serve it and write its answer; the memory is
+        released as soon as the handler is done. (A method of its own so that nothing of the
+        frame or its answer stays referenced from the read loop while it waits for the next
+        one.)"""
         reservation = await self._reserve(size)
+        self._answer_held = False
         try:
-            handled = await self._read_frame(size, reservation)
-        except BaseException:
+            answer = await self._read_and_handle(size, reservation)
+        finally:
             reservation.release()
-            raise
-        if handled is None:
-            reservation.release()
-        else:
-            handled.add_done_callback(reservation.release)
+        if self._answer_held:
+            # Throttled, for a client before KIP-219: the answer waits out the throttle
+            # (with the frame's memory released), unless nobody is left to read it.
+            await self._throttle_ends()
+            if self._gone:
+                return
+        if answer is not None:
+            self.writer.write(answer)
+            # Like Kafka, the next request waits until this answer is on its way: drain()
+            # holds the loop while asyncio's write buffer is over its high-water mark.
+            await self.writer.drain()
 
     async def _reserve(self, size: int) -> Reservation:
         """Room for a frame of ``size`` bytes in the broker-wide memory pool; while it
@@ -350,6 +432,8 @@ class Connection:
         admitted = pool.try_reserve(size)
         if admitted is not None:
             return admitted
+        if self._gone:
+            raise ConnectionAbortedError("the client went away; its frame is not served")
         self._pool_wait = asyncio.ensure_future(pool.reserve(size))
         try:
             return await self._pool_wait
@@ -361,10 +445,10 @@ class Connection:
         finally:
             self._pool_wait = None
 
-    async def _read_frame(self, size: int, reservation: Reservation) -> asyncio.Future[Any] | None:
-        """Read one frame's body into ``reservation`` and start serving it: the future of
-        its handler while it still needs the frame's memory, None once it is done with it.
-        """
+    async def _read_and_handle(self, size: int, reservation: Reservation) -> bytes | None:
+        """Read one frame's body into ``reservation`` and serve it: the encoded answer to
+        write, or None when there is none (acks=0 produce, a request cut short because the
+        client went away)."""
         server = self.server
         try:
             async with asyncio.timeout(server.idle_timeout_s):
@@ -377,8 +461,7 @@ class Connection:
         reservation.frame = frame
         self._last_frame_head = frame[:_FRAME_HEAD_LOGGED]
         if self.sasl is not None and self.sasl.raw_tokens:
-            self._raw_token(frame)
-            return None
+            return self._raw_token(frame)
         try:
             context, request = server.codec.decode_request(
                 frame, self.listener, self.address, self.principal
@@ -389,23 +472,64 @@ class Connection:
             context = RequestContext(
                 e.api_key, 0, e.correlation_id, None, self.listener, self.address
             )
-            self._enqueue(context, _done(server.unsupported_version(context)))
-            return None
+            return server.codec.encode_response(context, server.unsupported_version(context))
         if self.sasl is not None and not self.sasl.complete:
-            return self._authenticate(context, request)
-        future = asyncio.ensure_future(server.handler(context, request))
-        self._enqueue(context, future)
-        return future
+            return await self._authenticate(context, request)
+        return await self._handle(context, request)
 
-    def _authenticate(self, context: RequestContext, request: Any) -> asyncio.Future[Any] | None:
+    async def _handle(self, context: RequestContext, request: Any) -> bytes | None:
+        """Run the request's handler to its end (in this connection's task, so that it
+        starts at once: what it does before its first ``await`` is done even if the client
+        goes away right after sending it) and encode its response."""
+        if self._aborted:
+            raise ConnectionAbortedError("the connection is being closed")
+        task = self._task
+        assert task is not None
+        self._serving = True
+        if self._gone:
+            # A frame that arrived before the end of the stream: served up to its first
+            # await, then cancelled like the request in progress when the client went.
+            asyncio.get_running_loop().call_soon(self._cancel_handler)
+        cut_short = False
+        try:
+            response = await self.server.handler(context, request)
+        except asyncio.CancelledError:
+            if not self._cancel_sent:
+                if task.cancelling():
+                    raise  # the connection's task itself is being cancelled
+                # A future inside the handler was cancelled under it: a bug like any other.
+                log.exception(_HANDLER_FAILED, *_describe(context, self.address))
+                raise HandlerFailedError from None
+            response = None
+        except Exception:
+            log.exception(_HANDLER_FAILED, *_describe(context, self.address))
+            raise HandlerFailedError from None
+        finally:
+            self._serving = False
+            if self._cancel_sent:
+                # Cancelled because the client went away, whether the handler let the
+                # cancellation through or not; the task itself carries on.
+                self._cancel_sent = False
+                cut_short = True
+                if task.uncancel():
+                    raise asyncio.CancelledError  # the task was also cancelled from outside
+        if cut_short:
+            return None
+        if isinstance(response, ThrottledResponse):
+            response = self._throttled(response)
+        if response is None:
+            return None
+        return self.server.codec.encode_response(context, response)
+
+    async def _authenticate(self, context: RequestContext, request: Any) -> bytes | None:
         """A request before the SASL exchange has completed (Kafka's
         SaslServerAuthenticator): ApiVersions is served, SaslHandshake and
         SaslAuthenticate drive the exchange, anything else closes the connection.
-        Returns the future of a handler still running, as ``_read_frame``.
+        Returns the answer to write, as ``_read_and_handle``.
 
         Raises:
             InvalidRequestError: a request that is not allowed yet.
-            AuthenticationEndedError: the exchange failed (its answer is queued).
+            AuthenticationEndedError: the exchange failed (its answer is written).
         """
         session = self.sasl
         assert session is not None
@@ -415,18 +539,17 @@ class Connection:
                 "authentication completed"
             )
         if context.api_key == ApiKey.API_VERSIONS:
-            future = asyncio.ensure_future(self.server.handler(context, request))
-            self._enqueue(context, future)
-            return future
+            return await self._handle(context, request)
         response, close = session.answer(context, request)
-        self._enqueue(context, _done(response))
+        answer = self.server.codec.encode_response(context, response)
         if close:
+            self.writer.write(answer)  # sent by the close that follows
             raise AuthenticationEndedError
         if session.complete and session.principal is not None:
             self.principal = session.principal
-        return None
+        return answer
 
-    def _raw_token(self, token: bytes) -> None:
+    def _raw_token(self, token: bytes) -> bytes:
         """SaslHandshake v0: after the handshake, SASL messages travel as bare size-prefixed
         tokens, not Kafka requests; a failure just closes the connection (Kafka's way)."""
         session = self.sasl
@@ -434,58 +557,13 @@ class Connection:
         answer = session.raw_token(token)
         if answer is None:
             raise AuthenticationEndedError
-        self._enqueue(None, _done(answer))
         if session.complete and session.principal is not None:
             self.principal = session.principal
-
-    def _enqueue(self, context: RequestContext | None, future: asyncio.Future[Any]) -> None:
-        self._pending.append((context, future))
-        if len(self._pending) >= MAX_IN_FLIGHT_PER_CONNECTION:
-            self._room.clear()
-        self._wake_writer.set()
-
-    async def _write_loop(self) -> None:
-        codec = self.server.codec
-        while True:
-            if not self._pending:
-                if self._closing:
-                    return
-                self._wake_writer.clear()
-                await self._wake_writer.wait()
-                continue
-            context, future = self._pending[0]
-            try:
-                response = await future
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception(
-                    "handler of %s v%d from %s failed; closing the connection",
-                    _api_name(context.api_key),
-                    context.api_version,
-                    self.address,
-                )
-                self.writer.transport.abort()
-                return
-            self._pending.popleft()
-            if len(self._pending) < MAX_IN_FLIGHT_PER_CONNECTION:
-                self._room.set()
-            if isinstance(response, ThrottledResponse):
-                response = await self._throttled(response)
-            if response is None:
-                continue
-            if context is None:
-                self.writer.write(_SIZE.pack(len(response)) + response)
-                await self.writer.drain()
-                continue
-            self.writer.write(codec.encode_response(context, response))
-            await self.writer.drain()
+        return _SIZE.pack(len(answer)) + answer
 
 
-def _done(value: Any) -> asyncio.Future[Any]:
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    future.set_result(value)
-    return future
+def _describe(context: RequestContext, address: str) -> tuple[str, int, str]:
+    return _api_name(context.api_key), context.api_version, address
 
 
 def _api_name(api_key: int) -> str:

@@ -58,14 +58,22 @@ def ensure_offsets_topic(topics: TopicRegistry, partitions: int, segment_bytes: 
     return info
 
 
+# Appends one batch to the leader of a partition and returns its log end offset after it.
+BatchAppender = Callable[[int, bytearray], int]
+
+
 class OffsetsTopic:
     """Appends coordinator records to ``__consumer_offsets`` and replays them.
 
     Args:
         partition: the leader partition of ``__consumer_offsets`` with that index.
-        num_partitions: the topic's partition count.
+        num_partitions: the topic's partition count (settable: in a cluster the topic is
+            created after the broker starts).
         on_append: called with the partition index after each append (to wake fetches of
             consumers reading the topic); may be called from any thread.
+        appender: how a batch is appended (the broker's: on its event loop, through its
+            replica manager, from the flushing thread); default: straight to the
+            partition's log, for tools and tests.
         clock: milliseconds since the epoch, the records' timestamps.
     """
 
@@ -75,12 +83,19 @@ class OffsetsTopic:
         num_partitions: int,
         *,
         on_append: Callable[[int], None] | None = None,
+        appender: BatchAppender | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self._partition = partition
         self.num_partitions = num_partitions
         self._on_append = on_append
+        self._appender = appender or self._append_to_log
         self._clock = clock
+
+    def _append_to_log(self, index: int, batch: bytearray) -> int:
+        partition = self._leader(index)
+        partition.append_as_leader(batch)
+        return partition.log.log_end_offset
 
     def partition_for(self, group: str) -> int:
         return partition_for(group, self.num_partitions)
@@ -91,31 +106,34 @@ class OffsetsTopic:
             raise LookupError(f"{OFFSETS_TOPIC}-{index} is not open on this broker")
         return partition
 
-    def append(self, index: int, records: Sequence[CoordinatorRecord]) -> None:
+    def append(self, index: int, records: Sequence[CoordinatorRecord]) -> int:
         """Append records (key, value or None for a tombstone) to partition ``index``, in
-        batches of at most ``MAX_BATCH_BYTES``. Not idempotent: a retry appends again
+        batches of at most ``MAX_BATCH_BYTES``; returns the log end offset after them (the
+        high watermark their replication waits for). Not idempotent: a retry appends again
         (harmless: replay and compaction keep the latest record per key).
 
         Raises:
             KafkaStorageError: the write failed (earlier batches may be in the log).
-            LookupError: the partition is not open.
+            LookupError: the partition is not open (or no longer led here).
+            CoreError: the leader refused the append (NOT_LEADER_OR_FOLLOWER, ...).
         """
         if not records:
-            return
-        partition = self._leader(index)
+            return -1
         now = self._clock()
         builder = RecordBatchBuilder()
         size = 0
+        end = -1
         for key, value in records:
             builder.append(value, key=key, timestamp=now)
             size += len(key) + (len(value) if value is not None else 0) + 16
             if size >= MAX_BATCH_BYTES:
-                partition.append_as_leader(builder.build())
+                end = self._appender(index, builder.build())
                 builder, size = RecordBatchBuilder(), 0
         if len(builder):
-            partition.append_as_leader(builder.build())
+            end = self._appender(index, builder.build())
         if self._on_append is not None:
             self._on_append(index)
+        return end
 
     def append_transactional(
         self,
@@ -123,10 +141,11 @@ class OffsetsTopic:
         records: Sequence[CoordinatorRecord],
         producer_id: int,
         producer_epoch: int,
-    ) -> None:
+    ) -> int:
         """Append TxnOffsetCommit records as one transactional batch of the producer (Kafka
         writes them so): they count once the coordinator's COMMIT marker follows them, and
-        an ABORT marker drops them, at replay as in memory.
+        an ABORT marker drops them, at replay as in memory. Returns the log end offset after
+        the batch (the high watermark its replication waits for).
 
         Raises:
             InvalidProducerEpochError: an older epoch than the producer's in the partition.
@@ -145,6 +164,7 @@ class OffsetsTopic:
         partition.append_as_coordinator(builder.build())
         if self._on_append is not None:
             self._on_append(index)
+        return partition.log.log_end_offset
 
     def sync(self, indexes: Iterable[int]) -> None:
         """fsync the given partitions (blocking).
@@ -155,15 +175,19 @@ class OffsetsTopic:
         for index in sorted(set(indexes)):
             self._leader(index).log.flush()
 
-    def replay(self) -> Iterator[CoordinatorRecord]:
-        """Every record of every partition from its log start, partition by partition, in
-        offset order (the order that rebuilds the coordinator's state).
+    def replay(
+        self,
+        indexes: Iterable[int] | None = None,
+        open_transactions: dict[int, list[tuple[int, CoordinatorRecord]]] | None = None,
+    ) -> Iterator[CoordinatorRecord]:
+        """Every record of the given partitions (default: all) from its log start,
+        partition by partition, in offset order (the order that rebuilds the
+        coordinator's state).
 
         Transactional offset commits count at their COMMIT marker and are dropped at an
-        ABORT; those still open at the end are left in ``open_transactions`` (producer id
-        -> (partition, records)) for the store to complete when their marker comes."""
-        self.open_transactions: dict[int, list[tuple[int, CoordinatorRecord]]] = {}
-        for index in range(self.num_partitions):
+        ABORT; those still open at the end are put in ``open_transactions`` (producer id
+        -> [(partition, record)]) for the store to complete when their marker comes."""
+        for index in range(self.num_partitions) if indexes is None else indexes:
             plog = self._leader(index).log
             start = plog.log_start_offset
             open_txns: dict[int, list[tuple[int, CoordinatorRecord]]] = {}
@@ -186,5 +210,6 @@ class OffsetsTopic:
                                 txn.append((index, (record.key, record.value)))
                             else:
                                 yield record.key, record.value
-            for pid, records in open_txns.items():
-                self.open_transactions.setdefault(pid, []).extend(records)
+            if open_transactions is not None:
+                for pid, records in open_txns.items():
+                    open_transactions.setdefault(pid, []).extend(records)

@@ -60,16 +60,19 @@ class _Refused(Exception):
 
 
 def _check_assignments(broker: BrokerServices, topic: Any, added: int) -> None:
-    """Kafka's checks of explicit assignments for the ``added`` new partitions.
+    """Kafka's checks of explicit assignments for the ``added`` new partitions: brokers
+    the MetadataCache lists as alive (this one alone when running alone), one list per new
+    partition, each as long as the topic's replication factor, no broker twice.
 
     Raises:
         _Refused: INVALID_REPLICA_ASSIGNMENT.
     """
     if topic.assignments is None:
         return
-    node = broker.config.node_id
+    cache = broker.metadata_cache
+    live = {b.broker_id for b in cache.alive_brokers()} | {broker.config.node_id}
     assignments = [list(a.broker_ids) for a in topic.assignments]
-    unknown = sorted({b for replicas in assignments for b in replicas} - {node})
+    unknown = sorted({b for replicas in assignments for b in replicas} - live)
     if unknown:
         raise _Refused(
             ErrorCode.invalid_replica_assignment,
@@ -81,13 +84,14 @@ def _check_assignments(broker: BrokerServices, topic: Any, added: int) -> None:
             f"Increasing the number of partitions by {added} but {len(assignments)} "
             "assignments provided.",
         )
+    first = cache.partition((topic.name, 0))
+    replication = len(first.replicas) if first is not None else 1
     for replicas in assignments:
-        if len(replicas) != 1:
-            # Empty, or the one broker twice: the topic's replication factor is 1.
+        if len(replicas) != replication or len(set(replicas)) != len(replicas):
             raise _Refused(
                 ErrorCode.invalid_replica_assignment,
                 f"The manual partition assignment {replicas} is not consistent with the "
-                "topic's replication factor of 1 (one broker, listed once).",
+                f"topic's replication factor of {replication} (each broker listed once).",
             )
 
 
@@ -142,8 +146,13 @@ async def handle_create_partitions(
             info = broker.topics.get(topic.name)
             if info is not None and topic.count > info.partitions:
                 _check_assignments(broker, topic, topic.count - info.partitions)
+            assignments = (
+                None
+                if topic.assignments is None
+                else [tuple(a.broker_ids) for a in topic.assignments]
+            )
             _, opening = await broker.create_partitions(
-                topic.name, topic.count, validate_only=validate_only
+                topic.name, topic.count, assignments=assignments, validate_only=validate_only
             )
         except _Refused as e:
             answers[topic.name] = (e.error, e.message)

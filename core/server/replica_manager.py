@@ -1,10 +1,24 @@
-"""ReplicaManager: the partitions this broker leads, and produce/fetch over their logs.
+"""ReplicaManager: the partitions this broker hosts, their roles, and produce/fetch over them.
 
-One broker, one replica per partition: the leader's log end offset is the high watermark
-once an append returns, so acks=-1 completes as soon as the write does. The machinery is
-the one replication will use: DelayedProduce waits for the high watermark, DelayedFetch
-waits for ``fetch.min.bytes`` or ``max.wait.ms``, both in purgatories keyed by partition
-and woken by ``check_and_complete`` after appends.
+The controller (a ZooKeeper-mode controller's LeaderAndIsr and StopReplica, or the local
+controller of an embedded broker) drives the roles through ``become_leader_or_follower``
+and ``stop_replicas``; everything else reads the hosted ``Partition`` objects
+(core.server.partition).
+
+- **Leaders** append clients' batches and serve fetches. Consumers read up to the high
+  watermark (or the last stable offset); followers (``replica_id >= 0``) read up to the log
+  end and their fetch offsets move the high watermark and the ISR. acks=all produces wait in
+  the produce purgatory (DelayedProduce) until the high watermark passes them; fetches wait
+  in the fetch purgatory (DelayedFetch) until ``min_bytes`` are there: a follower's wakes on
+  appends, a consumer's on high-watermark moves.
+- **Followers** are fetched by the replica fetchers (core.server.replica_fetcher), which
+  call back here to truncate and append.
+- Roles change one controller request at a time (one lock). New logs are created on executor
+  threads, ``PARTITIONS_PER_STEP`` at a time, each step served as soon as it is done; a
+  partition becoming leader is removed from the fetchers first, one becoming follower is
+  added to its leader's fetcher once its role is set. Listeners (the group coordinator, the
+  remote tier) hear of the changes afterwards, on the loop.
+- Every ``replica.lag.time.max.ms / 2`` the leaders drop the followers that fell behind.
 """
 
 from __future__ import annotations
@@ -12,10 +26,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from core.errors import CoreError, OffsetOutOfRangeError
+from core.errors import CoreError, OffsetOutOfRangeError, UnexpectedAppendOffsetError
+from core.log.divergence import EpochEndOffset
 from core.log.log_manager import LogManager
 from core.log.partition_log import (
     MAX_TIMESTAMP,
@@ -23,94 +39,90 @@ from core.log.partition_log import (
     PartitionLog,
     TimestampAndOffset,
 )
+from core.server.cluster_types import (
+    EPOCH_DURING_DELETE,
+    NO_EPOCH,
+    NO_LEADER,
+    ZERO_UUID,
+    LeaderAndIsr,
+    PartitionState,
+    StopReplicaPartition,
+    TopicPartition,
+)
+from core.server.isr_writer import IsrWriter, LocalIsrWriter
+from core.server.metadata_cache import MetadataCache
+from core.server.node_client import BrokerEndpoint as NodeEndpoint
+from core.server.node_client import NodeClient
+from core.server.partition import (
+    FencedLeaderEpochError,
+    NotLeaderError,
+    Partition,
+    UnknownLeaderEpochError,
+    monotonic_ms,
+)
 from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from core.server.remote_seam import (
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     RemoteFetchResult,
     RemoteTier,
 )
+from core.server.replica_fetcher import (
+    FETCH_MAX_VERSION,
+    InitialFetchState,
+    ReplicaFetcherManager,
+)
+from core.server.replication_settings import ReplicationSettings
 from core.server.timing_wheel import Timer
-from core.server.topics import TopicInfo, TopicRegistry, write_partition_metadata
+from core.server.topics import TopicInfo, write_partition_metadata
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
-
-# Partitions whose logs one executor step opens or deletes when a topic is created or
-# deleted while the broker serves (the event loop registers each step's in between).
+# Partitions whose logs one executor step opens or deletes when roles change while the
+# broker serves (the event loop registers each step's partitions in between).
 PARTITIONS_PER_STEP = 100
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
+BROKER_NOT_AVAILABLE = 8
+STALE_CONTROLLER_EPOCH = 11
 KAFKA_STORAGE_ERROR = 56
+# How long a transaction marker waits for its replication (Kafka's request.timeout.ms
+# default): the coordinator sends it again after a timeout.
+MARKER_REPLICATION_TIMEOUT_MS = 30_000
+FENCED_LEADER_EPOCH = 74
+INCONSISTENT_TOPIC_ID = 103
+OFFSET_MOVED_TO_TIERED_STORAGE = 109
+
+__all__ = [
+    "FencedLeaderEpochError",
+    "NotLeaderError",
+    "UnknownLeaderEpochError",
+]
 
 
-class NotLeaderError(CoreError):
-    """NOT_LEADER_OR_FOLLOWER."""
+class UnknownTopicOrPartitionError(CoreError):
+    """UNKNOWN_TOPIC_OR_PARTITION: no such partition in the cluster."""
 
-    error_code = 6
-
-
-class FencedLeaderEpochError(CoreError):
-    """FENCED_LEADER_EPOCH: the client's leader epoch is older than the broker's."""
-
-    error_code = 74
+    error_code = 3
 
 
-class UnknownLeaderEpochError(CoreError):
-    """UNKNOWN_LEADER_EPOCH: the client's leader epoch is newer than the broker's."""
+class LeadershipListener(Protocol):
+    """Told, on the event loop, once a controller request changed roles."""
 
-    error_code = 75
+    def on_partitions_changed(
+        self, leaders: Sequence[Partition], followers: Sequence[Partition]
+    ) -> None:
+        """These partitions are now led here / followed here (new or changed role, or a new
+        leader epoch)."""
+        ...
 
-
-class Partition:
-    """A partition this broker leads."""
-
-    def __init__(self, topic: TopicInfo, index: int, log: PartitionLog, leader_epoch: int) -> None:
-        self.topic = topic.name
-        self.topic_id = topic.topic_id
-        self.index = index
-        self.log = log
-        self.leader_epoch = leader_epoch
-
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.index)
-
-    def check_leader_epoch(self, current_leader_epoch: int) -> None:
-        """Kafka's check of a request's current leader epoch (-1 = not given)."""
-        if current_leader_epoch < 0:
-            return
-        if current_leader_epoch < self.leader_epoch:
-            raise FencedLeaderEpochError(
-                f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}"
-            )
-        if current_leader_epoch > self.leader_epoch:
-            raise UnknownLeaderEpochError(
-                f"leader epoch {current_leader_epoch} is newer than {self.leader_epoch}"
-            )
-
-    def append_as_leader(self, records: bytearray) -> LogAppendInfo:
-        info = self.log.append_as_leader(records, self.leader_epoch)
-        # The only replica: everything appended is replicated, the HW is the log end.
-        self.log.update_high_watermark(self.log.log_end_offset)
-        return info
-
-    def append_as_coordinator(self, records: bytearray) -> LogAppendInfo:
-        """Append batches of this broker's coordinators: transaction markers and
-        transactional offset commits (Kafka's AppendOrigin.COORDINATOR)."""
-        info = self.log.append_as_coordinator(records, self.leader_epoch)
-        self.log.update_high_watermark(self.log.log_end_offset)
-        return info
-
-    @property
-    def high_watermark(self) -> int:
-        return self.log.high_watermark
-
-    @property
-    def last_stable_offset(self) -> int:
-        return self.log.last_stable_offset
+    def on_partitions_stopped(self, stopped: Sequence[TopicPartition], deleted: bool) -> None:
+        """These partitions are no longer replicas here; ``deleted``: their logs are gone."""
+        ...
 
 
 @dataclass(slots=True)
@@ -121,6 +133,8 @@ class FetchRequestPartition:
     max_bytes: int
     current_leader_epoch: int = -1
     topic_id: uuid.UUID | None = None
+    last_fetched_epoch: int = -1  # Fetch v12+
+    log_start_offset: int = -1  # a follower's log start offset
 
 
 @dataclass(slots=True)
@@ -132,6 +146,9 @@ class FetchPartitionResult:
     records: bytes | None = None
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
     remote: bool = False  # to be read from the remote tier
+    diverging_epoch: EpochEndOffset | None = None  # a follower must truncate first
+    leader_log_end_offset: int = -1  # at the read (a follower's caught-up rule)
+    fetch_time_ms: int = 0  # when it was read, on the replica-lag clock
 
 
 @dataclass(slots=True)
@@ -141,18 +158,54 @@ class FetchParams:
     max_bytes: int
     isolation_level: int
     partitions: list[FetchRequestPartition] = field(default_factory=list)
+    replica_id: int = -1  # a follower's broker id; -1 for consumers
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
 
 
 class ReplicaManager:
-    """Produce, fetch and offset queries over the partitions of this broker."""
+    """The partitions of this broker: roles, produce, fetch and offset queries.
 
-    def __init__(self, log_manager: LogManager, topics: TopicRegistry, timer: Timer) -> None:
+    Args:
+        log_manager: the logs.
+        timer: the purgatories' timer.
+        metadata_cache: what the cluster looks like (leaders for NOT_LEADER_OR_FOLLOWER
+            hints, the leaders' endpoints for the fetchers).
+        settings: replica.* settings.
+        max_fetch_version: the highest Fetch version followers send (below 12 they
+            truncate with OffsetsForLeaderEpoch only).
+        clock: replica-lag time in milliseconds (monotonic).
+    """
+
+    def __init__(
+        self,
+        log_manager: LogManager,
+        timer: Timer,
+        metadata_cache: MetadataCache,
+        settings: ReplicationSettings | None = None,
+        *,
+        max_fetch_version: int = FETCH_MAX_VERSION,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
         self.remote: RemoteTier | None = None  # plugged in by the composition root
         self.log_manager = log_manager
-        self.topics = topics
         self.timer = timer
+        self.metadata_cache = metadata_cache
+        self.settings = settings or ReplicationSettings()
+        self.max_fetch_version = max_fetch_version
+        self._clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
-        self.stopping = False  # the broker is shutting down: topic creations stop early
+        self.controller_epoch = -1  # of the last controller request applied
+        self.stopping = False  # the broker is shutting down: role changes stop early
+        self._isr_writer: IsrWriter = LocalIsrWriter()
+        self.fetchers: ReplicaFetcherManager | None = None  # set_node_client
+        self._listener_name: str | None = None
+        self._listeners: list[LeadershipListener] = []
+        self._state_change_lock = asyncio.Lock()
+        self._shrink_handle: asyncio.TimerHandle | None = None
+        self._adoption: asyncio.Future[None] | None = None  # see set_node_client
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory(
             "Fetch", timer
         )
@@ -163,120 +216,542 @@ class ReplicaManager:
             DelayedOperationPurgatory("RemoteFetch", timer)
         )
 
-    # -- partitions ------------------------------------------------------------------------
-    def open_topic(self, info: TopicInfo) -> list[Partition]:
-        """Open (creating where needed) the logs of every partition of a topic, blocking:
-        for start-up, before the broker serves. ``open_topic_in_steps`` is the serving
-        broker's way."""
-        self.register(info, self.open_logs(info, self._not_open(info, range(info.partitions))))
-        return [self.partitions[(info.name, index)] for index in range(info.partitions)]
+    # -- what partitions and fetchers see (ReplicaHost, FollowerTarget) ----------------------
+    @property
+    def broker_id(self) -> int:
+        return self.metadata_cache.broker_id
 
-    async def open_topic_in_steps(self, info: TopicInfo) -> bool:
-        """Open the logs of a topic's partitions on executor threads, ``PARTITIONS_PER_STEP``
-        at a time, each step registered on the event loop as it completes, so that the loop
-        serves other requests meanwhile. A partition not yet open is absent from
-        ``partitions`` (Metadata answers LEADER_NOT_AVAILABLE for it, as Kafka does while a
-        leader is being elected). Returns False if ``stopping`` cut it short (the next
-        start opens the rest)."""
-        loop = asyncio.get_running_loop()
-        for first in range(0, info.partitions, PARTITIONS_PER_STEP):
-            if self.stopping:
-                return False
-            step = range(first, min(first + PARTITIONS_PER_STEP, info.partitions))
-            logs = await loop.run_in_executor(
-                None, self.open_logs, info, self._not_open(info, step)
-            )
-            self.register(info, logs)
-        return True
+    @property
+    def replica_lag_time_max_ms(self) -> int:
+        return self.settings.replica_lag_time_max_ms
 
-    def _not_open(self, info: TopicInfo, indexes: range) -> list[int]:
-        return [i for i in indexes if (info.name, i) not in self.partitions]
+    @property
+    def isr_writer(self) -> IsrWriter:
+        return self._isr_writer
 
-    def open_logs(self, info: TopicInfo, indexes: Iterable[int]) -> list[PartitionLog]:
-        """Open or create the logs of some partitions of a topic (blocking disk work,
-        thread-safe): the logs, in the order of ``indexes``."""
-        logs = self.log_manager.get_or_create_logs(
-            info.name, indexes, self.topics.log_config(info.name)
-        )
-        for plog in logs:
-            write_partition_metadata(plog.dir, info.topic_id)
-            # Becoming leader with an ISR of one: the high watermark is the log end at
-            # once (Kafka's maybeIncrementHighWatermark), not the last checkpoint, or
-            # records acknowledged after that checkpoint stay invisible after a crash
-            # until the next produce.
-            plog.update_high_watermark(plog.log_end_offset)
-        return logs
+    def clock_ms(self) -> int:
+        return self._clock()
 
-    def register(self, info: TopicInfo, logs: Iterable[PartitionLog]) -> None:
-        """Lead the partitions of opened logs (on the event loop)."""
-        for plog in logs:
-            tp = (info.name, plog.partition)
-            if tp in self.partitions:
-                continue
-            index = plog.partition
-            epoch = info.leader_epochs[index] if index < len(info.leader_epochs) else 0
-            plog.inline_flush = False  # fsyncs go to a thread: see append()
-            self.partitions[tp] = Partition(info, index, plog, epoch)
-
-    def remove_topic(self, name: str) -> None:
-        """Stop leading a topic's partitions and delete their logs, blocking."""
-        for tp in self.forget_topic(name):
-            self.log_manager.delete_log(*tp)
-
-    async def remove_topic_in_steps(self, info: TopicInfo) -> None:
-        """Stop leading a topic's partitions at once, then delete their logs on executor
-        threads, ``PARTITIONS_PER_STEP`` at a time (also logs never registered, such as
-        those of a creation cut short)."""
-        self.forget_topic(info.name)
-        loop = asyncio.get_running_loop()
-        for first in range(0, info.partitions, PARTITIONS_PER_STEP):
-            indexes = range(first, min(first + PARTITIONS_PER_STEP, info.partitions))
-            await loop.run_in_executor(None, self._delete_logs, info.name, indexes)
-
-    def _delete_logs(self, name: str, indexes: range) -> None:
-        for index in indexes:
-            self.log_manager.delete_log(name, index)
-
-    def forget_topic(self, name: str) -> list[TopicPartition]:
-        """Drop a topic's partitions from those led; fetches waiting on them complete."""
-        gone = [tp for tp in self.partitions if tp[0] == name]
-        for tp in gone:
-            del self.partitions[tp]
+    def on_high_watermark_advanced(self, partition: Partition) -> None:
+        tp = partition.tp
+        if self.produce_purgatory.watched():
+            self.produce_purgatory.check_and_complete(tp)
+        if self.fetch_purgatory.watched():
             self.fetch_purgatory.check_and_complete(tp)
-        return gone
 
+    # -- wiring ------------------------------------------------------------------------------
+    def set_isr_writer(self, writer: IsrWriter) -> None:
+        """Where leaders record ISR changes (ZooKeeper in cluster mode)."""
+        self._isr_writer = writer
+
+    def set_node_client(self, client: NodeClient, listener: str) -> None:
+        """Fetch as a follower through ``client``, reaching leaders on ``listener`` (the
+        inter-broker listener). Partitions followed already start fetching."""
+        self._listener_name = listener
+        self.fetchers = ReplicaFetcherManager(
+            self, client, self.settings, max_fetch_version=self.max_fetch_version
+        )
+        if any(not p.is_leader for p in self.partitions.values()):
+            self._adoption = asyncio.ensure_future(self._fetch_followed())
+
+    async def _fetch_followed(self) -> None:
+        async with self._state_change_lock:
+            await self._add_fetchers([p for p in self.partitions.values() if not p.is_leader])
+
+    def add_leadership_listener(self, listener: LeadershipListener) -> None:
+        self._listeners.append(listener)
+
+    def startup(self) -> None:
+        """Start the periodic ISR check (on the running loop)."""
+        self._schedule_isr_check()
+
+    def _schedule_isr_check(self) -> None:
+        # Kafka checks every half of the lag time.
+        interval = max(self.settings.replica_lag_time_max_ms // 2, 10) / 1000
+        self._shrink_handle = asyncio.get_running_loop().call_later(interval, self._check_isrs)
+
+    def _check_isrs(self) -> None:
+        self._schedule_isr_check()
+        now = self.clock_ms()
+        for partition in list(self.partitions.values()):
+            if partition.is_leader:
+                partition.maybe_shrink_isr(now)
+
+    async def shutdown(self) -> None:
+        """Stop the fetchers and the ISR check; waiting operations are dropped."""
+        self.stopping = True
+        if self._shrink_handle is not None:
+            self._shrink_handle.cancel()
+            self._shrink_handle = None
+        if self.fetchers is not None:
+            await self.fetchers.shutdown()
+        self.fetch_purgatory.shutdown()
+        self.produce_purgatory.shutdown()
+        self.remote_fetch_purgatory.shutdown()
+
+    # -- lookups -----------------------------------------------------------------------------
     def partition(self, topic: str, index: int) -> Partition | None:
+        """The hosted partition, leader or follower."""
         return self.partitions.get((topic, index))
 
+    def missing_partition_error(self, tp: TopicPartition) -> int:
+        """The error for a partition not hosted here (Kafka's getPartitionOrError):
+        NOT_LEADER_OR_FOLLOWER if the cluster has it, else UNKNOWN_TOPIC_OR_PARTITION."""
+        if self.metadata_cache.partition(tp) is not None:
+            return NOT_LEADER_OR_FOLLOWER
+        return UNKNOWN_TOPIC_OR_PARTITION
+
+    def leader_partition(self, topic: str, index: int) -> Partition:
+        """The partition if this broker leads it.
+
+        Raises:
+            NotLeaderError, UnknownTopicOrPartitionError.
+        """
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            if self.missing_partition_error((topic, index)) == NOT_LEADER_OR_FOLLOWER:
+                raise NotLeaderError(f"broker {self.broker_id} hosts no replica of {topic}-{index}")
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{index}")
+        partition.check_leader()
+        return partition
+
+    # -- roles: the controller's requests ----------------------------------------------------
+    async def become_leader_or_follower(
+        self, controller_id: int, controller_epoch: int, states: Sequence[PartitionState]
+    ) -> dict[TopicPartition, int]:
+        """Apply a LeaderAndIsr (Kafka's becomeLeaderOrFollower).
+
+        Per partition: UNKNOWN_TOPIC_OR_PARTITION if this broker is not one of its replicas,
+        INCONSISTENT_TOPIC_ID if it is hosted under another topic id, FENCED_LEADER_EPOCH
+        for a leader epoch older than the hosted one (the same epoch is applied only when it
+        brings a newer partition epoch, else answered without change),
+        KAFKA_STORAGE_ERROR if its log cannot be opened, BROKER_NOT_AVAILABLE if the
+        broker began stopping first; else NONE once the role is applied.
+
+        Returns:
+            The error code of every partition of ``states``; all STALE_CONTROLLER_EPOCH if
+            ``controller_epoch`` is older than the last one applied.
+        """
+        async with self._state_change_lock:
+            if controller_epoch < self.controller_epoch:
+                log.warning(
+                    "LeaderAndIsr from controller %d with epoch %d refused: the latest "
+                    "controller epoch is %d",
+                    controller_id,
+                    controller_epoch,
+                    self.controller_epoch,
+                )
+                return dict.fromkeys((s.tp for s in states), STALE_CONTROLLER_EPOCH)
+            self.controller_epoch = controller_epoch
+            errors: dict[TopicPartition, int] = {}
+            accepted = [s for s in states if self._accepts(s, errors)]
+            leaders: list[Partition] = []
+            followers: list[Partition] = []
+            for first in range(0, len(accepted), PARTITIONS_PER_STEP):
+                step = accepted[first : first + PARTITIONS_PER_STEP]
+                if self.stopping:
+                    errors.update(dict.fromkeys((s.tp for s in step), BROKER_NOT_AVAILABLE))
+                    continue
+                led, followed = await self._apply_step(step, errors)
+                leaders += led
+                followers += followed
+            if leaders or followers:
+                for listener in self._listeners:
+                    listener.on_partitions_changed(leaders, followers)
+            return errors
+
+    def _accepts(self, state: PartitionState, errors: dict[TopicPartition, int]) -> bool:
+        tp = state.tp
+        errors[tp] = NONE
+        if self.broker_id not in state.replicas:
+            log.warning(
+                "LeaderAndIsr for %s-%d ignored: broker %d is not among its replicas %s",
+                *tp,
+                self.broker_id,
+                list(state.replicas),
+            )
+            errors[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            return False
+        current = self.partitions.get(tp)
+        if current is None:
+            return True
+        if state.topic_id != ZERO_UUID and current.topic_id not in (ZERO_UUID, state.topic_id):
+            errors[tp] = INCONSISTENT_TOPIC_ID
+            return False
+        if state.leader_epoch < current.leader_epoch:
+            log.warning(
+                "LeaderAndIsr for %s-%d refused: leader epoch %d is older than %d",
+                *tp,
+                state.leader_epoch,
+                current.leader_epoch,
+            )
+            errors[tp] = FENCED_LEADER_EPOCH
+            return False
+        # The same epoch is new only with a newer partition epoch (an ISR the controller
+        # changed) or another leader; else the controller sends its state again.
+        return (
+            state.leader_epoch > current.leader_epoch
+            or state.leader_and_isr.partition_epoch > current.partition_epoch
+            or state.leader != current.leader_id
+        )
+
+    async def _apply_step(
+        self, states: list[PartitionState], errors: dict[TopicPartition, int]
+    ) -> tuple[list[Partition], list[Partition]]:
+        loop = asyncio.get_running_loop()
+        missing = [s for s in states if s.tp not in self.partitions]
+        logs: dict[TopicPartition, PartitionLog] = {}
+        if missing:
+            logs, failed = await loop.run_in_executor(None, self._open_logs, missing)
+            errors.update(dict.fromkeys(failed, KAFKA_STORAGE_ERROR))
+        to_lead: list[tuple[Partition, PartitionState]] = []
+        to_follow: list[tuple[Partition, PartitionState]] = []
+        for state in states:
+            partition = self.partitions.get(state.tp)
+            if partition is None:
+                plog = logs.get(state.tp)
+                if plog is None:
+                    continue  # could not be opened
+                plog.inline_flush = False  # fsyncs go to a thread: see wait_durable()
+                partition = Partition(state.topic, state.topic_id, state.partition, plog, self)
+            if state.leader == self.broker_id:
+                to_lead.append((partition, state))
+            else:
+                to_follow.append((partition, state))
+        leaders = await self._make_leaders(to_lead)
+        followers = await self._make_followers(to_follow)
+        return leaders, followers
+
+    def _open_logs(
+        self, states: list[PartitionState]
+    ) -> tuple[dict[TopicPartition, PartitionLog], list[TopicPartition]]:
+        """Open or create the logs of partitions (blocking, on an executor thread)."""
+        by_topic: dict[str, list[PartitionState]] = {}
+        for state in states:
+            by_topic.setdefault(state.topic, []).append(state)
+        opened: dict[TopicPartition, PartitionLog] = {}
+        failed: list[TopicPartition] = []
+        for topic, parts in by_topic.items():
+            try:
+                logs = self.log_manager.get_or_create_logs(topic, [s.partition for s in parts])
+                for state, plog in zip(parts, logs, strict=True):
+                    if state.topic_id != ZERO_UUID:
+                        write_partition_metadata(plog.dir, state.topic_id)
+                    opened[state.tp] = plog
+            except (CoreError, ValueError, OSError) as e:
+                log.error("cannot open the logs of topic %s: %s", topic, e)
+                failed += [s.tp for s in parts if s.tp not in opened]
+        return opened, failed
+
+    async def _make_leaders(self, pairs: list[tuple[Partition, PartitionState]]) -> list[Partition]:
+        if not pairs:
+            return []
+        # Kafka's order: no fetcher touches the logs any more, then the role changes.
+        await self._remove_fetchers([p.tp for p, _ in pairs])
+        new_epochs = []
+        for partition, state in pairs:
+            if partition.make_leader(state):
+                new_epochs.append(partition)
+            self.partitions[partition.tp] = partition
+        if new_epochs:
+            # The epoch cache takes the new epochs' start offsets at once (Kafka's
+            # makeLeader); appends in between assign the same start themselves.
+            await asyncio.get_running_loop().run_in_executor(
+                None, self._assign_epoch_starts, new_epochs
+            )
+        return [p for p, _ in pairs]
+
+    @staticmethod
+    def _assign_epoch_starts(partitions: list[Partition]) -> None:
+        for partition in partitions:
+            try:
+                partition.assign_epoch_start_offset()
+            except CoreError as e:
+                log.error("%s-%d: cannot record the epoch start: %s", *partition.tp, e)
+
+    async def _make_followers(
+        self, pairs: list[tuple[Partition, PartitionState]]
+    ) -> list[Partition]:
+        if not pairs:
+            return []
+        restart = [p for p, s in pairs if self._needs_fetcher_restart(p, s)]
+        # No fetcher may act on a partition while its role and leader change.
+        await self._remove_fetchers([p.tp for p in restart])
+        for partition, state in pairs:
+            partition.make_follower(state)
+            self.partitions[partition.tp] = partition
+        for partition in restart:
+            # Produces waiting for acks=all and fetches of a deposed leader end now.
+            self.produce_purgatory.check_and_complete(partition.tp)
+            self.fetch_purgatory.check_and_complete(partition.tp)
+        await self._add_fetchers(restart)
+        return [p for p, _ in pairs]
+
+    def _needs_fetcher_restart(self, partition: Partition, state: PartitionState) -> bool:
+        if partition.tp not in self.partitions or partition.is_leader:
+            return True
+        if partition.leader_id != state.leader or partition.leader_epoch != state.leader_epoch:
+            return True
+        fetchers = self.fetchers
+        return fetchers is not None and fetchers.fetch_state(partition.tp) is None
+
+    async def _add_fetchers(self, partitions: Iterable[Partition]) -> None:
+        initial: dict[TopicPartition, InitialFetchState] = {}
+        for partition in partitions:
+            if partition.is_leader or partition.leader_id == NO_LEADER:
+                continue  # no leader to fetch from: the next LeaderAndIsr names one
+            plog = partition.log
+            latest = plog.latest_epoch
+            initial[partition.tp] = InitialFetchState(
+                topic_id=partition.topic_id,
+                leader_id=partition.leader_id,
+                leader_epoch=partition.leader_epoch,
+                # With epochs the log end (truncation is found from there), else the high
+                # watermark, where a log without epochs truncates (Kafka's initial offset).
+                fetch_offset=plog.log_end_offset if latest is not None else plog.high_watermark,
+                last_fetched_epoch=latest,
+            )
+        if not initial:
+            return
+        if self.fetchers is None:
+            log.warning(
+                "broker %d follows %d partitions but has no inter-broker client to fetch them",
+                self.broker_id,
+                len(initial),
+            )
+            return
+        await self.fetchers.add_partitions(initial)
+
+    async def _remove_fetchers(self, tps: list[TopicPartition]) -> None:
+        if self.fetchers is not None and tps:
+            await self.fetchers.remove_partitions(tps)
+
+    async def stop_replicas(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        partitions: Sequence[StopReplicaPartition],
+    ) -> dict[TopicPartition, int]:
+        """Apply a StopReplica (Kafka's stopReplicas): stop fetching and serving the
+        partitions, and delete their logs where asked (also logs of partitions not hosted).
+
+        Per partition: FENCED_LEADER_EPOCH if its leader epoch is older than the hosted one
+        (-1 and -2, a deletion, skip the check); KAFKA_STORAGE_ERROR if a log could not be
+        deleted; else NONE.
+
+        Returns:
+            The error code of every partition; all STALE_CONTROLLER_EPOCH for an old
+            controller epoch.
+        """
+        async with self._state_change_lock:
+            if controller_epoch < self.controller_epoch:
+                log.warning(
+                    "StopReplica from controller %d with epoch %d refused: the latest "
+                    "controller epoch is %d",
+                    controller_id,
+                    controller_epoch,
+                    self.controller_epoch,
+                )
+                return dict.fromkeys((p.tp for p in partitions), STALE_CONTROLLER_EPOCH)
+            self.controller_epoch = controller_epoch
+            errors: dict[TopicPartition, int] = {}
+            stopping: list[StopReplicaPartition] = []
+            for entry in partitions:
+                current = self.partitions.get(entry.tp)
+                errors[entry.tp] = NONE
+                if (
+                    current is not None
+                    and entry.leader_epoch not in (EPOCH_DURING_DELETE, NO_EPOCH)
+                    and entry.leader_epoch < current.leader_epoch
+                ):
+                    errors[entry.tp] = FENCED_LEADER_EPOCH
+                    continue
+                stopping.append(entry)
+            await self._remove_fetchers([e.tp for e in stopping])
+            for entry in stopping:
+                partition = self.partitions.pop(entry.tp, None)
+                if partition is not None:
+                    partition.make_stopped()
+                    self.produce_purgatory.check_and_complete(entry.tp)
+                    self.fetch_purgatory.check_and_complete(entry.tp)
+            doomed = [e.tp for e in stopping if e.delete]
+            loop = asyncio.get_running_loop()
+            for first in range(0, len(doomed), PARTITIONS_PER_STEP):
+                step = doomed[first : first + PARTITIONS_PER_STEP]
+                failed = await loop.run_in_executor(None, self._delete_logs, step)
+                errors.update(dict.fromkeys(failed, KAFKA_STORAGE_ERROR))
+            kept = [e.tp for e in stopping if not e.delete]
+            for listener in self._listeners:
+                if doomed:
+                    listener.on_partitions_stopped(doomed, True)
+                if kept:
+                    listener.on_partitions_stopped(kept, False)
+            return errors
+
+    def _delete_logs(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        failed = []
+        for topic, index in tps:
+            try:
+                self.log_manager.delete_log(topic, index)
+            except (CoreError, OSError) as e:
+                log.error("cannot delete the log of %s-%d: %s", topic, index, e)
+                failed.append((topic, index))
+        return failed
+
+    # -- single-replica topics, blocking (tests, tools without a controller) ---------------
+    def open_topic(self, info: TopicInfo) -> list[Partition]:
+        """Lead every partition of a topic as its only replica, blocking (before an event
+        loop serves: tools and tests). A broker goes through its controller instead."""
+        states = [
+            PartitionState(
+                topic=info.name,
+                topic_id=info.topic_id,
+                partition=index,
+                controller_epoch=max(self.controller_epoch, 0),
+                leader_and_isr=LeaderAndIsr(
+                    leader=self.broker_id,
+                    leader_epoch=(
+                        info.leader_epochs[index] if index < len(info.leader_epochs) else 0
+                    ),
+                    isr=(self.broker_id,),
+                ),
+                replicas=(self.broker_id,),
+            )
+            for index in range(info.partitions)
+        ]
+        missing = [s for s in states if s.tp not in self.partitions]
+        logs, failed = self._open_logs(missing)
+        if failed:
+            raise CoreError(f"cannot open the logs of {failed}")
+        for state in missing:
+            plog = logs[state.tp]
+            plog.inline_flush = False
+            partition = Partition(info.name, info.topic_id, state.partition, plog, self)
+            partition.make_leader(state)
+            partition.assign_epoch_start_offset()
+            self.partitions[state.tp] = partition
+        return [self.partitions[s.tp] for s in states]
+
+    def remove_topic(self, name: str) -> None:
+        """Stop serving a topic's partitions and delete their logs, blocking."""
+        for tp in [tp for tp in self.partitions if tp[0] == name]:
+            self.partitions.pop(tp).make_stopped()
+            self.fetch_purgatory.check_and_complete(tp)
+            self.log_manager.delete_log(*tp)
+
+    # -- follower side (the fetchers' FollowerTarget) ----------------------------------------
+    def follower(self, tp: TopicPartition, leader_epoch: int) -> Partition | None:
+        partition = self.partitions.get(tp)
+        if partition is None or partition.is_leader or partition.leader_epoch != leader_epoch:
+            return None
+        return partition
+
+    def leader_endpoint(self, leader_id: int) -> NodeEndpoint | None:
+        if self._listener_name is None:
+            return None
+        endpoint = self.metadata_cache.endpoint(leader_id, self._listener_name)
+        return None if endpoint is None else NodeEndpoint(leader_id, endpoint.host, endpoint.port)
+
+    async def truncate_to(self, partition: Partition, offset: int) -> None:
+        """Truncate a follower's log (and write its checkpoints), on a thread."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.truncate_to, partition.topic, partition.index, offset
+        )
+
+    async def truncate_fully_and_start_at(self, partition: Partition, offset: int) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None,
+            self.log_manager.truncate_fully_and_start_at,
+            partition.topic,
+            partition.index,
+            offset,
+        )
+
+    async def append_as_follower(self, partition: Partition, records: bytes) -> LogAppendInfo:
+        """Append fetched batches (a page-cache write on the loop; an fsync due by the
+        flush policy on a thread).
+
+        Raises:
+            CoreError subclasses of ``PartitionLog.append_as_follower``.
+        """
+        plog = partition.log
+        try:
+            info = plog.append_as_follower(records)
+        except UnexpectedAppendOffsetError as e:
+            # Kafka's one recovery: an empty log and a first batch straddling its end (the
+            # leader's log start moved inside a batch); anything else is a wrong position.
+            end = plog.log_end_offset
+            if not (end == plog.log_start_offset and e.first_offset < end <= e.last_offset):
+                raise
+            log.info(
+                "%s-%d: restarting the empty log at %d, the first offset of the fetched batch",
+                *partition.tp,
+                e.first_offset,
+            )
+            await self.truncate_fully_and_start_at(partition, e.first_offset)
+            info = plog.append_as_follower(records)
+        await self.wait_durable(partition)
+        return info
+
+    async def update_log_start_offset(self, partition: Partition, leader_log_start: int) -> None:
+        plog = partition.log
+        target = min(leader_log_start, plog.high_watermark)
+        if target > plog.log_start_offset:
+            await asyncio.get_running_loop().run_in_executor(
+                None, plog.maybe_increment_log_start_offset, target, "the leader's log start"
+            )
+
     # -- produce ---------------------------------------------------------------------------
-    def append(self, partition: Partition, records: bytearray) -> LogAppendInfo:
+    def append(
+        self, partition: Partition, records: bytearray, required_acks: int = 1
+    ) -> LogAppendInfo:
         """Append client batches to a leader partition and wake fetches waiting on it.
 
         Runs on the event loop without waiting: a write to the page cache. When the flush
         policy asks for an fsync, ``wait_durable`` performs it on a thread.
 
         Raises:
-            CoreError subclasses carrying the Kafka error code for the partition.
+            CoreError subclasses carrying the Kafka error code for the partition
+            (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS for acks=-1, the log's).
         """
-        info = partition.append_as_leader(records)
-        if not info.duplicate and self.fetch_purgatory.watched():
+        hw_before = partition.log.high_watermark
+        info = partition.append_as_leader(records, required_acks)
+        # Followers' fetches wait for appends; consumers' for the high watermark, whose move
+        # has woken the fetches already.
+        if (
+            not info.duplicate
+            and partition.log.high_watermark == hw_before
+            and self.fetch_purgatory.watched()
+        ):
             self.fetch_purgatory.check_and_complete(partition.tp)
         return info
 
-    def append_marker(self, topic: str, index: int, batch: bytearray) -> None:
+    def append_marker(self, topic: str, index: int, batch: bytearray) -> int:
         """Append a transaction marker to a partition led here, waking its fetches (the
-        LSO may move). ``MarkerPartitions`` of core.server.transaction_marker_channel.
+        LSO may move); returns the log end offset after it (what its replication waits
+        for). ``MarkerPartitions`` of core.server.transaction_marker_channel.
 
         Raises:
-            LookupError: the partition is not led here.
-            CoreError: the log refused the marker.
+            LookupError: the partition is not hosted here.
+            CoreError: not its leader (NOT_LEADER_OR_FOLLOWER), fewer in-sync replicas
+                than ``min.insync.replicas`` (markers are written with acks=all, as
+                Kafka's are), or the log refused the marker.
         """
         partition = self.partition(topic, index)
         if partition is None:
-            raise LookupError(f"{topic}-{index} is not led here")
+            raise LookupError(f"{topic}-{index} is not hosted here")
         partition.append_as_coordinator(batch)
         if self.fetch_purgatory.watched():
             self.fetch_purgatory.check_and_complete(partition.tp)
+        return partition.log.log_end_offset
+
+    async def wait_marker_replicated(self, topic: str, index: int, end: int) -> int:
+        """Wait until the in-sync replicas of a partition have its log up to ``end``;
+        returns the error code (0, or as ``wait_replicated``)."""
+        partition = self.partition(topic, index)
+        if partition is None:
+            return NOT_LEADER_OR_FOLLOWER
+        return await self.wait_replicated(partition, end, MARKER_REPLICATION_TIMEOUT_MS)
 
     async def wait_durable_always(self, partition: Partition) -> None:
         """fsync the partition off the event loop, whatever ``flush.messages`` says (the
@@ -293,12 +768,12 @@ class ReplicaManager:
     ) -> int:
         """acks=-1: wait until the high watermark reaches ``required_offset``.
 
-        Returns the error code (0, or REQUEST_TIMED_OUT). With one replica the high
-        watermark moves with the append, so this completes at once; the DelayedProduce
-        path is the one replication will use.
+        Returns the error code: 0; NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is below
+        ``min.insync.replicas`` when it does; NOT_LEADER_OR_FOLLOWER if the leadership moved
+        first; REQUEST_TIMED_OUT after ``timeout_ms``.
         """
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        op = DelayedProduce(partition, required_offset, timeout_ms, future)
+        op = DelayedProduce(self, partition.tp, required_offset, timeout_ms, future)
         self.produce_purgatory.try_complete_else_watch(op, [partition.tp])
         return await future
 
@@ -309,24 +784,47 @@ class ReplicaManager:
         Kafka's rules: the first partition with data may exceed the limits (at least one
         batch, so a batch larger than the limits is never stuck); the response stays within
         ``max_bytes`` otherwise; each partition within its ``partition_max_bytes``.
+        Consumers read up to the high watermark (the last stable offset for READ_COMMITTED),
+        followers up to the log end; a fetch naming its last fetched epoch (v12+) gets a
+        ``diverging_epoch`` instead of records when that epoch is off the leader's lineage.
         """
         results: list[FetchPartitionResult] = []
         remaining = params.max_bytes
         gathered = 0
         min_one_message = True
+        from_follower = params.is_from_follower
+        now = self.clock_ms()
         for req in params.partitions:
-            result = FetchPartitionResult()
+            result = FetchPartitionResult(fetch_time_ms=now)
             results.append(result)
-            partition = self.partitions.get((req.topic, req.partition))
+            tp = (req.topic, req.partition)
+            partition = self.partitions.get(tp)
             if partition is None:
-                result.error = 3  # UNKNOWN_TOPIC_OR_PARTITION
+                result.error = self.missing_partition_error(tp)
                 continue
             plog = partition.log
             try:
+                partition.check_leader()
                 partition.check_leader_epoch(req.current_leader_epoch)
-                hw = plog.high_watermark
-                lso = partition.last_stable_offset
-                max_offset = lso if params.isolation_level == READ_COMMITTED else hw
+            except CoreError as e:
+                result.error = e.error_code
+                continue
+            # As of the read: appends after it must not keep a follower out of the ISR.
+            hw = plog.high_watermark
+            lso = partition.last_stable_offset
+            result.high_watermark = hw
+            result.last_stable_offset = lso
+            result.log_start_offset = plog.log_start_offset
+            result.leader_log_end_offset = plog.log_end_offset
+            try:
+                diverging = plog.diverging_epoch(req.fetch_offset, req.last_fetched_epoch)
+                if diverging is not None:
+                    result.diverging_epoch = diverging
+                    continue
+                if from_follower:
+                    max_offset = None
+                else:
+                    max_offset = lso if params.isolation_level == READ_COMMITTED else hw
                 limit = min(req.max_bytes, remaining)
                 info = plog.read(
                     req.fetch_offset,
@@ -335,10 +833,9 @@ class ReplicaManager:
                     min_one_message=min_one_message,
                 )
             except OffsetOutOfRangeError:
-                result.high_watermark = plog.high_watermark
-                result.log_start_offset = plog.log_start_offset
-                if self._in_remote_range(plog, req.fetch_offset):
-                    result.last_stable_offset = partition.last_stable_offset
+                if from_follower and self._moved_to_remote(plog, req.fetch_offset):
+                    result.error = OFFSET_MOVED_TO_TIERED_STORAGE
+                elif not from_follower and self._in_remote_range(plog, req.fetch_offset):
                     result.remote = True  # served by the remote tier, see fetch()
                 else:
                     result.error = OffsetOutOfRangeError.error_code
@@ -346,9 +843,6 @@ class ReplicaManager:
             except CoreError as e:
                 result.error = e.error_code
                 continue
-            result.high_watermark = hw
-            result.last_stable_offset = lso
-            result.log_start_offset = plog.log_start_offset
             if info.records is not None and info.records.size > 0:
                 data = info.records.read_bytes()
                 result.records = data
@@ -357,7 +851,7 @@ class ReplicaManager:
                 min_one_message = False
                 if params.isolation_level == READ_COMMITTED:
                     upper = req.fetch_offset + len(data)  # a bound: offsets <= bytes
-                    txns = plog.collect_aborted_txns(req.fetch_offset, max(upper, max_offset))
+                    txns = plog.collect_aborted_txns(req.fetch_offset, max(upper, lso))
                     result.aborted = [(t.producer_id, t.first_offset) for t in txns]
             elif params.isolation_level == READ_COMMITTED:
                 result.aborted = []
@@ -369,6 +863,46 @@ class ReplicaManager:
             and plog.config.remote_storage_enable
             and plog.log_start_offset <= offset < plog.local_log_start_offset
         )
+
+    @staticmethod
+    def _moved_to_remote(plog: PartitionLog, offset: int) -> bool:
+        """A follower asking for offsets the leader keeps only in remote storage (Kafka
+        answers OFFSET_MOVED_TO_TIERED_STORAGE)."""
+        return (
+            plog.config.remote_storage_enable
+            and plog.log_start_offset <= offset < plog.local_log_start_offset
+        )
+
+    def update_follower_fetch_states(
+        self, params: FetchParams, results: list[FetchPartitionResult]
+    ) -> None:
+        """A follower's fetch was read: record its positions (ISR, high watermark), and
+        answer the high watermark as it is now. A partition of which the fetching broker is
+        no replica gets no records (Kafka's rule)."""
+        for req, result in zip(params.partitions, results, strict=True):
+            if result.error or result.diverging_epoch is not None:
+                continue
+            partition = self.partitions.get((req.topic, req.partition))
+            if partition is None:
+                continue
+            if not partition.update_follower_fetch_state(
+                params.replica_id,
+                req.fetch_offset,
+                req.log_start_offset,
+                result.fetch_time_ms,
+                result.leader_log_end_offset,
+            ):
+                log.warning(
+                    "broker %d fetched %s-%d but is not one of its replicas %s",
+                    params.replica_id,
+                    req.topic,
+                    req.partition,
+                    list(partition.replicas),
+                )
+                result.records = None
+                continue
+            result.high_watermark = partition.high_watermark
+            result.last_stable_offset = partition.last_stable_offset
 
     async def _fetch_remote(
         self, params: FetchParams, results: list[FetchPartitionResult], gathered: int
@@ -430,6 +964,8 @@ class ReplicaManager:
     async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
         """Read now, or wait (long poll) until ``min_bytes`` are there or ``max_wait_ms``."""
         results, gathered = self.read(params)
+        if params.is_from_follower:
+            self.update_follower_fetch_states(params, results)
         if any(r.remote for r in results):
             # Remote data is "available now": the fetch waits for the remote reads only,
             # never for fetch.min.bytes (Kafka's order).
@@ -438,7 +974,7 @@ class ReplicaManager:
             params.max_wait_ms <= 0
             or gathered >= params.min_bytes
             or not params.partitions
-            or any(r.error for r in results)
+            or any(r.error or r.diverging_epoch is not None for r in results)
         ):
             return results
         future: asyncio.Future[list[FetchPartitionResult]] = (
@@ -451,8 +987,21 @@ class ReplicaManager:
 
     # -- offsets ---------------------------------------------------------------------------
     async def list_offset(
-        self, partition: Partition, timestamp: int, isolation_level: int, current_leader_epoch: int
+        self,
+        partition: Partition,
+        timestamp: int,
+        isolation_level: int,
+        current_leader_epoch: int,
+        *,
+        from_follower: bool = False,
     ) -> TimestampAndOffset | None:
+        """ListOffsets on the leader. Consumers never see offsets above what they may read;
+        a follower (``from_follower``) sees the log end (Kafka: no isolation for replicas).
+
+        Raises:
+            NotLeaderError, FencedLeaderEpochError, UnknownLeaderEpochError.
+        """
+        partition.check_leader()
         partition.check_leader_epoch(current_leader_epoch)
         plog = partition.log
         found = None
@@ -481,8 +1030,8 @@ class ReplicaManager:
                 and (local.timestamp, -local.offset) > (found.timestamp, -found.offset)
             ):
                 found = local
-        if found is None:
-            return None
+        if found is None or from_follower:
+            return found
         # Consumers never see offsets above what they may read (Kafka clamps LATEST too).
         bound = (
             partition.last_stable_offset
@@ -494,7 +1043,13 @@ class ReplicaManager:
         return found
 
     def delete_records(self, partition: Partition, offset: int) -> int:
-        """DeleteRecords: move the log start offset (-1 means the high watermark)."""
+        """DeleteRecords on the leader: move the log start offset (-1 means the high
+        watermark). Followers follow it from the fetch responses.
+
+        Raises:
+            NotLeaderError, OffsetOutOfRangeError.
+        """
+        partition.check_leader()
         target = partition.high_watermark if offset == -1 else offset
         if target < 0 or target > partition.high_watermark:
             raise OffsetOutOfRangeError(
@@ -504,14 +1059,11 @@ class ReplicaManager:
         partition.log.maybe_increment_log_start_offset(target, "DeleteRecords")
         return partition.log.log_start_offset
 
-    def shutdown(self) -> None:
-        self.fetch_purgatory.shutdown()
-        self.produce_purgatory.shutdown()
-        self.remote_fetch_purgatory.shutdown()
-
 
 class DelayedFetch(DelayedOperation):
-    """A fetch waiting for ``min_bytes`` (re-read on every append to its partitions)."""
+    """A fetch waiting for ``min_bytes`` (read again on every append to, and every high
+    watermark move of, its partitions). A follower's positions are recorded again with the
+    final read, as Kafka does."""
 
     def __init__(
         self,
@@ -529,7 +1081,9 @@ class DelayedFetch(DelayedOperation):
         if self.future.done():  # the client went away
             return self.force_complete()
         results, gathered = self.manager.read(self.params)
-        if gathered >= self.params.min_bytes or any(r.error for r in results):
+        if gathered >= self.params.min_bytes or any(
+            r.error or r.diverging_epoch is not None for r in results
+        ):
             self._results = results
             return self.force_complete()
         return False
@@ -543,6 +1097,8 @@ class DelayedFetch(DelayedOperation):
         results = self._results
         if results is None:
             results, _ = self.manager.read(self.params)
+        if self.params.is_from_follower:
+            self.manager.update_follower_fetch_states(self.params, results)
         self.future.set_result(results)
 
 
@@ -607,29 +1163,34 @@ class DelayedRemoteFetch(DelayedOperation):
             self.done.set_result(None)
 
 
-def topic_partitions(infos: Iterable[TopicInfo]) -> list[TopicPartition]:
-    return [(t.name, p) for t in infos for p in range(t.partitions)]
-
-
 class DelayedProduce(DelayedOperation):
-    """An acks=-1 produce waiting for the high watermark to pass its last offset."""
+    """An acks=-1 produce waiting for the high watermark to pass its last offset (Kafka's
+    DelayedProduce): completes when it does, when the partition's leadership moves, or
+    after the produce's timeout (REQUEST_TIMED_OUT)."""
 
     def __init__(
         self,
-        partition: Partition,
+        manager: ReplicaManager,
+        tp: TopicPartition,
         required_offset: int,
         timeout_ms: int,
         future: asyncio.Future[int],
     ) -> None:
         super().__init__(max(timeout_ms, 0))
-        self.partition = partition
+        self.manager = manager
+        self.tp = tp
         self.required_offset = required_offset
         self.future = future
-        self._error = 7  # REQUEST_TIMED_OUT unless the high watermark arrives
+        self._error = REQUEST_TIMED_OUT  # unless the high watermark arrives
 
     def try_complete(self) -> bool:
-        if self.partition.high_watermark >= self.required_offset:
-            self._error = 0
+        partition = self.manager.partitions.get(self.tp)
+        if partition is None:
+            done, error = True, NOT_LEADER_OR_FOLLOWER
+        else:
+            done, error = partition.check_enough_replicas_reached(self.required_offset)
+        if done:
+            self._error = error
             return self.force_complete()
         return False
 

@@ -72,10 +72,16 @@ class TopicInfo:
 
 
 class TopicRegistry:
-    """Thread-safe registry of topics, persisted in ``<dir>/tierlog-metadata.json``."""
+    """Thread-safe registry of topics, persisted in ``<dir>/tierlog-metadata.json``.
 
-    def __init__(self, directory: Path, broker_defaults: Mapping[str, str]) -> None:
-        self.path = directory / REGISTRY_FILE
+    In a cluster (``zookeeper.connect``) ZooKeeper holds the topics: the broker keeps an
+    in-memory registry (``in_memory``) that mirrors what it has learnt of them (names,
+    ids, partition counts, config overrides; ``put`` and ``remove``), so that the parts
+    that look topics up by name or id work the same in both modes.
+    """
+
+    def __init__(self, directory: Path | None, broker_defaults: Mapping[str, str]) -> None:
+        self.path = directory / REGISTRY_FILE if directory is not None else None
         self.broker_defaults = dict(broker_defaults)
         self._lock = threading.RLock()
         self._topics: dict[str, TopicInfo] = {}
@@ -84,9 +90,14 @@ class TopicRegistry:
         self._producer_id_limit = 0
         self._load()
 
+    @classmethod
+    def in_memory(cls, broker_defaults: Mapping[str, str]) -> TopicRegistry:
+        """A registry that is never written to disk (a cluster broker's mirror)."""
+        return cls(None, broker_defaults)
+
     # -- persistence -----------------------------------------------------------------------
     def _load(self) -> None:
-        if not self.path.exists():
+        if self.path is None or not self.path.exists():
             return
         try:
             doc = json.loads(self.path.read_text("utf-8"))
@@ -119,6 +130,8 @@ class TopicRegistry:
         self._next_producer_id = self._producer_id_limit
 
     def _save(self) -> None:
+        if self.path is None:
+            return
         doc = {
             "version": 1,
             "producer_id_limit": self._producer_id_limit,
@@ -164,18 +177,27 @@ class TopicRegistry:
         *,
         validate_only: bool = False,
         topic_id: uuid.UUID | None = None,
+        leader_epochs: tuple[int, ...] | None = None,
     ) -> TopicInfo:
         """Register a topic.
+
+        ``leader_epochs`` (one per partition, default 0) are the partitions' current leader
+        epochs: a topic restored from remote storage continues the epochs of its data.
 
         Raises:
             InvalidTopicError, TopicExistsError, InvalidPartitionsError,
             InvalidConfigError: as Kafka's CreateTopics answers them.
+            ValueError: ``leader_epochs`` does not hold one epoch >= 0 per partition.
         """
         validate_topic_name(name)
         if partitions <= 0:
             raise InvalidPartitionsError(
                 f"Number of partitions must be larger than 0, got {partitions}"
             )
+        if leader_epochs is not None and (
+            len(leader_epochs) != partitions or min(leader_epochs) < 0
+        ):
+            raise ValueError(f"{name}: leader epochs {leader_epochs} for {partitions} partitions")
         LogConfig.from_props(dict(configs), defaults=self.broker_defaults)  # validates
         with self._lock:
             if name in self._topics:
@@ -188,7 +210,7 @@ class TopicRegistry:
                 topic_id=topic_id or uuid.uuid4(),
                 partitions=partitions,
                 configs=dict(configs),
-                leader_epochs=(0,) * partitions,
+                leader_epochs=tuple(leader_epochs) if leader_epochs else (0,) * partitions,
             )
             if validate_only:
                 return info
@@ -264,6 +286,25 @@ class TopicRegistry:
             if self._topics:
                 self._save()
 
+    def put(self, info: TopicInfo) -> None:
+        """Add or replace a topic as it is (a mirror learning of a topic or a change)."""
+        with self._lock:
+            previous = self._topics.get(info.name)
+            if previous is not None and previous.topic_id != info.topic_id:
+                self._by_id.pop(previous.topic_id, None)
+            self._topics[info.name] = info
+            self._by_id[info.topic_id] = info.name
+            self._save()
+
+    def remove(self, name: str) -> TopicInfo | None:
+        """Forget a topic if known (a mirror learning of a deletion); returns it."""
+        with self._lock:
+            info = self._topics.pop(name, None)
+            if info is not None:
+                self._by_id.pop(info.topic_id, None)
+                self._save()
+            return info
+
     def adopt(self, name: str, topic_id: uuid.UUID, partitions: int) -> TopicInfo:
         """Register a topic found in the log dirs but missing from the registry."""
         with self._lock:
@@ -278,6 +319,17 @@ class TopicRegistry:
                 partitions,
             )
             return info
+
+    def reserve_producer_ids_through(self, producer_id: int) -> None:
+        """Never hand out ``producer_id`` or any id below it from now on (persisted): the
+        producer state of restored data names them."""
+        with self._lock:
+            if self._producer_id_limit <= producer_id:
+                self._producer_id_limit = producer_id + 1
+                self._next_producer_id = max(self._next_producer_id, producer_id + 1)
+                self._save()
+            else:
+                self._next_producer_id = max(self._next_producer_id, producer_id + 1)
 
     def allocate_producer_id(self) -> int:
         """A producer id never handed out before, across restarts (persisted in blocks)."""

@@ -36,7 +36,8 @@ from core.server.offsets_topic import OFFSETS_TOPIC
 from core.server.protocol import RequestContext
 from core.server.transaction_coordinator import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 from core.server.transaction_log import TransactionState
-from core.server.transaction_marker_channel import TxnMarker, write_local_markers
+from core.server.transaction_marker_channel import TxnMarker, write_replicated_markers
+from core.server.zookeeper.errors import ZkError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,9 @@ EPOCH = datetime.datetime.fromtimestamp(0, tz=datetime.UTC)
 UNKNOWN_MEMBER_ID = 25
 ILLEGAL_GENERATION = 22
 FENCED_INSTANCE_ID = 82
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 def _for_version(ctx: RequestContext, code: int) -> ErrorCode:
@@ -101,7 +105,13 @@ async def handle_init_producer_id(broker: BrokerServices, ctx: RequestContext, r
     if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH:
         # KIP-360: an idempotent producer re-initialising keeps its id with a new epoch.
         return answer(ErrorCode.none, pid, epoch + 1)
-    return answer(ErrorCode.none, broker.topics.allocate_producer_id(), 0)
+    try:
+        new_pid = await broker.allocate_producer_id()
+    except (CoreError, ZkError) as e:
+        # Kafka answers a failed block allocation with COORDINATOR_NOT_AVAILABLE: retry.
+        log.warning("cannot allocate a producer id: %s", e)
+        return answer(ErrorCode.coordinator_not_available)
+    return answer(ErrorCode.none, new_pid, 0)
 
 
 # -- AddPartitionsToTxn -----------------------------------------------------------------------
@@ -274,6 +284,27 @@ def _txn_commit_error(broker: BrokerServices, request: Any) -> int:
     return 0
 
 
+async def _offsets_replicated(broker: BrokerServices, index: int, end: int) -> int:
+    """Wait until the in-sync replicas of ``__consumer_offsets`` partition ``index`` have
+    everything up to ``end`` (``offsets.commit.timeout.ms``); returns the error code to
+    answer (0: replicated), mapped as Kafka's coordinator maps write errors."""
+    partition = broker.replica_manager.partition(OFFSETS_TOPIC, index)
+    if partition is None:
+        return NOT_COORDINATOR
+    if end < 0:
+        return 0
+    timeout_ms = broker.config.get("offsets.commit.timeout.ms")
+    code = await broker.replica_manager.wait_replicated(partition, end, timeout_ms)
+    if code in (0, NOT_COORDINATOR):
+        return code
+    if code == NOT_LEADER_OR_FOLLOWER:
+        return NOT_COORDINATOR
+    log.warning(
+        "transactional offsets in %s-%d not replicated (error %d)", OFFSETS_TOPIC, index, code
+    )
+    return COORDINATOR_NOT_AVAILABLE
+
+
 async def handle_txn_offset_commit(
     broker: BrokerServices, ctx: RequestContext, request: Any
 ) -> Any:
@@ -326,9 +357,14 @@ async def handle_txn_offset_commit(
             if index is not None and store.journal is not None:
                 journal = store.journal
                 await asyncio.get_running_loop().run_in_executor(None, journal.sync, [index])
-        except CoreError as e:
+                # Kafka's coordinator writes with acks=all: answer once the ISR has it.
+                replicated = await _offsets_replicated(broker, index, store.appended_end(index))
+                if replicated:
+                    layout = [(t, [(i, replicated) for i, _ in rows]) for t, rows in layout]
+        except (CoreError, LookupError) as e:
             log.info("TxnOffsetCommit of %s for group %s failed: %s", txn_id, group, e)
-            layout = [(t, [(i, e.error_code or 0) for i, _ in rows]) for t, rows in layout]
+            failed = e.error_code or 0 if isinstance(e, CoreError) else NOT_COORDINATOR
+            layout = [(t, [(i, failed) for i, _ in rows]) for t, rows in layout]
     return make(
         response_type,
         throttle_time=NO_THROTTLE,
@@ -364,7 +400,7 @@ async def handle_write_txn_markers(
             marker = TxnMarker(
                 m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result, tps
             )
-            codes = write_local_markers(
+            codes = await write_replicated_markers(
                 broker.replica_manager,
                 marker,
                 on_written=broker.on_marker_written,

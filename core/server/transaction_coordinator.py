@@ -61,6 +61,7 @@ from core.server.transaction_metadata import (
     check_transition,
 )
 from core.server.transaction_state_topic import TransactionStateLog
+from core.server.zookeeper.errors import ZkError
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ S = TransactionState
 # Kafka's error codes.
 NONE = 0
 COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 INVALID_REQUEST = 42
 INVALID_PRODUCER_EPOCH = 47
@@ -79,6 +81,22 @@ CONCURRENT_TRANSACTIONS = 51
 PRODUCER_FENCED = 90
 TRANSACTIONAL_ID_NOT_FOUND = 105
 KAFKA_STORAGE_ERROR = 56
+
+
+# Kafka's TransactionStateManager answers a failed write of the log so: the producer finds
+# the coordinator again, or retries the same one.
+NOT_COORDINATOR_WRITE_ERRORS = frozenset({6, KAFKA_STORAGE_ERROR})  # NOT_LEADER_OR_FOLLOWER
+RETRIABLE_WRITE_ERRORS = frozenset({3, 7, 19, 20})  # UNKNOWN_TOPIC_OR_PARTITION, timeouts,
+# NOT_ENOUGH_REPLICAS(_AFTER_APPEND)
+
+
+def write_error(code: int) -> int:
+    """The answer to a request whose ``__transaction_state`` write failed with ``code``."""
+    if code in NOT_COORDINATOR_WRITE_ERRORS:
+        return NOT_COORDINATOR
+    if code in RETRIABLE_WRITE_ERRORS:
+        return COORDINATOR_NOT_AVAILABLE
+    return code
 
 
 OPEN_STATES = frozenset({S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE})
@@ -110,7 +128,8 @@ class TransactionCoordinator:
             after the coordinator).
         state_log: reads and writes the partitions.
         markers: writes COMMIT/ABORT markers in a transaction's partitions.
-        allocate_producer_id: a new producer id, unique in the cluster.
+        allocate_producer_id: a new producer id, unique in the cluster (awaited: in a
+            cluster it may fetch a new block from ZooKeeper).
     """
 
     def __init__(
@@ -118,7 +137,7 @@ class TransactionCoordinator:
         num_partitions: Callable[[], int],
         state_log: TransactionStateLog,
         markers: MarkerChannel,
-        allocate_producer_id: Callable[[], int],
+        allocate_producer_id: Callable[[], Awaitable[int]],
         settings: CoordinatorSettings,
         *,
         clock: Callable[[], int] = now_ms,
@@ -232,7 +251,7 @@ class TransactionCoordinator:
             return NOT_COORDINATOR
         except CoreError as e:
             log.warning("cannot write the state of %s: %s", meta.transactional_id, e)
-            return NOT_COORDINATOR if e.error_code == KAFKA_STORAGE_ERROR else e.error_code
+            return write_error(e.error_code)
         finally:
             meta.pending = None
         if self._loaded.get(index) != epoch:
@@ -264,7 +283,15 @@ class TransactionCoordinator:
         if error:
             return error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         if meta is None:
-            pid = self._allocate()
+            pid = await self._allocate_or_none()
+            if pid is None:
+                return COORDINATOR_NOT_AVAILABLE, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            # The allocation may have suspended: the id may have arrived or moved meanwhile.
+            error, index, meta = self._lookup(transactional_id)
+            if error:
+                return error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            if meta is not None:
+                return CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
             meta = TransactionMetadata(
                 transactional_id, pid, NO_PRODUCER_EPOCH, timeout_ms, S.EMPTY
             )
@@ -297,7 +324,14 @@ class TransactionCoordinator:
             return CONCURRENT_TRANSACTIONS, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         pid, epoch = meta.producer_id, meta.producer_epoch + 1
         if epoch >= MAX_PRODUCER_EPOCH:
-            pid, epoch = self._allocate(), 0
+            meta.pending = S.EMPTY  # no other request of this id while the id is allocated
+            try:
+                allocated = await self._allocate_or_none()
+            finally:
+                meta.pending = None
+            if allocated is None:
+                return COORDINATOR_NOT_AVAILABLE, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            pid, epoch = allocated, 0
         error = await self._write(
             index, meta, S.EMPTY, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
             start_ms=-1,
@@ -305,6 +339,15 @@ class TransactionCoordinator:
         if error:
             return error, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
         return NONE, meta.producer_id, meta.producer_epoch
+
+    async def _allocate_or_none(self) -> int | None:
+        """A new producer id; None when none can be allocated now (Kafka answers
+        COORDINATOR_NOT_AVAILABLE then, and the producer retries)."""
+        try:
+            return await self._allocate()
+        except (CoreError, ZkError) as e:
+            log.warning("cannot allocate a producer id: %s", e)
+            return None
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn --------------------------------------------------
     def _check_producer(

@@ -58,14 +58,44 @@ class TxnMarker:
 class MarkerPartitions(Protocol):
     """What writing markers in-process needs of the broker."""
 
-    def append_marker(self, topic: str, index: int, batch: bytearray) -> None:
-        """Append a marker batch to a partition this broker leads.
+    def append_marker(self, topic: str, index: int, batch: bytearray) -> int:
+        """Append a marker batch to a partition this broker leads; returns the log end
+        offset after it.
 
         Raises:
             LookupError: this broker does not lead the partition (or it does not exist).
             CoreError: the log refused the batch (its Kafka error code says why).
         """
         ...
+
+    async def wait_marker_replicated(self, topic: str, index: int, end: int) -> int:
+        """Wait until the partition's in-sync replicas have its log up to ``end``; the
+        error code (0: replicated)."""
+        ...
+
+
+async def write_replicated_markers(
+    partitions: MarkerPartitions,
+    marker: TxnMarker,
+    *,
+    on_written: Callable[[TopicPartition, TxnMarker], None] | None = None,
+    exists: Callable[[str, int], bool] | None = None,
+) -> dict[TopicPartition, int]:
+    """``write_local_markers``, then wait for the markers' replication (Kafka appends them
+    with acks=all and answers WriteTxnMarkers after): a marker that only the leader has
+    could be lost with it, and the transaction would stay open. Error code per partition."""
+    ends: dict[TopicPartition, int] = {}
+    results = write_local_markers(
+        partitions, marker, on_written=on_written, exists=exists, ends=ends
+    )
+    if ends:
+        waited = await asyncio.gather(
+            *(partitions.wait_marker_replicated(t, i, end) for (t, i), end in ends.items())
+        )
+        for tp, code in zip(ends, waited, strict=True):
+            if code:
+                results[tp] = code
+    return results
 
 
 def write_local_markers(
@@ -74,8 +104,10 @@ def write_local_markers(
     *,
     on_written: Callable[[TopicPartition, TxnMarker], None] | None = None,
     exists: Callable[[str, int], bool] | None = None,
+    ends: dict[TopicPartition, int] | None = None,
 ) -> dict[TopicPartition, int]:
-    """Append ``marker`` to each of its partitions here; the error code per partition.
+    """Append ``marker`` to each of its partitions here; the error code per partition
+    (``ends`` is given the log end offset after each marker appended).
 
     ``on_written`` is told of each marker appended (the group coordinator completes the
     transactional offset commits of ``__consumer_offsets`` partitions with it).
@@ -92,7 +124,7 @@ def write_local_markers(
             coordinator_epoch=marker.coordinator_epoch,
         )
         try:
-            partitions.append_marker(tp[0], tp[1], batch)
+            end = partitions.append_marker(tp[0], tp[1], batch)
         except LookupError:
             known = exists is not None and exists(*tp)
             results[tp] = NOT_LEADER_OR_FOLLOWER if known else UNKNOWN_TOPIC_OR_PARTITION
@@ -102,6 +134,8 @@ def write_local_markers(
             results[tp] = e.error_code
             continue
         results[tp] = NONE
+        if ends is not None:
+            ends[tp] = end
         if on_written is not None:
             on_written(tp, marker)
     return results
@@ -133,6 +167,10 @@ class MarkerChannel:
         self._on_written = on_written
         self._exists = exists
 
+    def set_node_client(self, node_client: Any) -> None:
+        """The inter-broker client, once the broker joins a cluster."""
+        self._node_client = node_client
+
     async def send(self, marker: TxnMarker, still_needed: Callable[[], bool]) -> bool:
         """Write ``marker`` everywhere; True once done, False if ``still_needed`` turned
         false first (the coordinator lost the transaction's partition)."""
@@ -152,7 +190,7 @@ class MarkerChannel:
                     frozenset(tps),
                 )
                 if leader is None:
-                    results = write_local_markers(
+                    results = await write_replicated_markers(
                         self._local, part, on_written=self._on_written, exists=self._exists
                     )
                 else:

@@ -12,21 +12,32 @@ crash.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from core.clock import now_ms
+from core.errors import CoreError
 from core.records.builder import RecordBatchBuilder
 from core.records.record import decode_records
 from core.server.internal_topics import TRANSACTION_STATE_TOPIC
 from core.server.topics import TopicInfo, TopicRegistry
 
 if TYPE_CHECKING:
-    from core.server.replica_manager import Partition
+    from core.server.partition import Partition
 
 log = logging.getLogger(__name__)
+
+
+class StateNotReplicatedError(CoreError):
+    """A record of ``__transaction_state`` was appended but its in-sync replicas did not
+    confirm it (Kafka's coordinator answers COORDINATOR_NOT_AVAILABLE: retry)."""
+
+    error_code = 15
+
+    def __init__(self, message: str, cause_code: int) -> None:
+        super().__init__(message)
+        self.cause_code = cause_code
 
 
 def transaction_state_topic_configs(segment_bytes: int, min_isr: int) -> dict[str, str]:
@@ -85,13 +96,14 @@ class TransactionStateLog:
 
     Args:
         partition: the leader partition with that index, None if not led here.
-        wait_written: awaits durability (and replication) of a partition up to an offset.
+        wait_written: awaits durability and replication of a partition up to an offset;
+            returns the error code of the replication (0: replicated; None alone).
     """
 
     def __init__(
         self,
         partition: Callable[[int], Partition | None],
-        wait_written: Callable[[Partition, int], asyncio.Future[None] | object],
+        wait_written: Callable[[Partition, int], Awaitable[int | None]],
         *,
         clock: Callable[[], int] = now_ms,
     ) -> None:
@@ -111,16 +123,24 @@ class TransactionStateLog:
 
         Raises:
             LookupError: the partition is not led here.
-            CoreError: the write failed (its Kafka error code says why).
+            StateNotReplicatedError: appended, not replicated in time.
+            CoreError: the write failed (its Kafka error code says why; NOT_ENOUGH_REPLICAS
+                below ``min.insync.replicas``: the coordinator writes with acks=all).
         """
         partition = self._partition(index)
         if partition is None:
             raise LookupError(f"{TRANSACTION_STATE_TOPIC}-{index} is not led here")
         builder = RecordBatchBuilder()
         builder.append(value, key=key, timestamp=self._clock())
-        info = partition.append_as_leader(builder.build())
+        info = partition.append_as_leader(builder.build(), -1)
         if durable:
-            await self._wait_written(partition, info.last_offset + 1)  # type: ignore[misc]
+            code = await self._wait_written(partition, info.last_offset + 1)
+            if code:
+                raise StateNotReplicatedError(
+                    f"{TRANSACTION_STATE_TOPIC}-{index} up to {info.last_offset + 1}: error "
+                    f"{code} waiting for the in-sync replicas",
+                    code,
+                )
 
     def replay(self, index: int) -> Iterator[tuple[bytes, bytes | None]]:
         """Every keyed record of the partition from its log start, in offset order

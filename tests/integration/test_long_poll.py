@@ -3,12 +3,18 @@
 A fetch at the log end with ``min_bytes`` 1 waits up to its ``max_wait`` (Kafka's
 DelayedFetch); an append to its partition completes it at once. Nothing here measures time:
 
-- on the wire: a Fetch at the log end with a 10-minute wait, and a Produce pipelined behind
-  it on the same connection. tierlog starts each request's handler in arrival order and a
-  handler reads the log before its first ``await`` (``core.server.network``), so the fetch
-  has found nothing and is parked when the produce appends. Its answer must hold the record
-  produced after it: a broker that answered at once would answer empty, and one that
-  ignored appends would answer after 10 minutes (the test gives up after one);
+- on the wire: a Fetch at the log end with a 10-minute wait on one connection, and a
+  Produce on another connection sent once the fetch is on the wire. Its answer must hold
+  the record produced after it: a broker that answered at once would answer empty, and one
+  that ignored appends would answer after 10 minutes (the test gives up after one). Nothing
+  on the wire says when the fetch has parked (its connection answers nothing before it),
+  but the broker has read it long before the second connection's Produce arrives; were
+  it the other way round, the fetch would find the record at once and the test would pass
+  without having tested the wake-up;
+- on the wire, one connection: a Fetch parked as above, with a Metadata and a ListOffsets
+  request pipelined behind it. Kafka handles one request of a connection at a time, so the
+  two wait for the fetch: released by a Produce on another connection, the fetch is answered
+  first, and the ListOffsets, processed after it, sees the record the fetch returned;
 - with real clients (kafka-python, confluent-kafka) whose fetch wait is 2 minutes: every
   record produced while their fetch is parked is delivered within 30 s, which a broker that
   answered only at the wait's expiry could not do (the next fetch is sent as soon as the
@@ -42,10 +48,12 @@ from core.records.record import decode_records
 from core.server.api_keys import ApiKey
 from tests.support.broker_process import BrokerProcess
 from tests.support.kafka_clients import unique_group
-from tests.support.kafka_wire import pipeline
+from tests.support.kafka_wire import Connection, call, list_offsets_request, metadata_request
 from tests.support.waiting import wait_until
 
 TOPIC = "long-poll"
+PARKED = datetime.timedelta(minutes=10)  # a fetch's wait: only an append answers it in time
+LATEST = -1
 CLIENT_FETCH_WAIT_MS = 120_000
 DELIVERY_DEADLINE_S = 30.0  # a quarter of the clients' fetch wait
 SAMPLES = 5
@@ -100,28 +108,58 @@ def values(records: bytes | None) -> list[tuple[int, bytes | None]]:
     ]
 
 
-def test_a_parked_fetch_is_answered_by_the_append_behind_it(broker: BrokerProcess) -> None:
+def create_topic(broker: BrokerProcess) -> int:
+    """Creates the topic with one record in it; returns the log end offset."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
-    (first,) = pipeline(broker.bootstrap, [(ApiKey.PRODUCE, 9, produce_request(b"first"))])
+    first = call(broker.bootstrap, ApiKey.PRODUCE, 9, produce_request(b"first"))
     assert first.responses[0].partition_responses[0].error_code.value == 0
-    end = 1  # the log end offset: the fetch below parks there
-    fetched, produced = pipeline(
-        broker.bootstrap,
-        [
-            (ApiKey.FETCH, 12, fetch_request(end, datetime.timedelta(minutes=10))),
-            (ApiKey.PRODUCE, 9, produce_request(b"second")),
-        ],
-        timeout_s=60,
-    )
+    return 1
+
+
+def produce_elsewhere(broker: BrokerProcess, value: bytes, offset: int) -> None:
+    """Produce ``value`` on a connection of its own; it must land at ``offset``."""
+    produced = call(broker.bootstrap, ApiKey.PRODUCE, 9, produce_request(value))
     answer = produced.responses[0].partition_responses[0]
-    assert (answer.error_code.value, answer.base_offset) == (0, end)
+    assert (answer.error_code.value, answer.base_offset) == (0, offset)
+
+
+def test_a_parked_fetch_is_answered_by_an_append_on_another_connection(
+    broker: BrokerProcess,
+) -> None:
+    end = create_topic(broker)  # the fetch below parks there
+    with Connection(broker.bootstrap, timeout_s=60) as waiting:
+        fetching = waiting.send(ApiKey.FETCH, 12, fetch_request(end, PARKED))
+        produce_elsewhere(broker, b"second", end)
+        fetched = waiting.receive(ApiKey.FETCH, 12, fetching)
     part = fetched.responses[0].partitions[0]
     assert part.error_code.value == 0
     assert values(part.records) == [(end, b"second")]
     assert part.high_watermark == end + 1
+
+
+def test_requests_behind_a_parked_fetch_wait_for_it(broker: BrokerProcess) -> None:
+    end = create_topic(broker)
+    requests = [
+        (ApiKey.FETCH, 12, fetch_request(end, PARKED)),
+        (ApiKey.METADATA, 12, metadata_request([TOPIC], auto_create=False)),
+        (ApiKey.LIST_OFFSETS, 11, list_offsets_request(TOPIC, 0, LATEST)),
+    ]
+    with Connection(broker.bootstrap, timeout_s=60) as waiting:
+        sent = waiting.send_all(requests)
+        produce_elsewhere(broker, b"second", end)
+        # ``receive`` checks each answer's correlation id: they come in request order.
+        fetched, described, listed = (
+            waiting.receive(key, version, correlation_id)
+            for (key, version, _), correlation_id in zip(requests, sent, strict=True)
+        )
+    assert values(fetched.responses[0].partitions[0].records) == [(end, b"second")]
+    assert described.topics[0].error_code.value == 0
+    # Processed after the fetch, so after the append that released it.
+    answer = listed.topics[0].partitions[0]
+    assert (answer.error_code.value, answer.offset) == (0, end + 1)
 
 
 # -- with real clients ------------------------------------------------------------------------

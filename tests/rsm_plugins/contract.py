@@ -20,6 +20,7 @@ import contextlib
 import json
 import re
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,8 @@ import crc32c
 import pytest
 
 from core.kafka_uuid import uuid_to_base64
-from rsm_plugins.layout import SegmentManifest
+from rsm_plugins.base import ObjectStoreRemoteStorageManager
+from rsm_plugins.layout import SegmentManifest, TopicManifest, parse_key
 from tiered.api import (
     IndexType,
     RemoteLogSegmentMetadata,
@@ -352,6 +354,57 @@ class RemoteStorageManagerContract:
             assert not isinstance(info.value, RemoteResourceNotFoundError)
         finally:
             fresh.close()
+
+    # -- listing and topic manifests (what `tierlog metadata verify` and `restore` use) -------
+
+    def test_listing_gives_every_object_with_its_size_and_time(self, rsm, copied) -> None:
+        md, seg = copied
+        assert isinstance(rsm, ObjectStoreRemoteStorageManager)
+        now_ms = time.time_ns() // 1_000_000
+        manifest = rsm.manifest(md)
+        listed = {
+            info.key: info
+            for info in rsm.store.list_objects(KEY_PREFIX + md.topic_id_partition.topic)
+        }
+        names = {k.rsplit("/", 1)[-1]: info for k, info in listed.items()}
+        assert set(names) == {e.key for e in manifest.objects.values()} | {
+            next(n for n in names if n.endswith(".manifest.json"))
+        }
+        for entry in manifest.objects.values():
+            info = names[entry.key]
+            assert info.size == entry.size  # the size readers see, encrypted or not
+            assert info.last_modified_ms is not None
+            # Written moments ago (remote clocks are coarse, S3's in whole seconds).
+            assert abs(info.last_modified_ms - now_ms) < 60_000, info
+        assert names[f"{md.start_offset:020d}-{uuid_to_base64(md.segment_id)}.log"].size == (
+            seg.size
+        )
+        for key in listed:
+            parsed = parse_key(KEY_PREFIX, key)
+            assert parsed is not None and parsed.segment_id == md.segment_id
+            assert parsed.partition == md.topic_id_partition.partition
+
+    def test_listing_by_prefix_leaves_other_topics_out(self, rsm, copied, segments) -> None:
+        other = TopicIdPartition(uuid.uuid4(), "orders-eu", 0)
+        rsm.copy_log_segment_data(segments[0].metadata(other), segments[0].data)
+        prefix = KEY_PREFIX + "orders-eu-"
+        keys = [info.key for info in rsm.store.list_objects(prefix)]
+        assert keys and all(k.startswith(prefix) for k in keys)
+        assert all(parse_key(KEY_PREFIX, k).topic == "orders-eu" for k in keys)  # type: ignore[union-attr]
+
+    def test_topic_manifest_round_trips_and_is_deleted(self, rsm, tp, backdoor) -> None:
+        assert rsm.read_topic_manifest(tp.topic, tp.topic_id) is None
+        manifest = TopicManifest(tp.topic_id, tp.topic, 6, {"retention.ms": "-1"}, 1234, 1)
+        rsm.write_topic_manifest(manifest)
+        assert rsm.read_topic_manifest(tp.topic, tp.topic_id) == manifest
+        key = next(k for k in backdoor.all_keys() if k.endswith("/topic-manifest.json"))
+        assert key == f"{KEY_PREFIX}{tp.topic}-{uuid_to_base64(tp.topic_id)}/topic-manifest.json"
+        assert json.loads(backdoor.read(key) or b"")["partitions"] == 6  # plain JSON
+        parsed = parse_key(KEY_PREFIX, key)
+        assert parsed is not None and parsed.is_topic_manifest and parsed.topic_id == tp.topic_id
+        rsm.delete_topic_manifest(tp.topic, tp.topic_id)
+        rsm.delete_topic_manifest(tp.topic, tp.topic_id)  # idempotent
+        assert rsm.read_topic_manifest(tp.topic, tp.topic_id) is None
 
     # -- concurrency ----------------------------------------------------------------------------
 

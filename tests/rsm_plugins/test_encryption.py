@@ -158,3 +158,34 @@ def test_bad_key_settings_name_the_setting(tmp_path, content, needle) -> None:
     with pytest.raises(RemoteStorageError, match=needle) as caught:
         rsm.configure(configs)
     assert "rsm.config.encryption.key.file" in str(caught.value)
+
+
+def test_listing_gives_the_plaintext_sizes_and_manifests_stay_plain(env) -> None:
+    rsm, md, seg, tmp_path, _ = env
+    manifest = rsm.manifest(md)
+    listed = {i.key.rsplit("/", 1)[-1]: i for i in rsm.store.list_objects("")}
+    for entry in manifest.objects.values():
+        assert listed[entry.key].size == entry.size
+    stored = {p.name: p.stat().st_size for p in (tmp_path / "bucket").rglob("*") if p.is_file()}
+    log_name = next(n for n in stored if n.endswith(".log"))
+    assert stored[log_name] > seg.size == listed[log_name].size  # the header and tags
+
+    from rsm_plugins.layout import TopicManifest
+
+    rsm.write_topic_manifest(TopicManifest(TP.topic_id, TP.topic, 2, {}, 1, 1))
+    path = next((tmp_path / "bucket").rglob("topic-manifest.json"))
+    assert json.loads(path.read_bytes())["partitions"] == 2  # readable without the key
+
+
+def test_a_stored_size_no_plaintext_encrypts_to_is_listed_as_unknown(tmp_path) -> None:
+    from rsm_plugins.local import LocalDirObjectStore
+
+    inner = LocalDirObjectStore(tmp_path)
+    store = EncryptingStore(inner, os.urandom(32), "k", lambda k: True, chunk_size=1000)
+    store.put_bytes("a/x", b"x" * 2500)
+    # Three sealed chunks of 1016, 1016 and 516 bytes; cut to a third chunk of 10 bytes,
+    # shorter than its tag: no plaintext size gives that.
+    inner.put_bytes("a/cut", (tmp_path / "a" / "x").read_bytes()[:-506])
+    sizes = {i.key: i.size for i in store.list_objects("a/")}
+    assert sizes["a/x"] == 2500
+    assert sizes["a/cut"] is None

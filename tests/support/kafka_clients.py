@@ -300,11 +300,12 @@ def consume_aiokafka(bootstrap: str, topic: str, start: int = 0) -> list[Got]:
 
 
 def consume_kcat(
-    bootstrap: str, topic: str, start: int = 0, extra: Sequence[str] = ()
+    bootstrap: str, topic: str, start: int = 0, extra: Sequence[str] = (), partition: int = 0
 ) -> list[Got]:
     """``kcat -C -e -J``: one JSON object per record; text keys, values and headers."""
     offset = "beginning" if start == 0 else str(start)
-    args = [KCAT, "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", offset, "-e", "-J"]
+    args = [KCAT, "-C", "-b", bootstrap, "-t", topic, "-p", str(partition), "-o", offset, "-e"]
+    args.append("-J")
     args += list(extra)
     done = subprocess.run(args, capture_output=True, timeout=CLIENT_TIMEOUT_S, check=False)
     assert done.returncode == 0, f"kcat -C failed: {done.stderr.decode(errors='replace')}"

@@ -31,7 +31,8 @@ SIZE = struct.Struct(">i")
 
 
 class Connection:
-    """One connection on which requests are sent one at a time (a SASL exchange needs it)."""
+    """One connection: requests sent one at a time (a SASL exchange needs it) or several
+    in one write (pipelined)."""
 
     def __init__(
         self, bootstrap: str, timeout_s: float = 10, client_id: str = "tierlog-tests"
@@ -49,7 +50,21 @@ class Connection:
 
     def send(self, api_key: int, version: int, request: Any) -> int:
         """Send ``request`` without waiting; returns its correlation id."""
-        self.correlation_id += 1
+        return self.send_all([(api_key, version, request)])[0]
+
+    def send_all(self, requests: Sequence[tuple[int, int, Any]]) -> list[int]:
+        """Send every ``(api_key, version, request)`` in one write, so that the broker
+        receives them together; returns their correlation ids."""
+        frames = bytearray()
+        sent = []
+        for api_key, version, request in requests:
+            self.correlation_id += 1
+            frames += self._frame(api_key, version, request)
+            sent.append(self.correlation_id)
+        self.sock.sendall(frames)
+        return sent
+
+    def _frame(self, api_key: int, version: int, request: Any) -> bytes:
         request_cls = load_request_schema(api_key, version)
         header_cls = request_cls.__header_schema__
         out = io.BytesIO()
@@ -64,8 +79,7 @@ class Connection:
         )
         entity_writer(request_cls)(out, request)
         body = out.getvalue()
-        self.sock.sendall(SIZE.pack(len(body)) + body)
-        return self.correlation_id
+        return SIZE.pack(len(body)) + body
 
     def receive(self, api_key: int, version: int, correlation_id: int) -> Any:
         """Read the next response, which must answer ``correlation_id``, and decode it."""
@@ -91,28 +105,24 @@ def call(bootstrap: str, api_key: int, version: int, request: Any, timeout_s: fl
 def pipeline(
     bootstrap: str, requests: Sequence[tuple[int, int, Any]], timeout_s: float = 10
 ) -> list[Any]:
-    """Send every ``(api_key, version, request)`` at once on one fresh connection, then read
-    the responses (in request order, as Kafka answers them) and return their bodies.
+    """Send every ``(api_key, version, request)`` at once (in one write) on one fresh
+    connection, then read the responses (in request order, as Kafka answers them) and
+    return their bodies.
 
     Raises:
         TimeoutError: a response did not come within ``timeout_s`` of the previous one.
     """
     with Connection(bootstrap, timeout_s) as connection:
-        sent = [(k, v, connection.send(k, v, r)) for k, v, r in requests]
-        return [connection.receive(k, v, correlation_id) for k, v, correlation_id in sent]
+        sent = connection.send_all(requests)
+        return [
+            connection.receive(k, v, correlation_id)
+            for (k, v, _), correlation_id in zip(requests, sent, strict=True)
+        ]
 
 
-def list_offset_v11(bootstrap: str, topic: str, partition: int, timestamp: int) -> int:
-    """ListOffsets v11 for one partition; the offset answered (fails on an error code)."""
-    return list_offset_answer(bootstrap, topic, partition, timestamp)[1]
-
-
-def list_offset_answer(
-    bootstrap: str, topic: str, partition: int, timestamp: int
-) -> tuple[int, int, int]:
-    """ListOffsets v11 for one partition: ``(timestamp, offset, leader epoch)`` answered
-    (fails on an error code)."""
-    request = ListOffsetsRequest(
+def list_offsets_request(topic: str, partition: int, timestamp: int) -> ListOffsetsRequest:
+    """ListOffsets v11 for one partition at ``timestamp`` (-1 latest, -2 earliest, ...)."""
+    return ListOffsetsRequest(
         replica_id=i32(-1),
         isolation_level=i8(0),  # READ_UNCOMMITTED
         topics=(
@@ -129,17 +139,28 @@ def list_offset_answer(
         ),
         timeout=datetime.timedelta(seconds=30),
     )
+
+
+def list_offset_v11(bootstrap: str, topic: str, partition: int, timestamp: int) -> int:
+    """ListOffsets v11 for one partition; the offset answered (fails on an error code)."""
+    return list_offset_answer(bootstrap, topic, partition, timestamp)[1]
+
+
+def list_offset_answer(
+    bootstrap: str, topic: str, partition: int, timestamp: int
+) -> tuple[int, int, int]:
+    """ListOffsets v11 for one partition: ``(timestamp, offset, leader epoch)`` answered
+    (fails on an error code)."""
+    request = list_offsets_request(topic, partition, timestamp)
     response = call(bootstrap, ApiKey.LIST_OFFSETS, 11, request)
     answer = response.topics[0].partitions[0]
     assert answer.error_code.value == 0, f"ListOffsets {timestamp}: {answer.error_code}"
     return int(answer.timestamp), int(answer.offset), int(answer.leader_epoch)
 
 
-def metadata_errors(
-    bootstrap: str, names: list[str], version: int = 12, *, auto_create: bool = True
-) -> list[tuple[str, int]]:
-    """Metadata for ``names``: each topic's name and error code. Versions below 4 always
-    allow auto-creation; from 4 on, ``auto_create`` says."""
+def metadata_request(names: Sequence[str], version: int = 12, *, auto_create: bool = True) -> Any:
+    """A Metadata request for ``names``. Versions below 4 always allow auto-creation; from 4
+    on, ``auto_create`` says."""
     schema = importlib.import_module(f"kio.schema.metadata.v{version}.request")
     topics = tuple(
         schema.MetadataRequestTopic(name=name)
@@ -154,7 +175,15 @@ def metadata_errors(
         fields["include_cluster_authorized_operations"] = False
     if version >= 8:
         fields["include_topic_authorized_operations"] = False
-    response = call(bootstrap, ApiKey.METADATA, version, schema.MetadataRequest(**fields))
+    return schema.MetadataRequest(**fields)
+
+
+def metadata_errors(
+    bootstrap: str, names: list[str], version: int = 12, *, auto_create: bool = True
+) -> list[tuple[str, int]]:
+    """Metadata for ``names``: each topic's name and error code (see ``metadata_request``)."""
+    request = metadata_request(names, version, auto_create=auto_create)
+    response = call(bootstrap, ApiKey.METADATA, version, request)
     return [(t.name, t.error_code.value) for t in response.topics]
 
 

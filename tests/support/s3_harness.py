@@ -40,6 +40,7 @@ from tests.support.broker_process import BrokerProcess
 REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 MANIFEST_SUFFIX = ".manifest.json"
+TOPIC_MANIFEST = "topic-manifest.json"  # one per tiered topic, beside its partition folders
 TOPIC_ID_CHARS = 22  # Kafka's uuid text: base64url of 16 bytes, no padding
 
 # moto's server logs every request at INFO through werkzeug: pytest would show them all.
@@ -120,6 +121,11 @@ class RemoteObject:
         return folder + name.split(".", 1)[0]
 
     @property
+    def is_topic_manifest(self) -> bool:
+        """``<topic>-<topicId>/topic-manifest.json``: the topic's, not a segment's."""
+        return self.key.count("/") == 1 and self.key.endswith("/" + TOPIC_MANIFEST)
+
+    @property
     def topic(self) -> str:
         """The topic name of ``<topic>-<topicId>/`` (a topic id is 22 characters)."""
         return self.key.split("/", 1)[0][: -(TOPIC_ID_CHARS + 1)]
@@ -161,18 +167,20 @@ class Bucket:
         """Stems with objects but no manifest: copies in progress, or left by a crash."""
         by_stem: dict[str, set[str]] = {}
         for o in self.objects(topic):
-            by_stem.setdefault(o.stem, set()).add(o.key)
+            if not o.is_topic_manifest:
+                by_stem.setdefault(o.stem, set()).add(o.key)
         return {s for s, keys in by_stem.items() if s + MANIFEST_SUFFIX not in keys}
 
 
 def orphan_report(bucket: Bucket, finished_ids: set[str]) -> list[str]:
     """Objects in ``bucket`` that belong to no segment listed COPY_SEGMENT_FINISHED.
 
-    Every object must be named in the manifest of its stem, and that manifest's segment id
-    must be among ``finished_ids`` (Kafka uuid text, as ``tierlog metadata list`` prints).
+    Every object (topic manifests aside) must be named in the manifest of its stem, and that
+    manifest's segment id must be among ``finished_ids`` (Kafka uuid text, as ``tierlog
+    metadata list`` prints).
     """
     problems: list[str] = []
-    objects = bucket.objects()
+    objects = [o for o in bucket.objects() if not o.is_topic_manifest]
     manifests = {o.stem: bucket.manifest(o.key) for o in objects if o.key.endswith(MANIFEST_SUFFIX)}
     for o in objects:
         doc = manifests.get(o.stem)

@@ -44,16 +44,31 @@ def test_the_inert_keys_a_config_sets_are_logged_in_one_line(tmp_path: Path, cap
     from tierlog.broker_cmd import log_inert_keys
 
     path = tmp_path / "server.properties"
-    path.write_text("num.io.threads=16\nnum.partitions=3\nzookeeper.connect=zk:2181\n")
+    path.write_text("num.io.threads=16\nnum.partitions=3\nnum.network.threads=8\n")
     config = load_broker_config(path, {"replica.lag.time.max.ms": "10000"})
     with caplog.at_level(logging.INFO, logger="tierlog.broker"):
         log_inert_keys(config)
     lines = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
-    assert lines == [
-        "accepted with no effect in tierlog: "
-        "num.io.threads, replica.lag.time.max.ms, zookeeper.connect"
-    ]
+    assert lines == ["accepted with no effect in tierlog: num.io.threads, num.network.threads"]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="tierlog.broker"):
         log_inert_keys(load_broker_config(None, {"num.partitions": "2"}))
     assert not [r for r in caplog.records if "no effect" in r.getMessage()]
+
+
+def test_tiered_storage_in_a_cluster_stops_start_up_naming_both_keys(tmp_path: Path):
+    import subprocess
+    import sys
+
+    # Refused before the broker opens anything (ZooKeeper is not even asked).
+    result = subprocess.run(
+        [sys.executable, "-m", "tierlog", "broker", "start",
+         "--set", f"log.dirs={tmp_path / 'data'}",
+         "--set", "zookeeper.connect=127.0.0.1:9/none",
+         "--set", "remote.log.storage.system.enable=true",
+         "--set", "listeners=PLAINTEXT://127.0.0.1:0"],
+        check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "remote.log.storage.system.enable=true with zookeeper.connect" in result.stderr
+    assert not (tmp_path / "data").exists()

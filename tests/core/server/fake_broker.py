@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,14 @@ from core.log.config import LogConfig
 from core.records.builder import RecordBatchBuilder
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer
+from core.server.cluster_types import (
+    BrokerEndpoint,
+    BrokerInfo,
+    LeaderAndIsr,
+    PartitionState,
+    StopReplicaPartition,
+    TopicPartition,
+)
 from core.server.config import load_broker_config
 from core.server.group_coordinator import GroupCoordinator
 from core.server.handler_support import BrokerServices
@@ -31,6 +39,7 @@ from core.server.protocol import ProtocolCodec
 from core.server.quota_store import LocalQuotaStore
 from core.server.quotas import ClientQuotas
 from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
+from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo
 from core.server.transaction_coordinator import CoordinatorSettings, TransactionCoordinator
@@ -78,6 +87,11 @@ class FakeBroker:
         self.group_coordinator = GroupCoordinator(Timer())
         self.authorizer: AclAuthorizer | None = None
         self.broker_trust = BrokerTrust()
+        # The replica manager's: its NOT_LEADER_OR_FOLLOWER answers read the same metadata.
+        self.metadata_cache = self.replica_manager.metadata_cache
+        self.broker_epoch = -1
+        self.controller = SingleBrokerController(self.metadata_cache)
+        self._publish()
         self.scram_cache = ScramCredentialCache()
         self.scram_credentials = LocalScramCredentialStore(directory, self.scram_cache)
         self.quotas = ClientQuotas.open(LocalQuotaStore(directory))
@@ -100,7 +114,7 @@ class FakeBroker:
             lambda: 2,
             state_log,
             markers,
-            self.topics.allocate_producer_id,
+            self.allocate_producer_id,
             CoordinatorSettings(max_timeout_ms=60_000),
         )
         for index in range(2):
@@ -121,6 +135,19 @@ class FakeBroker:
         assert listener == LISTENER
         return self.endpoint
 
+    def _publish(self) -> None:
+        """The MetadataCache of a broker alone: itself, leading every partition."""
+        node = self.config.node_id
+        me = BrokerInfo(node, (BrokerEndpoint(LISTENER, *self.endpoint, "PLAINTEXT"),))
+        states = [
+            PartitionState(t.name, t.topic_id, p, 0, LeaderAndIsr(node, 0, (node,)), (node,))
+            for t in self.topics.all()
+            for p in range(t.partitions)
+        ]
+        cache = self.metadata_cache
+        known = {s.tp for name in cache.topic_names() for s in cache.partitions_of(name)}
+        cache.update(node, 0, [me], states, known - {s.tp for s in states})
+
     async def create_topic(
         self,
         name: str,
@@ -128,7 +155,9 @@ class FakeBroker:
         configs: Mapping[str, str] | None = None,
         *,
         replication_factor: int = 1,
+        assignments: Mapping[int, Sequence[int]] | None = None,
         validate_only: bool = False,
+        timeout_ms: int = 0,
     ) -> TopicInfo:
         return self.make_topic(name, partitions, configs, validate_only=validate_only)
 
@@ -144,29 +173,68 @@ class FakeBroker:
         info = self.topics.create(name, partitions, configs or {}, validate_only=validate_only)
         if not validate_only:
             self.replica_manager.open_topic(info)
+            self._publish()
         return info
 
-    async def delete_topic(self, name: str) -> TopicInfo:
+    async def delete_topic(self, name: str, *, timeout_ms: int = 0) -> TopicInfo:
         info = self.topics.delete(name)
         self.replica_manager.remove_topic(name)
+        self._publish()
         return info
 
     async def create_partitions(
-        self, name: str, count: int, *, validate_only: bool = False
+        self,
+        name: str,
+        count: int,
+        *,
+        assignments: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
     ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
         _, after = self.topics.add_partitions(name, count, validate_only=validate_only)
         if validate_only:
             return after, None
-        opening = asyncio.ensure_future(self.replica_manager.open_topic_in_steps(after))
-        done: asyncio.Future[TopicInfo] = asyncio.get_running_loop().create_future()
-        opening.add_done_callback(lambda _: done.set_result(after))
-        return after, done
 
-    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
+        async def opening() -> TopicInfo:
+            # As the broker's: the new partitions are served a step after registration.
+            self.replica_manager.open_topic(after)
+            self._publish()
+            return after
+
+        return after, asyncio.ensure_future(opening())
+
+    async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> LogConfig:
         info = self.topics.set_configs(name, configs)
         config = self.topics.effective_config(info)
         self.log_manager.update_topic_config(name, config)
         return config
+
+    async def allocate_producer_id(self) -> int:
+        return self.topics.allocate_producer_id()
+
+    async def ensure_offsets_topic(self) -> None:
+        return None
+
+    async def ensure_transaction_state_topic(self) -> None:
+        return None
+
+    async def become_leader_or_follower(
+        self, controller_id: int, controller_epoch: int, states: list[PartitionState]
+    ) -> dict[TopicPartition, int]:
+        raise AssertionError("a broker running alone gets no LeaderAndIsr")
+
+    async def update_metadata(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        brokers: list[BrokerInfo],
+        states: list[PartitionState],
+    ) -> None:
+        self.metadata_cache.update(controller_id, controller_epoch, brokers, states)
+
+    async def stop_replicas(
+        self, controller_id: int, controller_epoch: int, partitions: list[StopReplicaPartition]
+    ) -> dict[TopicPartition, int]:
+        raise AssertionError("a broker running alone gets no StopReplica")
 
     # -- for the tests ---------------------------------------------------------------------
     def append(self, topic: str, partition: int, count: int) -> None:

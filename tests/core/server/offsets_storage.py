@@ -7,6 +7,7 @@ from pathlib import Path
 
 from core.log.log_manager import LogManager, LogManagerConfig
 from core.server.group_offsets import GroupOffsetStore
+from core.server.metadata_cache import MetadataCache
 from core.server.offsets_topic import OFFSETS_TOPIC, OffsetsTopic, ensure_offsets_topic
 from core.server.replica_manager import ReplicaManager
 from core.server.timing_wheel import Timer
@@ -29,7 +30,7 @@ class OffsetsStorage:
         self.log_manager = LogManager(
             LogManagerConfig(log_dirs=(directory,)), topic_config=self.topics.log_config
         )
-        self.replica_manager = ReplicaManager(self.log_manager, self.topics, Timer())
+        self.replica_manager = ReplicaManager(self.log_manager, Timer(), MetadataCache(1))
         for info in self.topics.all():
             self.replica_manager.open_topic(info)
         info = self.topics.get(OFFSETS_TOPIC)

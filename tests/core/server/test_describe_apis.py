@@ -3,6 +3,7 @@ replica manager: the answers a client reads."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,7 +160,7 @@ def test_describe_producers_needs_read_on_the_topic(broker: FakeBroker) -> None:
 def test_a_partition_not_open_yet_is_not_led_here(broker: FakeBroker) -> None:
     info = broker.topics.create("opening", 2, {})
     # Partition 1 is registered but its log is not open yet.
-    broker.replica_manager.register(info, broker.replica_manager.open_logs(info, [0]))
+    broker.replica_manager.open_topic(dataclasses.replace(info, partitions=1))
     answers = describe_producers(broker, {"opening": [0, 1]})
     assert answers[("opening", 0)].error_code == ErrorCode.none
     assert answers[("opening", 1)].error_code == ErrorCode.not_leader_or_follower

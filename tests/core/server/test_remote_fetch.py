@@ -16,6 +16,7 @@ import pytest
 from core.errors import OffsetOutOfRangeError
 from core.log.log_manager import LogManager, LogManagerConfig
 from core.records.builder import RecordBatchBuilder
+from core.server.metadata_cache import MetadataCache
 from core.server.remote_seam import RemoteFetchResult
 from core.server.replica_manager import (
     KAFKA_STORAGE_ERROR,
@@ -68,7 +69,7 @@ class Node:
         self.log_manager = LogManager(
             LogManagerConfig(log_dirs=(directory,)), topic_config=self.topics.log_config
         )
-        self.manager = ReplicaManager(self.log_manager, self.topics, Timer())
+        self.manager = ReplicaManager(self.log_manager, Timer(), MetadataCache(1))
         self.remote = FakeRemoteTier(fetch_max_wait_ms=200)
         self.manager.remote = self.remote
 

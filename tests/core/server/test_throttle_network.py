@@ -134,3 +134,45 @@ def test_closing_a_muted_connection_does_not_wait_for_the_throttle() -> None:
             await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_request_pipelined_behind_a_throttled_answer_waits_for_the_throttle() -> None:
+    """Both reasons to mute hold together: the throttled answer goes out at once (KIP-219),
+    the request pipelined behind it stays unread while the throttle lasts (an hour here),
+    other connections are served meanwhile, and a muted client that leaves is let go."""
+
+    async def scenario() -> None:
+        started: list[str] = []
+
+        async def handler(ctx: RequestContext, request: Any) -> Any:
+            started.append(ctx.client_id or "")
+            response = api_versions_response(CODEC.response_type(ctx.api_key, ctx.api_version))
+            if ctx.client_id == "throttled":
+                return ThrottledResponse(response, 3_600_000)
+            return response
+
+        server = SocketServer(CODEC, handler, lambda ctx: None)
+        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+        bootstrap = f"127.0.0.1:{bound.port}"
+        seen_while_muted: list[str] = []
+
+        def client() -> None:
+            with Connection(bootstrap, client_id="throttled") as muted:
+                first, _ = muted.send_all([(ApiKey.API_VERSIONS, 3, REQUEST)] * 2)
+                muted.receive(ApiKey.API_VERSIONS, 3, first)  # not held for the throttle
+                with Connection(bootstrap, client_id="other") as other:
+                    other.request(ApiKey.API_VERSIONS, 3, REQUEST)
+                seen_while_muted.extend(started)
+
+        try:
+            await asyncio.to_thread(client)
+            assert seen_while_muted == ["throttled", "other"]
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 30
+            while server.connection_count and loop.time() < deadline:
+                await asyncio.sleep(0.01)
+            assert server.connection_count == 0, "the muted connection did not close"
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())

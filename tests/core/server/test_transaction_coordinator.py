@@ -70,7 +70,7 @@ def coordinator(
         lambda: 2,
         TransactionStateLog(lambda i: rm.partition(TRANSACTION_STATE_TOPIC, i), written),
         markers(rm, on_written=broker.on_marker_written),
-        broker.topics.allocate_producer_id,
+        broker.allocate_producer_id,
         CoordinatorSettings(max_timeout_ms=60_000),
         clock=clock,
     )
