@@ -55,6 +55,7 @@ from core.server.isr_writer import ZkIsrWriter
 from core.server.local_controller import LocalController
 from core.server.metadata_cache import MetadataCache
 from core.server.network import BoundListener, ListenerSpec, SocketServer
+from core.server.node_client import BrokerEndpoint as NodeEndpoint
 from core.server.node_client import ClientSettings, NodeClient
 from core.server.offsets_topic import (
     OFFSETS_TOPIC,
@@ -466,29 +467,29 @@ class Broker:
         self._transaction_loader = TransactionLoader(self._transaction_coordinator)
         replica_manager.add_leadership_listener(self._transaction_loader)
 
-    def _marker_leader(self, tp: tuple[str, int]) -> BrokerEndpoint | None:
+    def _marker_leader(self, tp: tuple[str, int]) -> NodeEndpoint | None:
         """Where a marker of ``tp`` goes: None for this broker (or no leader known: the
         local write answers NOT_LEADER_OR_FOLLOWER and the channel retries), else the
         leader's inter-broker endpoint."""
         leader = self.metadata_cache.leader(tp)
         if leader is None or leader == self.config.node_id:
             return None
-        return self.metadata_cache.endpoint(leader, self.config.inter_broker_listener_name)
+        return self.replica_manager.leader_endpoint(leader)
 
     def _wire_transactions_to_cluster(self, client: NodeClient) -> None:
         """Markers for partitions led elsewhere go over WriteTxnMarkers, and KIP-890
         verification of an id coordinated elsewhere over AddPartitionsToTxn v4."""
         coordinator = self.transaction_coordinator
         coordinator.markers.set_node_client(client)
-        listener = self.config.inter_broker_listener_name
 
         async def remote(
             txn_id: str, pid: int, epoch: int, partitions: list[TopicPartition]
         ) -> dict[TopicPartition, int]:
             index = coordinator.partition_for(txn_id)
-            endpoint = self.metadata_cache.leader_endpoint(
-                (TRANSACTION_STATE_TOPIC, index), listener
-            )
+            leader = self.metadata_cache.leader((TRANSACTION_STATE_TOPIC, index))
+            if leader == self.config.node_id:
+                return coordinator.verify(txn_id, pid, epoch, partitions)
+            endpoint = None if leader is None else self.replica_manager.leader_endpoint(leader)
             if endpoint is None:
                 # No coordinator now: NOT_ENOUGH_REPLICAS makes the producer retry (Kafka's
                 # answer when the verification cannot reach the coordinator).
