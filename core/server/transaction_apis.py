@@ -57,6 +57,9 @@ FENCED_INSTANCE_ID = 82
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 NOT_LEADER_OR_FOLLOWER = 6
+KAFKA_STORAGE_ERROR = 56
+# UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS(_AFTER_APPEND)
+RETRIABLE_OFFSETS_WRITE_ERRORS = frozenset({3, 7, 19, 20})
 
 
 def _for_version(ctx: RequestContext, code: int) -> ErrorCode:
@@ -295,14 +298,22 @@ async def _offsets_replicated(broker: BrokerServices, index: int, end: int) -> i
         return 0
     timeout_ms = broker.config.get("offsets.commit.timeout.ms")
     code = await broker.replica_manager.wait_replicated(partition, end, timeout_ms)
-    if code in (0, NOT_COORDINATOR):
-        return code
-    if code == NOT_LEADER_OR_FOLLOWER:
-        return NOT_COORDINATOR
+    if code == 0:
+        return 0
     log.warning(
         "transactional offsets in %s-%d not replicated (error %d)", OFFSETS_TOPIC, index, code
     )
-    return COORDINATOR_NOT_AVAILABLE
+    return _offsets_write_error(code)
+
+
+def _offsets_write_error(code: int) -> int:
+    """What a failed write to ``__consumer_offsets`` is answered with (Kafka's
+    GroupMetadataManager): the producer finds the coordinator again, or retries."""
+    if code in (NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR):
+        return NOT_COORDINATOR
+    if code in RETRIABLE_OFFSETS_WRITE_ERRORS:
+        return COORDINATOR_NOT_AVAILABLE
+    return code  # e.g. INVALID_PRODUCER_EPOCH: the producer's own
 
 
 async def handle_txn_offset_commit(
@@ -314,13 +325,18 @@ async def handle_txn_offset_commit(
     txn_id, group = request.transactional_id, request.group_id
     pid, epoch = request.producer_id, request.producer_epoch
     offsets_info = broker.topics.get(OFFSETS_TOPIC)
-    assert offsets_info is not None
-    group_tp = (OFFSETS_TOPIC, partition_for(group, offsets_info.partitions))
+    group_tp = (OFFSETS_TOPIC, partition_for(group, offsets_info.partitions if offsets_info else 1))
     code: int
     if not _may_write_txn(broker, ctx, txn_id):
         code = int(ErrorCode.transactional_id_authorization_failed)
     elif not allowed(broker, ctx, Operation.READ, ResourceType.GROUP, group):
         code = int(ErrorCode.group_authorization_failed)
+    elif offsets_info is None:
+        code = COORDINATOR_NOT_AVAILABLE  # __consumer_offsets is not there yet
+    elif status := broker.group_coordinator.status(group).value:
+        # In a cluster, only the leader of the group's partition coordinates it (Kafka
+        # checks the group's status first: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS).
+        code = int(status)
     else:
         # KIP-890: the group's offsets partition must be in the producer's transaction
         # (AddOffsetsToTxn first), or the commit would hang outside any transaction.
@@ -363,7 +379,7 @@ async def handle_txn_offset_commit(
                     layout = [(t, [(i, replicated) for i, _ in rows]) for t, rows in layout]
         except (CoreError, LookupError) as e:
             log.info("TxnOffsetCommit of %s for group %s failed: %s", txn_id, group, e)
-            failed = e.error_code or 0 if isinstance(e, CoreError) else NOT_COORDINATOR
+            failed = _offsets_write_error(e.error_code if isinstance(e, CoreError) else 6)
             layout = [(t, [(i, failed) for i, _ in rows]) for t, rows in layout]
     return make(
         response_type,
