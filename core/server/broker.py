@@ -441,7 +441,9 @@ class Broker:
             partition = replica_manager.partition(TRANSACTION_STATE_TOPIC, index)
             return partition if partition is not None and partition.is_leader else None
 
-        state_log = TransactionStateLog(leader, written)
+        state_log = TransactionStateLog(
+            leader, written, append=lambda p, batch: replica_manager.append(p, batch, -1)
+        )
         markers = MarkerChannel(
             replica_manager,
             leader_of=self._marker_leader,

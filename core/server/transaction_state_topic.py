@@ -24,6 +24,7 @@ from core.server.internal_topics import TRANSACTION_STATE_TOPIC
 from core.server.topics import TopicInfo, TopicRegistry
 
 if TYPE_CHECKING:
+    from core.log.partition_log import LogAppendInfo
     from core.server.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class TransactionStateLog:
         partition: the leader partition with that index, None if not led here.
         wait_written: awaits durability and replication of a partition up to an offset;
             returns the error code of the replication (0: replicated; None alone).
+        append: appends a batch with acks=all (the broker's: through its replica manager,
+            which wakes the followers' fetches); default: straight to the partition.
     """
 
     def __init__(
@@ -105,10 +108,12 @@ class TransactionStateLog:
         partition: Callable[[int], Partition | None],
         wait_written: Callable[[Partition, int], Awaitable[int | None]],
         *,
+        append: Callable[[Partition, bytearray], LogAppendInfo] | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self._partition = partition
         self._wait_written = wait_written
+        self._append = append or (lambda p, batch: p.append_as_leader(batch, -1))
         self._clock = clock
 
     def leader_epoch(self, index: int) -> int | None:
@@ -132,7 +137,7 @@ class TransactionStateLog:
             raise LookupError(f"{TRANSACTION_STATE_TOPIC}-{index} is not led here")
         builder = RecordBatchBuilder()
         builder.append(value, key=key, timestamp=self._clock())
-        info = partition.append_as_leader(builder.build(), -1)
+        info = self._append(partition, builder.build())
         if durable:
             code = await self._wait_written(partition, info.last_offset + 1)
             if code:
