@@ -58,7 +58,7 @@ def _security(args: argparse.Namespace) -> Any:
 
     from core.server.sasl_client import SaslClientCredentials
     from core.server.security import ClientSecurity
-    from tierlog.metadata_cmd import client_properties
+    from tierlog.metadata_source import client_properties
 
     props = client_properties(args.command_config) if args.command_config else {}
     protocol = props.get("security.protocol", "PLAINTEXT").upper()
