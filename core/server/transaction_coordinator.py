@@ -7,8 +7,8 @@ replays the partition into memory and then finishes what the log shows in progre
 (PrepareCommit/PrepareAbort: the markers are sent again and the transaction completed;
 PrepareEpochFence: aborted); ``unload(index)`` forgets the partition's ids. The
 partition's leader epoch is the coordinator epoch its markers carry, so that a newer
-coordinator's markers win over an older one's. A broker running alone loads every
-partition at start-up.
+coordinator's markers win over an older one's. ``TransactionLoader`` calls them as the
+broker's leadership of the partitions changes (a broker running alone leads them all).
 
 Requests (error codes as Kafka answers them):
 
@@ -156,7 +156,7 @@ class TransactionCoordinator:
         self._timers: list[asyncio.TimerHandle] = []
         # KIP-890 in a cluster: asks the coordinator of a transactional id led by another
         # broker (transaction_verification.verify_remotely with that broker's endpoint);
-        # None on a broker alone, which coordinates every id.
+        # None on a broker alone, which coordinates every id; set when it joins a cluster.
         self.remote: RemoteVerify | None = None
 
     # -- partitions ----------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """``__transaction_state``: the compacted internal topic behind the transaction coordinator.
 
-Created at start-up with ``transaction.state.log.num.partitions`` partitions (an existing
+Created with ``transaction.state.log.num.partitions`` partitions (by a broker alone at
+start-up; in a cluster through the ZooKeeper admin when a transactional producer first
+looks for its coordinator, ``Broker.ensure_transaction_state_topic``; an existing
 topic keeps its count: changing it would move transactional ids between partitions) and
 Kafka's topic configs: ``cleanup.policy=compact``, ``compression.type=uncompressed``,
 ``min.insync.replicas=transaction.state.log.min.isr``, ``unclean.leader.election.enable=
