@@ -278,7 +278,9 @@ _BROKER_KEYS = [
     # -- connections to other brokers (core/server/node_client.py) ---------------------------
     ConfigKey("request.timeout.ms", I, 30000,
               "How long a broker waits for another broker's response before it closes the "
-              "connection.", at_least(0)),
+              "connection; also how long the transaction coordinator waits for the in-sync "
+              "replicas of a __transaction_state write and of a marker (as Kafka's does).",
+              at_least(0)),
     ConfigKey("socket.connection.setup.timeout.ms", L, 10000,
               "How long a broker waits for a connection (TCP and TLS) to another broker.",
               at_least(0)),
