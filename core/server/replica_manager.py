@@ -90,9 +90,6 @@ REQUEST_TIMED_OUT = 7
 BROKER_NOT_AVAILABLE = 8
 STALE_CONTROLLER_EPOCH = 11
 KAFKA_STORAGE_ERROR = 56
-# How long a transaction marker waits for its replication (Kafka's request.timeout.ms
-# default): the coordinator sends it again after a timeout.
-MARKER_REPLICATION_TIMEOUT_MS = 30_000
 FENCED_LEADER_EPOCH = 74
 INCONSISTENT_TOPIC_ID = 103
 OFFSET_MOVED_TO_TIERED_STORAGE = 109
@@ -751,7 +748,8 @@ class ReplicaManager:
         partition = self.partition(topic, index)
         if partition is None:
             return NOT_LEADER_OR_FOLLOWER
-        return await self.wait_replicated(partition, end, MARKER_REPLICATION_TIMEOUT_MS)
+        # After request.timeout.ms the coordinator sends the marker again.
+        return await self.wait_replicated(partition, end, self.settings.request_timeout_ms)
 
     async def wait_durable_always(self, partition: Partition) -> None:
         """fsync the partition off the event loop, whatever ``flush.messages`` says (the
