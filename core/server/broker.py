@@ -29,6 +29,9 @@ from core.clock import now_ms
 from core.errors import CoreError
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
+from core.log.producer_state import OpenTxn
+from core.records.builder import build_control_batch
+from core.records.record import ControlRecordType
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer, Authorizer
 from core.server.cluster_mode import ClusterMode
@@ -47,11 +50,12 @@ from core.server.group_loader import GroupLoader
 from core.server.group_offsets import GroupOffsetStore
 from core.server.handler_support import ControllerPort, error_code
 from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
-from core.server.internal_topics import BrokerTrust
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC, BrokerTrust
 from core.server.isr_writer import ZkIsrWriter
 from core.server.local_controller import LocalController
 from core.server.metadata_cache import MetadataCache
 from core.server.network import BoundListener, ListenerSpec, SocketServer
+from core.server.node_client import BrokerEndpoint as NodeEndpoint
 from core.server.node_client import ClientSettings, NodeClient
 from core.server.offsets_topic import (
     OFFSETS_TOPIC,
@@ -59,6 +63,7 @@ from core.server.offsets_topic import (
     ensure_offsets_topic,
     offsets_topic_configs,
 )
+from core.server.partition import Partition
 from core.server.producer_ids import ProducerIdSource, RegistryProducerIds, ZkProducerIds
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.quota_enforcement import handle_with_quotas
@@ -83,6 +88,15 @@ from core.server.topics import (
     UnknownTopicError,
     read_partition_metadata,
 )
+from core.server.transaction_coordinator import CoordinatorSettings, TransactionCoordinator
+from core.server.transaction_loader import TransactionLoader
+from core.server.transaction_marker_channel import MarkerChannel, TxnMarker
+from core.server.transaction_state_topic import (
+    TransactionStateLog,
+    ensure_transaction_state_topic,
+    transaction_state_topic_configs,
+)
+from core.server.transaction_verification import abort_hanging_transactions, verify_remotely
 from core.server.zk_admin import MetadataWaiters, RequestTimedOutError, ZkClusterAdmin
 from core.server.zk_authorizer import ZkAclAuthorizer
 from core.server.zk_entity_configs import ZkEntityConfigs
@@ -98,6 +112,7 @@ log = logging.getLogger(__name__)
 # How long a write to __consumer_offsets waits for the event loop to take it (from the
 # flushing thread); only a broker stopping under it makes it wait this long.
 OFFSETS_APPEND_TIMEOUT_S = 30.0
+NOT_ENOUGH_REPLICAS = 19
 # How long the opening of CreatePartitions' new partitions waits for their leaders in a
 # cluster; the request answers REQUEST_TIMED_OUT at its own timeout, usually shorter.
 CREATE_PARTITIONS_WAIT_MS = 120_000
@@ -162,7 +177,11 @@ class Broker:
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
         self._group_coordinator: GroupCoordinator | None = None
+        self._transaction_coordinator: TransactionCoordinator | None = None
+        self._hanging_check: asyncio.TimerHandle | None = None
         self._group_loader: GroupLoader | None = None
+        self._transaction_loader: TransactionLoader | None = None
+        self._transaction_state_creation: asyncio.Future[None] | None = None
         self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
@@ -260,11 +279,13 @@ class Broker:
             ReplicationSettings.from_config(config),
         )
         self._open_group_store()
+        self._open_transaction_coordinator()
         if cluster is None:
             await self._start_alone()
         else:
             self._start_in_cluster(cluster)
         self._schedule_offset_expiry()
+        self._start_transaction_timers()
         self.log_manager.startup()
         self.server = SocketServer(
             self.codec,
@@ -348,8 +369,10 @@ class Broker:
             self.topics, self.replica_manager, self.metadata_cache, self._broker_info()
         )
         await self.local_controller.startup()
-        # The groups are back before the first request, as before the topic had leaders.
+        # The groups and transactions are back before the first request.
         await loader.wait_idle()
+        assert self._transaction_loader is not None
+        await self._transaction_loader.wait_idle()
         first_dir = Path(self.config.log_dirs[0])
         await asyncio.get_running_loop().run_in_executor(
             None, self.group_offsets.import_legacy, first_dir
@@ -369,6 +392,7 @@ class Broker:
             )
         )
         manager.set_node_client(self._fetcher_client, config.inter_broker_listener_name)
+        self._wire_transactions_to_cluster(self._fetcher_client)
         self._producer_ids = ZkProducerIds(zk, self.config.node_id)
         self._admin = ZkClusterAdmin(zk, self._waiters, self.config.log_config_defaults())
         cluster.add_session_listener(self._on_session_state)
@@ -436,6 +460,176 @@ class Broker:
             lambda f: f.exception() and log.error("cannot persist %s: %s", what, f.exception())
         )
 
+    # -- transactions ----------------------------------------------------------------------
+    def _open_transaction_coordinator(self) -> None:
+        """The transaction coordinator over ``__transaction_state``, empty: the partitions
+        this broker leads are loaded as their leadership arrives (``TransactionLoader``)."""
+        replica_manager = self.replica_manager
+        config = self.config
+
+        async def written(partition: Partition, offset: int) -> int:
+            # Kafka's coordinator writes with acks=all, and fsyncs: a state it acted on
+            # survives a crash of the leader and of the whole cluster.
+            await replica_manager.wait_durable_always(partition)
+            return await replica_manager.wait_replicated(
+                partition, offset, config.get("request.timeout.ms")
+            )
+
+        def leader(index: int) -> Partition | None:
+            partition = replica_manager.partition(TRANSACTION_STATE_TOPIC, index)
+            return partition if partition is not None and partition.is_leader else None
+
+        state_log = TransactionStateLog(
+            leader, written, append=lambda p, batch: replica_manager.append(p, batch, -1)
+        )
+        markers = MarkerChannel(
+            replica_manager,
+            leader_of=self._marker_leader,
+            on_written=self.on_marker_written,
+            exists=lambda t, i: self.metadata_cache.partition((t, i)) is not None,
+        )
+        self._transaction_coordinator = TransactionCoordinator(
+            lambda: info.partitions if (info := self.topics.get(TRANSACTION_STATE_TOPIC)) else 1,
+            state_log,
+            markers,
+            self.allocate_producer_id,
+            CoordinatorSettings(
+                max_timeout_ms=config.get("transaction.max.timeout.ms"),
+                abort_interval_ms=config.get(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                ),
+                id_expiration_ms=config.get("transactional.id.expiration.ms"),
+                remove_interval_ms=config.get(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms"
+                ),
+            ),
+        )
+        self._transaction_loader = TransactionLoader(self._transaction_coordinator)
+        replica_manager.add_leadership_listener(self._transaction_loader)
+
+    def _marker_leader(self, tp: tuple[str, int]) -> NodeEndpoint | None:
+        """Where a marker of ``tp`` goes: None for this broker (or no leader known: the
+        local write answers NOT_LEADER_OR_FOLLOWER and the channel retries), else the
+        leader's inter-broker endpoint."""
+        leader = self.metadata_cache.leader(tp)
+        if leader is None or leader == self.config.node_id:
+            return None
+        return self.replica_manager.leader_endpoint(leader)
+
+    def _wire_transactions_to_cluster(self, client: NodeClient) -> None:
+        """Markers for partitions led elsewhere go over WriteTxnMarkers, and KIP-890
+        verification of an id coordinated elsewhere over AddPartitionsToTxn v4."""
+        coordinator = self.transaction_coordinator
+        coordinator.markers.set_node_client(client)
+
+        async def remote(
+            txn_id: str, pid: int, epoch: int, partitions: list[TopicPartition]
+        ) -> dict[TopicPartition, int]:
+            index = coordinator.partition_for(txn_id)
+            leader = self.metadata_cache.leader((TRANSACTION_STATE_TOPIC, index))
+            if leader == self.config.node_id:
+                return coordinator.verify(txn_id, pid, epoch, partitions)
+            endpoint = None if leader is None else self.replica_manager.leader_endpoint(leader)
+            if endpoint is None:
+                # No coordinator now: NOT_ENOUGH_REPLICAS makes the producer retry (Kafka's
+                # answer when the verification cannot reach the coordinator).
+                return dict.fromkeys(partitions, NOT_ENOUGH_REPLICAS)
+            return await verify_remotely(client, endpoint, txn_id, pid, epoch, partitions)
+
+        coordinator.remote = remote
+
+    async def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` in the cluster when a transactional producer first
+        asks for its coordinator, with ``transaction.state.log.replication.factor``
+        replicas, or one per live broker when fewer are alive (logged as a WARNING)."""
+        if self._admin is None or self.metadata_cache.contains_topic(TRANSACTION_STATE_TOPIC):
+            return
+        creation = self._transaction_state_creation
+        if creation is None or creation.done():
+            creation = asyncio.ensure_future(self._create_transaction_state_topic())
+            self._transaction_state_creation = creation
+            self._background.add(creation)
+            creation.add_done_callback(self._background.discard)
+
+    async def _create_transaction_state_topic(self) -> None:
+        assert self._admin is not None
+        config = self.config
+        wanted = config.get("transaction.state.log.replication.factor")
+        live = len(self.metadata_cache.alive_brokers())
+        replication = min(wanted, max(live, 1))
+        if replication < wanted:
+            log.warning(
+                "creating %s with replication factor %d: transaction.state.log.replication."
+                "factor=%d but only %d brokers are alive; it keeps %d replicas per partition",
+                TRANSACTION_STATE_TOPIC, replication, wanted, live, replication,
+            )  # fmt: skip
+        configs = transaction_state_topic_configs(
+            config.get("transaction.state.log.segment.bytes"),
+            min(config.get("transaction.state.log.min.isr"), replication),
+        )
+        try:
+            await self._admin.create_topic(
+                TRANSACTION_STATE_TOPIC,
+                config.get("transaction.state.log.num.partitions"),
+                configs,
+                replication_factor=replication,
+            )
+        except CoreError as e:
+            if e.error_code != 36:  # TOPIC_ALREADY_EXISTS: another broker was quicker
+                log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC, e)
+
+    def _start_transaction_timers(self) -> None:
+        self.transaction_coordinator.start()
+        self._schedule_hanging_check()
+
+    def _schedule_hanging_check(self) -> None:
+        interval = self.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms")
+        loop = asyncio.get_running_loop()
+        self._hanging_check = loop.call_later(interval / 1000, self._abort_hanging)
+
+    def _abort_hanging(self) -> None:
+        self._schedule_hanging_check()
+        coordinator = self.transaction_coordinator
+        replica_manager = self.replica_manager
+
+        def write_abort(partition: Partition, txn: OpenTxn) -> None:
+            log.warning(
+                "aborting a transaction of producer %d open in %s-%d since offset %d that "
+                "no coordinator knows of (older than transaction.max.timeout.ms)",
+                txn.producer_id,
+                partition.topic,
+                partition.index,
+                txn.first_offset,
+            )
+            batch = build_control_batch(
+                ControlRecordType.ABORT,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                coordinator_epoch=max(txn.coordinator_epoch, 0),
+            )
+            try:
+                replica_manager.append_marker(partition.topic, partition.index, batch)
+            except (LookupError, CoreError) as e:
+                log.warning("cannot abort that transaction: %s", e)
+
+        abort_hanging_transactions(
+            [p for p in replica_manager.partitions.values() if p.is_leader],
+            coordinator.knows_open_transaction,
+            write_abort,
+            self.config.get("transaction.max.timeout.ms"),
+            now_ms(),
+        )
+
+    def on_marker_written(self, tp: tuple[str, int], marker: TxnMarker) -> None:
+        """Transactional offset commits of ``__consumer_offsets`` complete at the marker."""
+        if tp[0] == OFFSETS_TOPIC and self._group_offsets is not None:
+            self._group_offsets.complete_txn(marker.producer_id, tp[1], marker.commit)
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        assert self._transaction_coordinator is not None, "the broker is not started"
+        return self._transaction_coordinator
+
     def _store_group(self, group: Group) -> None:
         """The coordinator's hook: journal the group's metadata in the background (a lost
         record only makes the group's members rejoin after a restart)."""
@@ -469,6 +663,13 @@ class Broker:
                 self.topics,
                 config.get("offsets.topic.num.partitions"),
                 config.get("offsets.topic.segment.bytes"),
+            )
+            ensure_transaction_state_topic(
+                self.topics,
+                config.get("transaction.state.log.num.partitions"),
+                config.get("transaction.state.log.segment.bytes"),
+                config.get("transaction.state.log.replication.factor"),
+                config.get("transaction.state.log.min.isr"),
             )
             if config.get("authorizer.class.name"):
                 self.authorizer = AclAuthorizer(
@@ -530,6 +731,11 @@ class Broker:
             task.cancel()
         if self._offset_expiry is not None:
             self._offset_expiry.cancel()
+        # No marker or state write of the coordinator after the replicas shut down.
+        if self._transaction_coordinator is not None:
+            self._transaction_coordinator.shutdown()
+        if self._hanging_check is not None:
+            self._hanging_check.cancel()
         replica_manager = getattr(self, "replica_manager", None)
         if replica_manager is not None:  # started
             await replica_manager.shutdown()

@@ -42,6 +42,8 @@ from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
 from core.server.scram_credentials import ScramCredentialStore
 from core.server.topics import TopicInfo, TopicRegistry
+from core.server.transaction_coordinator import TransactionCoordinator
+from core.server.transaction_marker_channel import TxnMarker
 from core.server.zookeeper.topic_data import ReplicaAssignment
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -259,9 +261,25 @@ class BrokerServices(Protocol):
         COORDINATOR_NOT_AVAILABLE meanwhile."""
         ...
 
+    async def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` if it does not exist yet (in a cluster, when a
+        transactional producer first asks for its coordinator); as
+        ``ensure_offsets_topic``."""
+        ...
+
     @property
     def group_coordinator(self) -> GroupCoordinator:
         """Group membership: joins, syncs, heartbeats, generations."""
+        ...
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        """Transactional ids, their producers and transactions (the transaction APIs)."""
+        ...
+
+    def on_marker_written(self, tp: tuple[str, int], marker: TxnMarker) -> None:
+        """A transaction marker was appended here (completes transactional offset commits
+        of ``__consumer_offsets`` partitions; WriteTxnMarkers)."""
         ...
 
     @property
