@@ -122,8 +122,16 @@ class ZkClusterAdmin:
         assignments: Mapping[int, Sequence[int]] | None = None,
         validate_only: bool = False,
         timeout_ms: int = 0,
+        topic_id: uuid.UUID | None = None,
+        brokers: Sequence[int] | None = None,
     ) -> TopicInfo:
         """Create a topic in ZooKeeper (Kafka's AdminZkClient.createTopic).
+
+        Args:
+            topic_id: the id to register (``tierlog restore`` keeps a topic's own); a new
+                one by default.
+            brokers: the live broker ids to place replicas on; by default those of this
+                broker's MetadataCache (a tool without one reads ``/brokers/ids``).
 
         Raises:
             InvalidTopicError, TopicExistsError, InvalidPartitionsError,
@@ -132,14 +140,14 @@ class ZkClusterAdmin:
             timeout.
         """
         validate_topic_name(name)
-        live = self.live_broker_ids()
+        live = self.live_broker_ids() if brokers is None else list(brokers)
         if assignments:
             assignment = validate_assignment(assignments, live)
         else:
             assignment = assign_replicas(partitions, replication_factor, live)
         LogConfig.from_props(dict(configs), defaults=self._broker_defaults)  # validates
         await self._check_new_name(name)
-        info = TopicInfo(name, uuid.uuid4(), len(assignment), dict(configs))
+        info = TopicInfo(name, topic_id or uuid.uuid4(), len(assignment), dict(configs))
         if validate_only:
             return info
         await self._zk.set_topic_config(name, configs, notify=False)
