@@ -2,6 +2,7 @@
 verify`` against listing the same bucket with boto3 alone, in the same run.
 
     python -m bench.remote_tools [--segments 1000] [--partitions 4] [--rounds 3] [--quick]
+                                 [--profile-verify]
 
 Setup (untimed): moto's S3 server in a child process (``moto-process``: no GIL shared with
 the tools), one bucket holding a tiered topic of ``--segments`` remote segments over
@@ -23,7 +24,9 @@ rounds:
 * verify: ``tierlog metadata verify --log-dirs D --rsm-config F`` (without ``--deep``).
 
 Targets (per 1,000 segments, as ratios to the listing): restore <= 3x, verify <= 2x.
-Prints a table; never asserts.
+Prints a table; never asserts. ``--profile-verify`` runs verify once more under cProfile
+after the rounds and prints where its time goes (the functions with the most cumulative
+time, across all threads' waits as seen from the main thread).
 """
 
 from __future__ import annotations
@@ -142,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="200 segments, 2 rounds")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--profile-verify", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
         args.segments, args.rounds = 200, 2
@@ -224,12 +228,24 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
+        if args.profile_verify:
+            profile(verify)
         client.close()
     finally:
         endpoint.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     report(times, args.segments)
     return 0
+
+
+def profile(fn: Callable[[], None]) -> None:
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(fn)
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("cumulative").print_stats(25)
 
 
 def report(times: dict[str, list[float]], segments: int) -> None:
