@@ -43,7 +43,6 @@ from rsm_plugins.layout import (
     ObjectSuffix,
     SegmentManifest,
     TopicManifest,
-    checksum_bytes,
     object_key,
     object_name,
     partition_prefix,
@@ -204,17 +203,19 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if segment_data.transaction_index is not None:
             files.append((ObjectSuffix.TRANSACTION_INDEX, segment_data.transaction_index))
         store = self.store
-        objects: dict[ObjectSuffix, ObjectEntry] = {}
-        for suffix, path in files:
+        for _, path in files:
             if not path.is_file():
                 raise RemoteStorageError(f"{metadata.remote_log_segment_id}: no local file {path}")
-            size, crc = store.put_file(self._key(metadata, suffix), path)
-            objects[suffix] = ObjectEntry(object_name(metadata, suffix), size, crc)
-        epochs = bytes(segment_data.leader_epoch_index)
-        store.put_bytes(self._key(metadata, ObjectSuffix.LEADER_EPOCH), epochs)
-        objects[ObjectSuffix.LEADER_EPOCH] = ObjectEntry(
-            object_name(metadata, ObjectSuffix.LEADER_EPOCH), *_size_crc(epochs)
-        )
+        items: list[tuple[ObjectSuffix, Path | bytes]] = [
+            *files,
+            (ObjectSuffix.LEADER_EPOCH, bytes(segment_data.leader_epoch_index)),
+        ]
+        # Every object but the manifest in one call: a store may make them durable together.
+        stored = store.put_objects([(self._key(metadata, suffix), src) for suffix, src in items])
+        objects: dict[ObjectSuffix, ObjectEntry] = {
+            suffix: ObjectEntry(object_name(metadata, suffix), size, crc)
+            for (suffix, _), (size, crc) in zip(items, stored, strict=True)
+        }
         manifest = SegmentManifest(metadata, objects)
         store.put_bytes(self._key(metadata, ObjectSuffix.MANIFEST), manifest.to_json())
         self._remember(metadata, manifest)
@@ -338,10 +339,6 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
 def is_manifest_key(key: str) -> bool:
     """Whether ``key`` is a segment's or a topic's manifest (kept as plain JSON)."""
     return key.endswith(("." + ObjectSuffix.MANIFEST.value, "/" + TOPIC_MANIFEST_NAME))
-
-
-def _size_crc(data: bytes) -> tuple[int, str]:
-    return len(data), checksum_bytes(data)
 
 
 def _mismatch(key: str, entry: ObjectEntry) -> Callable[[int, str], RemoteStorageError]:

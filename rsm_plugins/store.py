@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import io
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import crc32c
 
+from rsm_plugins.layout import checksum_bytes
 from tiered.api import RemoteStorageError
 
 
@@ -51,6 +52,20 @@ class ObjectStore(ABC):
     @abstractmethod
     def put_bytes(self, key: str, data: bytes) -> None:
         """Store ``data`` as ``key``, replacing any object there (atomically, as put_file)."""
+
+    def put_objects(self, items: Sequence[tuple[str, Path | bytes]]) -> list[tuple[int, str]]:
+        """Store several objects, each a file (read once) or bytes; returns the size and
+        CRC32C of each, in order. Each object is atomic as with ``put_file``; all are
+        durable when this returns. The default puts them one by one; a store may make them
+        durable together (one sync for the lot)."""
+        out = []
+        for key, source in items:
+            if isinstance(source, Path):
+                out.append(self.put_file(key, source))
+            else:
+                self.put_bytes(key, source)
+                out.append((len(source), checksum_bytes(source)))
+        return out
 
     @abstractmethod
     def get_range(self, key: str, start: int, end: int | None) -> BinaryIO:

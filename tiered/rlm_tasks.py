@@ -30,6 +30,7 @@ import itertools
 import logging
 import random
 import tempfile
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -262,37 +263,35 @@ class CopyTask(RLMTask):
         self.wait(ctx.rlmm.add_remote_log_segment_metadata(md))
         ctx.metrics.inc(REMOTE_COPY_REQUESTS, tp)
         began = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="tierlog-copy-") as scratch:
-            snapshot = plog.producer_state.snapshot_file(next_base)
-            if snapshot is None or not snapshot.exists():
-                # No producer state changed in the segment, so no snapshot was written at the
-                # roll: ship an empty one, as Kafka does.
-                snapshot = Path(scratch) / f"{next_base:020d}.snapshot"
-                snapshot.write_bytes(encode_snapshot([]))
-            data = LogSegmentData(
-                log_segment=segment.log.path,
-                offset_index=segment.offset_index.path,
-                time_index=segment.time_index.path,
-                transaction_index=None if md.txn_index_empty else segment.txn_index.path,
-                producer_snapshot_index=snapshot,
-                leader_epoch_index=checkpoint,
+        snapshot = plog.producer_state.snapshot_file(next_base)
+        if snapshot is None or not snapshot.exists():
+            # No producer state changed in the segment, so no snapshot was written at the
+            # roll: ship an empty one, as Kafka does.
+            snapshot = _EmptySnapshot.path()
+        data = LogSegmentData(
+            log_segment=segment.log.path,
+            offset_index=segment.offset_index.path,
+            time_index=segment.time_index.path,
+            transaction_index=None if md.txn_index_empty else segment.txn_index.path,
+            producer_snapshot_index=snapshot,
+            leader_epoch_index=checkpoint,
+        )
+        try:
+            custom = ctx.rsm.copy_log_segment_data(md, data)
+        except (RemoteStorageError, OSError) as e:
+            ctx.metrics.inc(REMOTE_COPY_ERRORS, tp)
+            log_event(
+                log,
+                logging.WARNING,
+                "remote_copy_failed",
+                tp,
+                segment_id=md.segment_id,
+                start_offset=start,
+                end_offset=end,
+                error=f"{type(e).__name__}: {e}",
             )
-            try:
-                custom = ctx.rsm.copy_log_segment_data(md, data)
-            except (RemoteStorageError, OSError) as e:
-                ctx.metrics.inc(REMOTE_COPY_ERRORS, tp)
-                log_event(
-                    log,
-                    logging.WARNING,
-                    "remote_copy_failed",
-                    tp,
-                    segment_id=md.segment_id,
-                    start_offset=start,
-                    end_offset=end,
-                    error=f"{type(e).__name__}: {e}",
-                )
-                self.delete_segment(md, reason="failed copy")
-                raise RemoteStorageError(f"{tp}: copy of segment {start}..{end} failed") from e
+            self.delete_segment(md, reason="failed copy")
+            raise RemoteStorageError(f"{tp}: copy of segment {start}..{end} failed") from e
         self.wait(
             ctx.rlmm.update_remote_log_segment_metadata(
                 RemoteLogSegmentMetadataUpdate(
@@ -324,6 +323,26 @@ class CopyTask(RLMTask):
         for md in list(self.ctx.rlmm.list_remote_log_segments(self.tp)):
             if md.state == _S.COPY_SEGMENT_STARTED:
                 self.delete_segment(md, reason="dangling copy")
+
+
+class _EmptySnapshot:
+    """An empty producer snapshot file, written once per process (its content is always
+    the same) rather than in a fresh scratch directory per copied segment."""
+
+    _lock = threading.Lock()
+    _scratch: tempfile.TemporaryDirectory[str] | None = None
+
+    @classmethod
+    def path(cls) -> Path:
+        with cls._lock:
+            if cls._scratch is None or not Path(cls._scratch.name).is_dir():
+                cls._scratch = tempfile.TemporaryDirectory(prefix="tierlog-copy-")
+            path = Path(cls._scratch.name) / "empty.snapshot"
+            if not path.exists():
+                tmp = path.with_suffix(".tmp")
+                tmp.write_bytes(encode_snapshot([]))
+                tmp.replace(path)
+            return path
 
 
 def _covered(md: RemoteLogSegmentMetadata, finished: list[RemoteLogSegmentMetadata]) -> bool:

@@ -21,6 +21,7 @@ raises ``ValueError`` on a read from a closed mmap, and the lock costs far less 
 from __future__ import annotations
 
 import array
+import errno
 import itertools
 import mmap
 import operator
@@ -65,6 +66,20 @@ def first_break(ordered: Callable[[int, int], bool], values: Sequence[int]) -> i
     return next(itertools.compress(itertools.count(), broken), None)
 
 
+def _data_end(fd: int, length: int) -> int:
+    """Where the last data region of the file ends (``SEEK_DATA``/``SEEK_HOLE``): every
+    byte past it is a hole and reads as zero. ``length`` where holes cannot be found."""
+    end = position = 0
+    try:
+        while position < length:
+            position = os.lseek(fd, position, os.SEEK_DATA)
+            position = end = os.lseek(fd, position, os.SEEK_HOLE)
+    except OSError as e:
+        if e.errno != errno.ENXIO:  # ENXIO: no data after position
+            return length
+    return min(end, length)
+
+
 class AbstractIndex(ABC, Generic[E]):
     """A preallocated, mmapped file of ``ENTRY_SIZE``-byte entries ordered by offset.
 
@@ -74,6 +89,11 @@ class AbstractIndex(ABC, Generic[E]):
         max_index_size: bytes to preallocate, rounded down to a multiple of ``ENTRY_SIZE``.
         writable: False maps the file read-only and never changes it; mutators then raise
             ``ValueError``.
+        grow: whether an existing writable file is grown back to ``max_index_size`` on
+            open (a new file always is). Only an active segment's indexes need the room;
+            Kafka opens the others at their trimmed size and resizes the active segment's
+            (``resize``) when it is loaded. False keeps an old segment's file as it is,
+            cut to its valid entries.
 
     Raises:
         ValueError: ``max_index_size`` is smaller than one entry (writable indexes).
@@ -88,6 +108,8 @@ class AbstractIndex(ABC, Generic[E]):
         base_offset: int,
         max_index_size: int = 10 * 1024 * 1024,
         writable: bool = True,
+        *,
+        grow: bool = True,
     ) -> None:
         if writable and max_index_size < self.ENTRY_SIZE:
             raise ValueError(f"invalid max index size {max_index_size} for {path}")
@@ -103,20 +125,21 @@ class AbstractIndex(ABC, Generic[E]):
         self._closed = False
         # Found while opening; reported by sanity_check, which Kafka's loader calls right after.
         self._open_problem: str | None = None
-        self._open()
+        self._open(grow)
         self._entries_changed()
 
     # -- opening ------------------------------------------------------------------------
 
-    def _open(self) -> None:
+    def _open(self, grow: bool) -> None:
         size = self._rounded(self.max_index_size)
         if not self.writable:
             with open(self._path, "rb") as f:
                 length = os.fstat(f.fileno()).st_size
                 if length:
                     self._mmap = mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ)
+                data_end = _data_end(f.fileno(), length)
             self._length = length
-            self._entries = self._scan_existing(length)
+            self._entries = self._scan_existing(length, data_end)
             self._max_entries = length // self.ENTRY_SIZE
             return
         try:
@@ -132,22 +155,31 @@ class AbstractIndex(ABC, Generic[E]):
                 length = os.fstat(fd).st_size
                 if length:
                     self._mmap = mmap.mmap(fd, length, access=mmap.ACCESS_READ)
-                self._entries = self._scan_existing(length)
+                self._entries = self._scan_existing(length, _data_end(fd, length))
                 self._unmap()
                 # Cut everything after the valid prefix first: growing the file back then
                 # zero-fills, which keeps the next crash scan from seeing stale slots.
-                size = max(size, self._entries * self.ENTRY_SIZE)
-                os.ftruncate(fd, self._entries * self.ENTRY_SIZE)
-            os.ftruncate(fd, size)
-            self._mmap = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
+                valid = self._entries * self.ENTRY_SIZE
+                size = max(size, valid) if grow else valid
+                if length != valid:
+                    os.ftruncate(fd, valid)
+            if size != (0 if created else self._entries * self.ENTRY_SIZE):
+                os.ftruncate(fd, size)
+            if size:
+                self._mmap = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
             self._length = size
             self._max_entries = size // self.ENTRY_SIZE
         finally:
             # The mmap keeps its own descriptor; Kafka likewise closes the file after mapping.
             os.close(fd)
 
-    def _scan_existing(self, length: int) -> int:
-        """Count the entries of an existing file and note anything that looks corrupt."""
+    def _scan_existing(self, length: int, data_end: int) -> int:
+        """Count the entries of an existing file and note anything that looks corrupt.
+
+        Only the bytes before ``data_end`` are read: past it the file is a hole (the
+        preallocated tail ``ftruncate`` left sparse), which reads as zeros anyway. An
+        untrimmed 10 MiB index after a crash then costs its entries, not 10 MiB.
+        """
         size = self.ENTRY_SIZE
         if length % size:
             self._open_problem = (
@@ -156,7 +188,7 @@ class AbstractIndex(ABC, Generic[E]):
         slots = length // size
         if slots == 0 or self._mmap is None:
             return 0
-        data = self._mmap[: slots * size]
+        data = self._mmap[: min(slots * size, -(-data_end // size) * size)]
         # Only slots up to the last non-zero byte can hold entries: the rest is the zeroed
         # preallocation of a file that was never trimmed.
         candidates = -(-len(data.rstrip(b"\0")) // size)
@@ -342,6 +374,7 @@ class AbstractIndex(ABC, Generic[E]):
         """
         with self._lock:
             self._truncate_to_entries(0)
+            self._open_problem = None  # what the file held when opened is gone
 
     def reset(self) -> None:
         """Remove every entry and grow the file back to ``max_index_size``."""

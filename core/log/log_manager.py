@@ -99,6 +99,9 @@ class LogManager:
         self.cluster_id = config.cluster_id or self._existing_cluster_id() or _new_cluster_id()
         self._started = False
         self._shut_down = False
+        # Logs whose recovery point is below their log end after loading (recovered, or
+        # loaded without a clean shutdown): flushed and checkpointed once started.
+        self._recovered: list[PartitionLog] = []
         self.log_dirs = [self._prepare_dir(Path(d)) for d in config.log_dirs]
         self._load_all()
         self.cleaner = LogCleaner(config.cleaner, self.all_logs, clock)
@@ -182,6 +185,8 @@ class LogManager:
             for job in jobs:
                 plog = job.result()
                 self._logs[(plog.topic, plog.partition)] = plog
+                if plog.recovery_point < plog.log_end_offset:
+                    self._recovered.append(plog)
         for directory in self.log_dirs:
             # Removed only now: a crash during loading must recover again next time.
             (directory / CLEAN_SHUTDOWN_MARKER).unlink(missing_ok=True)
@@ -220,6 +225,8 @@ class LogManager:
         self._started = True
         c = self.config
         self.cleaner.startup()
+        if self._recovered:
+            self.scheduler.schedule_once("flush-recovered-logs", self._flush_recovered_logs)
         self.scheduler.schedule(
             "log-retention",
             self.cleanup_logs,
@@ -436,6 +443,26 @@ class LogManager:
             except CoreError:
                 log.exception("producer expiration failed for %s", plog)
         return dropped
+
+    def _flush_recovered_logs(self) -> None:
+        """fsync what start-up recovered and checkpoint the recovery points at once.
+
+        Recovery validated the segments after each recovery point but did not make them
+        durable, so the recovery point stays where it was (Kafka's rule: it only moves
+        over flushed data). Kafka then leaves it to the next flush and the periodic
+        checkpoint (``log.flush.offset.checkpoint.interval.ms``, a minute): a broker killed
+        again within that minute validates the same segments again, plus everything
+        since, so each restart of a crash loop takes longer than the last. tierlog flushes
+        the recovered logs in the background right after start-up and writes the
+        checkpoint, so the next restart starts where this one ended.
+        """
+        logs, self._recovered = self._recovered, []
+        for plog in logs:
+            try:
+                plog.flush()
+            except CoreError:
+                log.exception("flush after recovery failed for %s", plog)
+        self.checkpoint_recovery_points()
 
     def flush_dirty_logs(self) -> None:
         for plog in self.all_logs():

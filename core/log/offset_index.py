@@ -50,13 +50,15 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         base_offset: int,
         max_index_size: int = 10 * 1024 * 1024,
         writable: bool = True,
+        *,
+        grow: bool = True,
     ) -> None:
         self._last_offset = base_offset
         # In-memory copies of the entries: every fetch looks an offset up, and bisect over
         # an int array runs in C where a search through the mmap costs ~15 struct reads.
         self._relatives = array.array("i")
         self._positions = array.array("i")
-        super().__init__(path, base_offset, max_index_size, writable)
+        super().__init__(path, base_offset, max_index_size, writable, grow=grow)
 
     # -- subclass hooks -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import os
 import shutil
 import threading
 import uuid
@@ -52,7 +53,6 @@ from core.log.files import (
     deleted_dir_name,
     filename_prefix,
     parse_offset_file,
-    segment_file,
 )
 from core.log.leader_epoch import UNDEFINED_EPOCH, LeaderEpochCheckpointFile, LeaderEpochFileCache
 from core.log.producer_state import ProducerStateEntry, ProducerStateManager, read_txn_marker
@@ -191,24 +191,30 @@ class PartitionLog:
     def _load(self, had_clean_shutdown: bool) -> None:
         self._complete_swaps()
         self._remove_temporary_files()
-        for path in sorted(self.dir.glob(f"*{LOG_SUFFIX}")):
-            parsed = parse_offset_file(path.name)
+        names = set(os.listdir(self.dir))
+        for name in sorted(n for n in names if n.endswith(LOG_SUFFIX)):
+            parsed = parse_offset_file(name)
             if parsed is None or parsed[2]:
                 continue
-            indexes_exist = all(
-                segment_file(self.dir, parsed[0], suffix).exists()
-                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-            )
-            segment = LogSegment(
-                self.dir, parsed[0], self.config, created_ms=self.clock(), create=False
-            )
+            base = parsed[0]
+            segment = LogSegment(self.dir, base, self.config, created_ms=self.clock(), create=False)
+            # Kafka's loader (since KAFKA-7283) only checks that the index files exist and
+            # opens them on first use: a segment costs nothing more here. Its indexes are
+            # checked when first opened and rebuilt then if corrupt; those of the segments
+            # recovery will rebuild anyway are not checked at all.
+            prefix = filename_prefix(base)
             try:
-                if not indexes_exist:
-                    raise CorruptIndexError(f"index files of {path} are missing")
-                segment.sanity_check()
+                if not all(
+                    prefix + suffix in names for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                ):
+                    raise CorruptIndexError(f"index files of {self.dir / name} are missing")
+                if prefix + TXN_INDEX_SUFFIX in names:
+                    segment.txn_index.sanity_check()
             except CoreError as e:
-                log.warning("%s: rebuilding indexes of segment %d: %s", self.dir, parsed[0], e)
+                log.warning("%s: rebuilding indexes of segment %d: %s", self.dir, base, e)
                 segment.recover(None)
+            else:
+                segment.verify_indexes_on_open = True
             self._segments.append(segment)
         self._segments.sort(key=lambda s: s.base_offset)
         self._bases = [s.base_offset for s in self._segments]
@@ -220,6 +226,8 @@ class PartitionLog:
         if not self._segments:
             start = max(self.log_start_offset, self.recovery_point)
             self._add_segment(LogSegment(self.dir, start, self.config, created_ms=self.clock()))
+        # Only the active segment's indexes need room to grow (Kafka's resizeIndexes).
+        self.active_segment.resize_indexes(self.config.segment_index_bytes)
         self._log_end_offset = self.active_segment.read_next_offset()
         if not self.config.remote_storage_enable:
             self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
@@ -342,7 +350,17 @@ class PartitionLog:
         """Load the newest usable snapshot and replay the batches after it."""
         replay_from = self.producer_state.load(self.log_start_offset, self._log_end_offset)
         first = max(0, bisect.bisect_right(self._bases, replay_from) - 1)
+        # Kafka's rebuildProducerState: snapshots at the base offsets of the last two
+        # segments, so that the next load (after another crash) replays only from there,
+        # whatever snapshots recovery had to delete.
+        snapshot_at = {s.base_offset for s in self._segments[-2:]}
         for segment in self._segments[first:]:
+            if (
+                segment.base_offset in snapshot_at
+                and segment.base_offset > replay_from
+                and segment.base_offset >= self.producer_state.map_end_offset
+            ):
+                self.producer_state.take_snapshot(segment.base_offset)
             start = segment.offset_index.lookup(replay_from).position
             for position, view in segment.log.batch_headers(start):
                 if view.last_offset < replay_from:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import array
+import contextlib
 import logging
 import os
 import random
+import struct
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +34,7 @@ from core.records.record import decode_records
 log = logging.getLogger(__name__)
 
 INT32_MAX = (1 << 31) - 1
+_TIME_ENTRY = struct.Struct(">qi")  # the time index's entry: timestamp, relative offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,22 +104,101 @@ class LogSegment:
         self.log = FileRecords(
             segment_file(directory, base_offset, LOG_SUFFIX, file_suffix), create=create
         )
-        self.offset_index = OffsetIndex(
-            segment_file(directory, base_offset, INDEX_SUFFIX, file_suffix),
-            base_offset,
-            config.segment_index_bytes,
-        )
-        self.time_index = TimeIndex(
-            segment_file(directory, base_offset, TIME_INDEX_SUFFIX, file_suffix),
-            base_offset,
-            config.segment_index_bytes,
-        )
+        # The offset and time indexes are opened on first use (Kafka's LazyIndex): a restart
+        # then costs nothing per segment behind the recovery point but opening its .log.
+        # A new segment creates (preallocates) them at once.
+        self._index_bytes = config.segment_index_bytes
+        self._offset_index_path = segment_file(directory, base_offset, INDEX_SUFFIX, file_suffix)
+        self._time_index_path = segment_file(directory, base_offset, TIME_INDEX_SUFFIX, file_suffix)
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._index_lock = threading.Lock()
+        # Set by the loader for segments it does not recover: their indexes are checked
+        # when first opened, and rebuilt from the log if found corrupt.
+        self.verify_indexes_on_open = False
+        self._indexes_closed = False  # closed or deleted: never (re)create the files
         self.txn_index = TransactionIndex(
             segment_file(directory, base_offset, TXN_INDEX_SUFFIX, file_suffix), base_offset
         )
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_so_far: TimestampOffset | None = None
         self._rolling_based_timestamp: int | None = None
+        if create:
+            self._open_indexes()
+
+    # -- indexes (opened lazily) ---------------------------------------------------------
+    @property
+    def offset_index(self) -> OffsetIndex:
+        index = self._offset_index
+        return index if index is not None else self._open_indexes()[0]
+
+    @property
+    def time_index(self) -> TimeIndex:
+        index = self._time_index
+        return index if index is not None else self._open_indexes()[1]
+
+    @property
+    def indexes_open(self) -> bool:
+        """Whether the offset and time indexes have been opened (they open on first use)."""
+        return self._offset_index is not None
+
+    def _open_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        with self._index_lock:
+            if self._offset_index is not None and self._time_index is not None:
+                return self._offset_index, self._time_index
+            if self._indexes_closed:
+                raise ValueError(f"the indexes of segment {self.base_offset} are closed")
+            # An existing file keeps its (trimmed) size: only the active segment needs
+            # room, and the log grows its indexes with ``resize_indexes``.
+            offset_index = OffsetIndex(
+                self._offset_index_path, self.base_offset, self._index_bytes, grow=False
+            )
+            time_index = TimeIndex(
+                self._time_index_path, self.base_offset, self._index_bytes, grow=False
+            )
+            if self.verify_indexes_on_open:
+                try:
+                    offset_index.sanity_check()
+                    time_index.sanity_check()
+                except CoreError as e:
+                    log.warning(
+                        "%s: rebuilding the indexes of segment %d on first use: %s",
+                        self.directory,
+                        self.base_offset,
+                        e,
+                    )
+                    self._rebuild_indexes(offset_index, time_index)
+            # The time index first: a reader that sees the offset index sees both.
+            self._time_index = time_index
+            self._offset_index = offset_index
+            return offset_index, time_index
+
+    def _rebuild_indexes(self, offset_index: OffsetIndex, time_index: TimeIndex) -> None:
+        """Rebuild both indexes from the batch headers of the log (Kafka rebuilds a corrupt
+        index from its segment). The log itself is not touched: a segment behind the
+        recovery point was flushed whole."""
+        for index in (offset_index, time_index):
+            index.reset()
+        self._max_timestamp_so_far = TimestampOffset(-1, self.base_offset)
+        self._bytes_since_last_index_entry = 0
+        batches = [
+            AppendedBatch(
+                position, header.base_offset, header.last_offset, header.max_timestamp, size
+            )
+            for position, header in self.log.batch_headers()
+            if (size := header.size_in_bytes) > 0
+        ]
+        self._index_batches(0, batches, offset_index, time_index)
+        ts = self._max_timestamp_so_far
+        if ts.timestamp >= 0:
+            time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        offset_index.trim_to_valid_size()
+        time_index.trim_to_valid_size()
+
+    def resize_indexes(self, size: int) -> None:
+        """Give the indexes room to grow (the active segment's, after loading)."""
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -199,8 +284,18 @@ class LogSegment:
             self._rolling_based_timestamp = batches[0].max_timestamp
         self._index_batches(start, batches)
 
-    def _index_batches(self, start: int, batches: Sequence[AppendedBatch]) -> None:
+    def _index_batches(
+        self,
+        start: int,
+        batches: Sequence[AppendedBatch],
+        offset_index: OffsetIndex | None = None,
+        time_index: TimeIndex | None = None,
+    ) -> None:
         """Track the max timestamp and add index entries every ``index.interval.bytes``."""
+        if offset_index is None:
+            offset_index = self.offset_index
+        if time_index is None:
+            time_index = self.time_index
         current = self.max_timestamp_so_far
         max_ts, max_ts_offset = current.timestamp, current.offset
         since = self._bytes_since_last_index_entry
@@ -209,9 +304,9 @@ class LogSegment:
             if batch_max_ts > max_ts:
                 max_ts, max_ts_offset = batch_max_ts, last_offset
             if since > interval:
-                self.offset_index.append(last_offset, start + position)
-                if max_ts > self.time_index.last_entry.timestamp:
-                    self.time_index.maybe_append(max_ts, max_ts_offset)
+                offset_index.append(last_offset, start + position)
+                if max_ts > time_index.last_entry.timestamp:
+                    time_index.maybe_append(max_ts, max_ts_offset)
                 since = 0
             since += size
         self._bytes_since_last_index_entry = since
@@ -223,8 +318,9 @@ class LogSegment:
 
     def flush(self) -> None:
         self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
+        if self._offset_index is not None and self._time_index is not None:
+            self._offset_index.flush()
+            self._time_index.flush()
         self.txn_index.flush()
 
     # -- reads ---------------------------------------------------------------------------
@@ -347,40 +443,53 @@ class LogSegment:
         Returns:
             The number of bytes truncated from the end of the log.
         """
-        self.offset_index.truncate()
-        self.time_index.truncate()
+        self.verify_indexes_on_open = False  # rebuilt below: no need to check them
+        # The entries are collected in memory and each index file is written once at the
+        # end, at its exact size: through a fresh 10 MiB mmap, every entry written to a new
+        # page of a sparse file costs a page fault and a block allocation (most of the
+        # time recovery took). The rules are those of ``_index_batches``.
+        with self._index_lock:
+            for index in (self._offset_index, self._time_index):
+                if index is not None:
+                    index.close()
+            self._offset_index = self._time_index = None
+            if self._indexes_closed:
+                raise ValueError(f"the indexes of segment {self.base_offset} are closed")
         self.txn_index.reset()
-        self._max_timestamp_so_far = TimestampOffset(-1, self.base_offset)
-        self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp = None
+        base = self.base_offset
+        interval = self.index_interval_bytes
+        offsets = array.array("i")  # relative offset, position; pairs
+        times: list[tuple[int, int]] = []  # timestamp, relative offset
+        max_ts, max_ts_offset, since = -1, base, 0
         valid_bytes = 0
-        last_offset = self.base_offset - 1
+        last_offset = base - 1
         try:
             for position, header in self.log.scan_batches(0, max_size=max_message_size):
+                batch_last = header.last_offset
                 if header.base_offset <= last_offset or not self.can_convert_to_relative_offset(
-                    header.last_offset
+                    batch_last
                 ):
                     raise CorruptRecordError(
                         f"{self.log.path}: batch at byte {position} has offsets "
-                        f"{header.base_offset}..{header.last_offset} out of order or outside "
+                        f"{header.base_offset}..{batch_last} out of order or outside "
                         f"the segment"
                     )
-                last_offset = header.last_offset
-                self._index_batches(
-                    0,
-                    (
-                        AppendedBatch(
-                            position,
-                            header.base_offset,
-                            header.last_offset,
-                            header.max_timestamp,
-                            header.size_in_bytes,
-                        ),
-                    ),
-                )
+                last_offset = batch_last
+                batch_ts = header.max_timestamp
+                if batch_ts > max_ts:
+                    max_ts, max_ts_offset = batch_ts, batch_last
+                if since > interval:
+                    offsets.append(batch_last - base)
+                    offsets.append(position)
+                    if max_ts > (times[-1][0] if times else -1):
+                        times.append((max_ts, max_ts_offset - base))
+                    since = 0
+                size = header.size_in_bytes
+                since += size
                 if on_batch is not None:
                     on_batch(header)
-                valid_bytes = position + header.size_in_bytes
+                valid_bytes = position + size
         except CoreError as e:
             log.warning(
                 "found invalid data in %s, truncating to %d bytes: %s",
@@ -389,9 +498,15 @@ class LogSegment:
                 e,
             )
         truncated = self.log.truncate_to(valid_bytes)
-        ts = self.max_timestamp_so_far
-        if ts.timestamp >= 0:
-            self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        if max_ts >= 0 and max_ts > (times[-1][0] if times else -1):
+            times.append((max_ts, max_ts_offset - base))  # the final entry, as at a roll
+        if sys.byteorder == "little":
+            offsets.byteswap()
+        self._offset_index_path.write_bytes(offsets.tobytes())
+        self._time_index_path.write_bytes(b"".join(_TIME_ENTRY.pack(*t) for t in times))
+        self._max_timestamp_so_far = TimestampOffset(max_ts, max_ts_offset)
+        self._bytes_since_last_index_entry = since
+        self._open_indexes()
         return truncated
 
     def truncate_to(self, offset: int) -> int:
@@ -434,11 +549,15 @@ class LogSegment:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
-        ts = self.max_timestamp_so_far
-        if ts.timestamp >= 0:
-            self.time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
-        self.offset_index.close()
-        self.time_index.close()
+        with self._index_lock:
+            offset_index, time_index = self._offset_index, self._time_index
+            self._indexes_closed = True
+        if offset_index is not None and time_index is not None:
+            ts = self.max_timestamp_so_far
+            if ts.timestamp >= 0:
+                time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+            offset_index.close()
+            time_index.close()
         self.txn_index.close()
         self.log.close()
 
@@ -452,14 +571,28 @@ class LogSegment:
             return path.with_name(name + new_suffix)
 
         self.log.rename_to(renamed(self.log.path))
-        self.offset_index.rename_to(renamed(self.offset_index.path))
-        self.time_index.rename_to(renamed(self.time_index.path))
+        with self._index_lock:
+            if self._offset_index is not None and self._time_index is not None:
+                self._offset_index.rename_to(renamed(self._offset_index.path))
+                self._time_index.rename_to(renamed(self._time_index.path))
+            else:  # never opened: rename the files where they are
+                for path in (self._offset_index_path, self._time_index_path):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.replace(path, renamed(path))
+            self._offset_index_path = renamed(self._offset_index_path)
+            self._time_index_path = renamed(self._time_index_path)
         self.txn_index.rename_to(renamed(self.txn_index.path))
 
     def delete_if_exists(self) -> None:
         self.log.delete_if_exists()
-        self.offset_index.delete_if_exists()
-        self.time_index.delete_if_exists()
+        with self._index_lock:
+            if self._offset_index is not None and self._time_index is not None:
+                self._offset_index.delete_if_exists()
+                self._time_index.delete_if_exists()
+            else:
+                self._offset_index_path.unlink(missing_ok=True)
+                self._time_index_path.unlink(missing_ok=True)
+            self._indexes_closed = True
         self.txn_index.delete_if_exists()
 
     def __repr__(self) -> str:

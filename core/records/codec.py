@@ -29,6 +29,7 @@ Corrupt input raises ``CorruptRecordError``; cramjam's exceptions never leak.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import cramjam
 
@@ -57,6 +58,21 @@ LZ4_FRAME_HEADER = b"\x04\x22\x4d\x18\x60\x40\x82"
 _LZ4_UNCOMPRESSED_BIT = 0x80000000
 _U32LE = struct.Struct("<I")
 _LZ4_END_MARK = b"\x00\x00\x00\x00"
+
+# The most one batch's records may decompress to. Kafka's producers bound a batch by
+# batch.size and the broker by message.max.bytes (1 MiB by default), so real batches stay
+# far below; a batch claiming more is refused rather than allocated (tools and Spark read
+# segments that anyone may have written).
+MAX_DECOMPRESSED_BYTES = 256 * 1024 * 1024
+_FIRST_OUTPUT_BYTES = 64 * 1024
+# How cramjam's decompress_into says the output buffer was too small.
+_FULL_BUFFER = "failed to write whole buffer"
+_BOUNDED: dict[int, Callable[[BytesLike, bytearray], int]] = {
+    Compression.GZIP: cramjam.gzip.decompress_into,
+    Compression.LZ4: cramjam.lz4.decompress_into,
+    Compression.ZSTD: cramjam.zstd.decompress_into,
+    Compression.SNAPPY: cramjam.snappy.decompress_into,  # not used: see _snappy_decompress
+}
 
 
 def compress(codec: int, data: BytesLike, level: int | None = None) -> bytes:
@@ -88,30 +104,66 @@ def compress(codec: int, data: BytesLike, level: int | None = None) -> bytes:
     raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
 
 
-def decompress(codec: int, data: BytesLike) -> bytes:
-    """Decompress the records of a batch compressed with ``codec``.
+def decompress(codec: int, data: BytesLike, max_size: int | None = None) -> bytes:
+    """Decompress the records of a batch compressed with ``codec``, up to ``max_size`` bytes
+    (default ``MAX_DECOMPRESSED_BYTES``).
+
+    The output is bounded before it is allocated: a batch whose records would decompress
+    to more than ``max_size`` bytes (a decompression bomb, or a corrupt size field) is
+    refused, never expanded. Decompression writes into a buffer that starts small and
+    grows fourfold up to ``max_size``; snappy's raw blocks state their size up front and
+    are refused from that alone.
 
     Raises:
         UnsupportedCompressionTypeError: ``codec`` is not a codec Kafka defines.
-        CorruptRecordError: ``data`` is not valid for the codec.
+        CorruptRecordError: ``data`` is not valid for the codec, or decompresses to more
+            than ``max_size`` bytes (the message says which limit).
     """
     if codec == Compression.NONE:
         return bytes(data)
+    if max_size is None:
+        max_size = MAX_DECOMPRESSED_BYTES
+    if codec not in _BOUNDED:
+        raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
+    name = Compression(codec).name.lower()
     try:
-        if codec == Compression.GZIP:
-            return bytes(cramjam.gzip.decompress(data))
         if codec == Compression.SNAPPY:
-            return _snappy_decompress(data)
-        if codec == Compression.LZ4:
-            return bytes(cramjam.lz4.decompress(data))
-        if codec == Compression.ZSTD:
-            return bytes(cramjam.zstd.decompress(data))
+            return _snappy_decompress(data, max_size)
+        return _bounded(_BOUNDED[codec], data, max_size, name)
     except cramjam.DecompressionError as e:
-        name = Compression(codec).name.lower()
         raise CorruptRecordError(
             f"{name} data of {len(data)} bytes cannot be decompressed: {e}"
         ) from e
-    raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}")
+
+
+def _bounded(
+    into: Callable[[BytesLike, bytearray], int], data: BytesLike, max_size: int, name: str
+) -> bytes:
+    """``into(data, buffer)`` with buffers growing up to ``max_size`` bytes."""
+    size = min(max_size, max(_FIRST_OUTPUT_BYTES, 8 * len(data)))
+    while True:
+        buffer = bytearray(size + 1)  # one spare byte: a full buffer means "more to come"
+        try:
+            written = into(data, buffer)
+        except cramjam.DecompressionError as e:
+            if _FULL_BUFFER not in str(e):
+                raise  # corrupt input, not a full buffer
+            # The output did not fit: retry larger until the limit, then refuse.
+            if size >= max_size:
+                raise CorruptRecordError(
+                    f"{name} data of {len(data)} bytes decompresses to more than {max_size} "
+                    f"bytes, the limit for one batch's records"
+                ) from None
+            size = min(max_size, size * 4)
+            continue
+        if written <= size:
+            return bytes(memoryview(buffer)[:written])
+        if size >= max_size:
+            raise CorruptRecordError(
+                f"{name} data of {len(data)} bytes decompresses to more than {max_size} "
+                f"bytes, the limit for one batch's records"
+            )
+        size = min(max_size, size * 4)
 
 
 # -- snappy --------------------------------------------------------------------------------
@@ -125,11 +177,37 @@ def _xerial_compress(data: BytesLike) -> bytes:
     return bytes(out)
 
 
-def _snappy_decompress(data: BytesLike) -> bytes:
+def _snappy_raw_length(block: memoryview) -> int:
+    """The uncompressed length a raw snappy block states first (a little-endian varint)."""
+    length = shift = 0
+    for i in range(min(5, len(block))):
+        byte = block[i]
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return length
+        shift += 7
+    raise CorruptRecordError(
+        f"snappy block of {len(block)} bytes does not start with a valid length varint"
+    )
+
+
+def _snappy_raw(block: memoryview, budget: int, max_size: int) -> bytes:
+    """A raw snappy block, refused from its stated length if that is above ``budget``
+    (what is left of ``max_size`` for the batch)."""
+    length = _snappy_raw_length(block)
+    if length > budget:
+        raise CorruptRecordError(
+            f"snappy block of {len(block)} bytes states {length} decompressed bytes: the "
+            f"batch's records would exceed {max_size} bytes, the limit for one batch's records"
+        )
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy_decompress(data: BytesLike, max_size: int) -> bytes:
     view = memoryview(data)
     header_size = len(XERIAL_HEADER)
     if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(view))
+        return _snappy_raw(view, max_size, max_size)
     # The version and compat ints are not checked: snappy-java itself accepts any version
     # whose stream starts with the magic, and no other version was ever written.
     if len(view) < header_size:
@@ -150,7 +228,7 @@ def _snappy_decompress(data: BytesLike) -> bytes:
                 f"snappy xerial block at byte {pos - _I32.size}: length {length} does not fit "
                 f"the {end - pos} bytes left"
             )
-        out += cramjam.snappy.decompress_raw(view[pos : pos + length])
+        out += _snappy_raw(view[pos : pos + length], max_size - len(out), max_size)
         pos += length
     return bytes(out)
 

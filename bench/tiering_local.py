@@ -1,0 +1,173 @@
+"""Tiering to the local-directory tier vs a plain file copy, while a partition is produced.
+
+Rolled 1 MiB segments (16 KiB batches, written by core's PartitionLog, with their offset
+and time indexes, a producer snapshot and the leader-epoch checkpoint) are copied:
+
+- tierlog: ``LocalDirRemoteStorageManager.copy_log_segment_data`` for each segment, what
+  the RemoteLogManager's copy task calls: every object written once (CRC32C computed on the
+  way) to a temp name, made durable, renamed, then the manifest;
+- baseline: ``shutil.copyfile`` of the six files of each segment (log, offset index, time
+  index, snapshot, and the leader-epoch checkpoint and manifest written as files), no
+  fsync.
+
+Both run while another thread appends 16 KiB batches to another partition at ``--produce-mb``
+MB/s (20 by default), alternating which side goes first, median of the rounds. Target
+(issue 19): tierlog >= 0.7 x the baseline.
+
+    python -m bench.tiering_local [--mb 128] [--rounds 3] [--produce-mb 20] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from bench._common import DEFAULT_DIR, LEADER_EPOCH, MiB, build_pool, describe_machine
+from bench.tiering import _segments
+from core.log.config import LogConfig
+from core.log.partition_log import PartitionLog
+from rsm_plugins.local import LocalDirRemoteStorageManager
+from tiered.api import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+TARGET = 0.7
+
+
+class Producer(threading.Thread):
+    """Appends 16 KiB batches to a partition at a fixed rate until stopped."""
+
+    def __init__(self, directory: Path, mb_s: float) -> None:
+        super().__init__(daemon=True)
+        self.log = PartitionLog(directory, "load", 0, LogConfig(segment_bytes=MiB))
+        self.log.inline_flush = False
+        self.pool = build_pool(16)
+        self.interval = len(self.pool[0]) / (mb_s * MiB) if mb_s > 0 else 0.0
+        self.stopped = threading.Event()
+        self.bytes = 0
+
+    def run(self) -> None:
+        if self.interval == 0:
+            return
+        next_at = time.monotonic()
+        i = 0
+        while not self.stopped.is_set():
+            batch = bytearray(self.pool[i % len(self.pool)])
+            self.log.append_as_leader(batch, LEADER_EPOCH)
+            self.bytes += len(batch)
+            i += 1
+            next_at += self.interval
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+        self.log.delete()
+
+
+def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, float]:
+    work = base / "tiering-local"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        segments = _segments(work / "src", total_mb, 1)
+        rsm = LocalDirRemoteStorageManager()
+        rsm.configure({"storage.root": str(work / "bucket")})
+        tp = TopicIdPartition(uuid.uuid4(), "bench", 0)
+        payload = 0
+        for _, data in segments:
+            payload += sum(
+                p.stat().st_size
+                for p in (
+                    data.log_segment,
+                    data.offset_index,
+                    data.time_index,
+                    data.producer_snapshot_index,
+                )
+            )
+            payload += len(data.leader_epoch_index)
+
+        def tierlog() -> None:
+            for seg, data in segments:
+                md = RemoteLogSegmentMetadata(
+                    remote_log_segment_id=RemoteLogSegmentId(tp, uuid.uuid4()),
+                    start_offset=seg.base_offset,
+                    end_offset=seg.base_offset + 1,
+                    max_timestamp_ms=1,
+                    broker_id=1,
+                    event_timestamp_ms=1,
+                    segment_size_in_bytes=seg.size,
+                    segment_leader_epochs={0: seg.base_offset},
+                )
+                rsm.copy_log_segment_data(md, data)
+
+        def baseline() -> None:
+            out = work / "plain" / uuid.uuid4().hex[:8]
+            out.mkdir(parents=True)
+            manifest = b"{" + b"x" * 1200 + b"}"  # about a manifest's size
+            for seg, data in segments:
+                stem = out / f"{seg.base_offset:020d}"
+                shutil.copyfile(data.log_segment, f"{stem}.log")
+                shutil.copyfile(data.offset_index, f"{stem}.index")
+                shutil.copyfile(data.time_index, f"{stem}.timeindex")
+                shutil.copyfile(data.producer_snapshot_index, f"{stem}.snapshot")
+                Path(f"{stem}.leader-epoch-checkpoint").write_bytes(data.leader_epoch_index)
+                Path(f"{stem}.manifest.json").write_bytes(manifest)
+
+        producer = Producer(work / "load-0", produce_mb)
+        producer.start()
+        times: dict[str, list[float]] = {"tierlog": [], "copyfile": []}
+        began = time.monotonic()
+        try:
+            for r in range(rounds):
+                order = [("tierlog", tierlog), ("copyfile", baseline)]
+                for name, fn in order if r % 2 == 0 else reversed(order):
+                    start = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - start)
+        finally:
+            produced = producer.bytes / MiB / (time.monotonic() - began)
+            producer.stop()
+            rsm.close()
+        mbps = {k: payload / MiB / statistics.median(v) for k, v in times.items()}
+        return {
+            **mbps,
+            "ratio": mbps["tierlog"] / mbps["copyfile"],
+            "MiB": payload / MiB,
+            "segments": len(segments),
+            "produced MB/s": produced,
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--produce-mb", type=float, default=20.0)
+    parser.add_argument("--quick", action="store_true", help="32 MiB, 2 rounds")
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    args = parser.parse_args(argv)
+    mb, rounds = (32, 2) if args.quick else (args.mb, args.rounds)
+    print(describe_machine(args.dir))
+    r = run(args.dir, mb, rounds, args.produce_mb)
+    verdict = "PASS" if r["ratio"] >= TARGET else "MISS"
+    print(
+        f"copy {r['segments']:.0f} segments of 1 MiB ({r['MiB']:.0f} MiB with indexes) to the "
+        f"local-dir tier while producing {r['produced MB/s']:.1f} MB/s: tierlog "
+        f"{r['tierlog']:.1f} MB/s ({1000 * r['MiB'] / r['tierlog'] / r['segments']:.1f} "
+        f"ms/segment), shutil.copyfile {r['copyfile']:.1f} MB/s, ratio {r['ratio']:.2f} "
+        f"(target >= {TARGET}) {verdict}",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
