@@ -15,11 +15,15 @@ import pytest
 from core.server.zookeeper.data import BrokerRegistration, EndPoint
 from core.server.zookeeper.kafka_zk import KafkaZkClient
 from core.server.zookeeper.topic_data import ReplicaAssignment, TopicAssignment
+from rlmm.kafka_client import KafkaMetadataTopicClient
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
+from rlmm.topic_client import MetadataTopicError
+from tests.support import super_user
+from tests.support.broker_process import start_broker
 from tests.support.cluster import cluster_factory  # noqa: F401 - fixture
 from tests.support.memory_metadata import MemoryTopic
 from tests.support.tiered_data import TierWriter, local_rsm_props, write_tiered_topic
-from tiered.api import RemoteLogSegmentState, TopicIdPartition
+from tiered.api import RemoteLogSegmentState, RemoteStorageError, TopicIdPartition
 from tierlog import cluster_restore
 from tierlog.cli import main
 from tierlog.remote_storage_config import open_object_store_rsm
@@ -249,3 +253,38 @@ def test_the_command_refuses_an_empty_cluster_and_single_broker_only_options(
                  "--replication-factor", "2"])  # fmt: skip
     _, err = capsys.readouterr()
     assert code == 2 and "are for a cluster" in err
+
+
+def test_publishing_over_the_protocol_needs_a_super_user(
+    tmp_path: Path, bucket: tuple[dict[str, str], TopicPlan]
+) -> None:
+    _, plan = bucket
+    broker = start_broker(tmp_path / "broker", super_user.settings())
+    try:
+        bootstrap = super_user.sasl_bootstrap(broker)
+        admin = KafkaMetadataTopicClient(bootstrap, timeout_s=15, **super_user.client_config())
+        admin.ensure_topic(3)
+        # An ordinary principal may not write __remote_log_metadata: nothing is recorded.
+        alice = KafkaMetadataTopicClient(
+            bootstrap, timeout_s=15, **super_user.client_config("alice")
+        )
+        with pytest.raises((MetadataTopicError, RemoteStorageError), match=r"(?i)authoriz"):
+            publish_segments(alice, 9, [plan], metadata_partitions=3)
+        assert admin.end_offset(0) + admin.end_offset(1) + admin.end_offset(2) == 0
+        publish_segments(admin, 9, [plan], metadata_partitions=3)
+        reader = KafkaMetadataTopicClient(bootstrap, timeout_s=15, **super_user.client_config())
+        rlmm = TopicBasedRemoteLogMetadataManager(reader)
+        rlmm.configure({"remote.log.metadata.topic.num.partitions": "3"})
+        try:
+            for p in plan.partition_plans:
+                tp = TopicIdPartition(plan.topic_id, plan.topic, p.partition)
+                rlmm.on_partition_leadership_changes(set(), {tp})
+                assert rlmm.wait_ready(tp, 30)
+                listed = list(rlmm.list_remote_log_segments(tp))
+                assert [md.segment_id for md in listed] == [md.segment_id for md in p.segments]
+                assert {md.state for md in listed} == {RemoteLogSegmentState.COPY_SEGMENT_FINISHED}
+        finally:
+            rlmm.close()
+    finally:
+        code = broker.stop()
+        assert code == 0, broker.log_tail()
