@@ -15,7 +15,9 @@ only what a Kafka cluster shares, in the order that keeps a run cut short harmle
 3. last, the commit, as Kafka's ZooKeeper-mode admin creates a topic (``ZkClusterAdmin``,
    reused): ``/config/topics/<t>`` with the manifest's configs, then ``/brokers/topics/<t>``
    with the original topic id, the partition count and Kafka's rack-unaware assignment over
-   the live brokers. The controller then elects leaders and tells the replicas.
+   the live brokers, and in the same ZooKeeper transaction each partition's state znode at
+   the leader epoch after the lineage's latest (so new batches never go back in epoch); the
+   controller adopts those states and tells the replicas.
 
 The replicas' local logs are not written by the tool (they are on the brokers' disks): each
 replica must start its log after the last remote offset, with the lineage's leader epochs
@@ -46,8 +48,7 @@ RLMM_CLASS_NAME_KEY = "remote.log.metadata.manager.class.name"
 # Whether a cluster broker that becomes a replica of a restored partition (an empty local
 # log, finished segments in the RLMM) starts its log after the remote tier before serving
 # it, as ``topic_restore._restart_log`` does offline (Kafka's follower
-# ``buildRemoteLogAuxState``, done by the leader too), and whether the partition's first
-# leader epoch is above the lineage's latest. Brokers on main do neither yet: they would
+# ``buildRemoteLogAuxState``, done by the leader too). Brokers on main do not yet: they would
 # create the partitions empty at offset 0 and append over the remote offsets. Until they
 # do, a cluster restore stops after its checks, having written nothing.
 BROKERS_START_RESTORED_LOGS = False
@@ -215,6 +216,11 @@ async def register_topics(
                     replication_factor=replication_factor,
                     topic_id=plan.topic_id,
                     brokers=live_brokers,
+                    # New batches must not go back in epoch: the first leader starts the
+                    # epoch after the restored lineage's latest, as a single broker's start.
+                    first_leader_epochs={
+                        p.partition: p.latest_epoch + 1 for p in plan.partition_plans
+                    },
                 )
             )
         except CoreError as e:

@@ -5,13 +5,17 @@ and the command's refusals with real cluster brokers."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
+from core.log.leader_epoch import EpochEntry
 from core.server.zookeeper.data import BrokerRegistration, EndPoint
 from core.server.zookeeper.kafka_zk import KafkaZkClient
 from core.server.zookeeper.topic_data import ReplicaAssignment, TopicAssignment
@@ -20,7 +24,8 @@ from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.topic_client import MetadataTopicError
 from tests.support import super_user
 from tests.support.broker_process import start_broker
-from tests.support.cluster import cluster_factory  # noqa: F401 - fixture
+from tests.support.cluster import DEADLINE_S, cluster_factory  # noqa: F401 - fixture
+from tests.support.cluster_clients import produce
 from tests.support.memory_metadata import MemoryTopic
 from tests.support.tiered_data import TierWriter, local_rsm_props, write_tiered_topic
 from tiered.api import RemoteLogSegmentState, RemoteStorageError, TopicIdPartition
@@ -288,3 +293,56 @@ def test_publishing_over_the_protocol_needs_a_super_user(
     finally:
         code = broker.stop()
         assert code == 0, broker.log_tail()
+
+
+def test_registered_partitions_are_led_by_live_brokers_after_the_restored_epoch(
+    bucket: tuple[dict[str, str], TopicPlan],
+    cluster_factory,  # noqa: F811 - the fixture
+) -> None:
+    _, plan = bucket
+    # A lineage that reached leader epoch 4: the partitions' first leaders lead epoch 5, so
+    # that new batches never go back in epoch (the controller would start them at 0).
+    raised = dataclasses.replace(
+        plan,
+        partition_plans=tuple(
+            dataclasses.replace(p, epochs=(*p.epochs, EpochEntry(4, p.next_offset)))
+            for p in plan.partition_plans
+        ),
+    )
+    cluster = cluster_factory(size=2)
+
+    async def register() -> None:
+        zk = await KafkaZkClient.connect(cluster.zk_connect, create_chroot=False)
+        try:
+            view = await cluster_restore.check_cluster(
+                zk, [raised], replication_factor=2, broker_defaults=DEFAULTS
+            )
+            await cluster_restore.register_topics(
+                zk, [raised], live_brokers=view.broker_ids, replication_factor=2,
+                broker_defaults=DEFAULTS,
+            )  # fmt: skip
+        finally:
+            await zk.close()
+
+    run(register())
+    cluster.wait_topic("orders", 3, 2)
+    acked = produce(cluster, "orders", [f"v{i}".encode() for i in range(12)])
+    assert {p for p, _, _ in acked} == {0, 1, 2}
+    consumer = Consumer(
+        {"bootstrap.servers": cluster.bootstrap, "group.id": "epochs", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition("orders", p, 0) for p in range(3)])
+        epochs: dict[int, set[int]] = {}
+        deadline = time.monotonic() + DEADLINE_S
+        while sum(len(v) for v in epochs.values()) < 3 or len(epochs) < 3:
+            assert time.monotonic() < deadline, epochs
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            epochs.setdefault(message.partition(), set()).add(message.leader_epoch())
+            if len(epochs) == 3:
+                break
+        assert epochs == {0: {5}, 1: {5}, 2: {5}}
+    finally:
+        consumer.close()
