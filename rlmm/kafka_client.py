@@ -350,13 +350,19 @@ class KafkaMetadataTopicClient:
                     )
                     for msg in batch:
                         err = msg.error()
+                        # The one consumer serves every partition in turn: a record or an
+                        # end-of-partition event of an earlier read's assignment, if the
+                        # client ever hands one over late, belongs to another partition.
+                        ours = msg.topic() == METADATA_TOPIC and msg.partition() == partition
                         if err is not None:
                             if err.code() == KafkaError._PARTITION_EOF:
-                                reached = True
+                                reached = reached or ours
                                 continue
                             raise MetadataTopicError(
                                 f"reading {METADATA_TOPIC}-{partition} failed: {err}"
                             )
+                        if not ours:
+                            continue
                         offset = msg.offset()
                         if offset >= high:
                             reached = True

@@ -138,6 +138,10 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._closed = False
         self._wake = threading.Event()
         self._last_snapshot_ms = 0
+        # One snapshot writer at a time: close() writes too, and its join of the consumer
+        # may time out while the consumer is writing; two writers of one file would share
+        # atomic_write's temp file and could rename a mix of both into place.
+        self._snapshot_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
     def attach_client(self, client: MetadataTopicClient) -> None:
@@ -378,11 +382,20 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 except MetadataTopicError:
                     log.exception("reading %d of the metadata topic failed", mp)
                     continue
-                if not records:
-                    self._check_ready(mp, offset)
-                    continue
-                progressed = True
                 with self._lock:
+                    if self._next_offset.get(mp) != offset:
+                        # A user partition was assigned meanwhile and moved this metadata
+                        # partition's position back (to re-read its events from the start
+                        # or its snapshot). What was read from the old position must not
+                        # count: applied now, it would put the newcomer's later events
+                        # before its earlier ones (which _applied would then skip), and
+                        # the old position would mark it ready before they were re-read.
+                        progressed = True
+                        continue
+                    if not records:
+                        self._check_ready(mp, offset)
+                        continue
+                    progressed = True
                     for record in records:
                         self._apply(mp, record.offset, record.value)
                     self._next_offset[mp] = records[-1].offset + 1
@@ -501,26 +514,36 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
 
     def write_snapshots(self) -> None:
         """Snapshot every assigned partition's cache and the offsets they reach."""
+        with self._snapshot_lock:
+            self._write_snapshots()
+
+    def _write_snapshots(self) -> None:
         if self.rlmm_dir is None:
             return
+        # Each partition's entries and the offset they reach are taken in one hold of the
+        # lock: taken apart, a partition stopped and loaded again in between (its position
+        # moved back, its cache replaced) would be written with the old, higher offset over
+        # fewer entries, and the next load would skip the events in the difference.
+        snapshots: dict[TopicIdPartition, Snapshot] = {}
         with self._lock:
-            assigned = dict(self._assigned)
             positions = dict(self._next_offset)
-            ready = {tp for tp in assigned if tp not in self._ready_at}
-        for tp in ready:
-            mp = assigned[tp]
-            reached = positions.get(mp, 0) - 1
-            if reached < 0:
-                continue
-            try:
-                cache = self.store.cache(tp)
-            except RemoteResourceNotFoundError:
-                continue
-            with self._lock:
+            for tp, mp in self._assigned.items():
+                # Every event of the metadata partition below its position has been applied;
+                # when another partition moved the position back, this one's cache already
+                # holds its events up to the last it applied.
+                reached = max(positions.get(mp, 0) - 1, self._applied.get(tp, -1))
+                if tp in self._ready_at or reached < 0:
+                    continue
+                try:
+                    cache = self.store.cache(tp)
+                except RemoteResourceNotFoundError:
+                    continue
                 entries = [
                     RemoteLogSegmentMetadataSnapshot.from_metadata(m) for m in cache.entries()
                 ]
-            write_snapshot(snapshot_path(self.rlmm_dir, tp), Snapshot(mp, reached, entries))
+                snapshots[tp] = Snapshot(mp, reached, entries)
+        for tp, snapshot in snapshots.items():
+            write_snapshot(snapshot_path(self.rlmm_dir, tp), snapshot)
         committed = {mp: off for mp, off in positions.items() if off > 0}
         write_committed_offsets(self.rlmm_dir / COMMITTED_OFFSETS_FILE, committed)
         self._last_snapshot_ms = self.clock()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tierlog.cli import EXIT_BAD_DATA, EXIT_OK, CommandError, Subparsers
+from tierlog.metadata_source import client_properties
 
 TIMEOUT_S = 30.0
 
@@ -59,8 +60,6 @@ def register(subparsers: Subparsers) -> None:
 
 def _admin(args: argparse.Namespace) -> Any:
     from confluent_kafka.admin import AdminClient
-
-    from tierlog.metadata_cmd import client_properties
 
     settings = client_properties(args.command_config) if args.command_config else {}
     return AdminClient({"bootstrap.servers": args.bootstrap_server, **settings})

@@ -553,7 +553,9 @@ class LogCleaner:
                     out, batch_horizon = self._filter_batch(
                         header, offset_map, aborted_by_pid, last_batches, now, horizon, stats
                     )
-                    if batch_horizon is not None and batch_horizon > now:
+                    # A horizon stamped at this very moment (delete.retention.ms=0) is
+                    # pending too: its tombstones go at the next cleaning, which must come.
+                    if batch_horizon is not None and batch_horizon >= now:
                         pending = batch_horizon if pending is None else min(pending, batch_horizon)
                     if out is None:
                         continue

@@ -71,6 +71,20 @@ class LogManagerConfig:
     cleaner: CleanerConfig = field(default_factory=CleanerConfig)  # log.cleaner.*
 
 
+def _read_or_reset(path: Path, reset: str) -> dict[TopicPartition, int]:
+    """A recovery-point or log-start-offset checkpoint, or none when it cannot be read.
+
+    Kafka's LogManager.loadLogs does the same for these two files: it warns and goes on as
+    if they were absent, which costs a full recovery from offset 0, or a log start at the
+    first segment, and loses nothing.
+    """
+    try:
+        return OffsetCheckpointFile(path).read()
+    except KafkaStorageError as e:  # CorruptCheckpointError included
+        log.warning("ignoring checkpoint %s (%s): %s", path, e, reset)
+        return {}
+
+
 class LogManager:
     """Owns every PartitionLog of this broker.
 
@@ -159,8 +173,14 @@ class LogManager:
             for directory in self.log_dirs:
                 marker = directory / CLEAN_SHUTDOWN_MARKER
                 clean = marker.exists()
-                recovery = OffsetCheckpointFile(directory / RECOVERY_POINT_CHECKPOINT).read()
-                starts = OffsetCheckpointFile(directory / LOG_START_OFFSET_CHECKPOINT).read()
+                recovery = _read_or_reset(
+                    directory / RECOVERY_POINT_CHECKPOINT,
+                    "recovering every segment from offset 0",
+                )
+                starts = _read_or_reset(
+                    directory / LOG_START_OFFSET_CHECKPOINT,
+                    "each log starts at its first segment (or its remote start)",
+                )
                 hws = OffsetCheckpointFile(directory / REPLICATION_OFFSET_CHECKPOINT).read()
                 children = _partition_dirs(directory)
                 if children and not clean:

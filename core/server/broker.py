@@ -258,6 +258,9 @@ class Broker:
             ListenerSpec(x.name, x.host, x.port, security[x.name]) for x in config.broker_listeners
         ]
         self.bound = await self.server.start(specs)
+        # Only now can clients reach the coordinator: the restored members' sessions count
+        # from here (see GroupCoordinator.restore).
+        self.group_coordinator.start_restored_sessions()
         self.replica_manager.startup()
         if self.local_controller is not None:
             self.local_controller.set_broker_info(self._broker_info())

@@ -254,6 +254,10 @@ class GroupCoordinator:
         self._partition_count = 0
         self._owned: set[int] = set()
         self._loading: set[int] = set()
+        # Restored groups whose members' sessions start_restored_sessions() starts.
+        # Set once the broker serves: partitions loaded later start their sessions at once.
+        self._serving = False
+        self._sessions_to_start: list[Group] = []
 
     # -- which groups are this broker's ------------------------------------------------------
     def coordinate_partitions(self, count: int) -> None:
@@ -297,6 +301,9 @@ class GroupCoordinator:
         self._loading.discard(index)
         self.restore({g: v for g, v in stored.items() if self.partition_of(g) == index})
         self._owned.add(index)
+        if self._serving:
+            # Loaded while serving (a leadership change): the sessions count from now.
+            self.start_restored_sessions()
 
     def partition_unloaded(self, index: int) -> list[str]:
         """Forget partition ``index``'s groups (Kafka's onResignation): waiting joins and
@@ -691,9 +698,13 @@ class GroupCoordinator:
     def restore(self, stored: Mapping[str, GroupMetadataValue]) -> None:
         """Bring back groups from their stored metadata (at start, before serving).
 
-        A group stored with members comes back Stable at its generation; each member's
-        session starts now. A group stored empty comes back Empty, empty since its stored
-        timestamp (for offsets.retention.minutes).
+        A group stored with members comes back Stable at its generation. Its members'
+        sessions are not started here but by :meth:`start_restored_sessions`, which the
+        broker calls once it serves: Kafka schedules them when its coordinator loads the
+        group, and it loads while already serving, so a member's session.timeout.ms counts
+        from when its client can reach the coordinator again, however slow the start-up
+        was. A group stored empty comes back Empty, empty since its stored timestamp (for
+        offsets.retention.minutes).
         """
         for group_id, value in stored.items():
             group = Group(
@@ -722,8 +733,7 @@ class GroupCoordinator:
                     group.static[m.group_instance_id] = m.member_id
             if group.members and value.protocol is not None:
                 group.state = GroupState.STABLE
-                for member in group.members.values():
-                    self._touch(group, member)
+                self._sessions_to_start.append(group)
                 if len(group.members) > self.max_size:
                     # Kafka's onLoaded: group.max.size was lowered. The members learn of the
                     # rebalance from their heartbeats; the first max_size to rejoin stay.
@@ -743,6 +753,19 @@ class GroupCoordinator:
             self.groups[group_id] = group
         if stored:
             log.info("restored %d groups from %s", len(stored), "__consumer_offsets")
+
+    def start_restored_sessions(self) -> None:
+        """Start the session of every member restored since the last call (Kafka's
+        completeAndScheduleNextHeartbeatExpiration at load): each expires
+        session.timeout.ms from now unless its client heartbeats, joins or leaves first."""
+        self._serving = True
+        groups, self._sessions_to_start = self._sessions_to_start, []
+        for group in groups:
+            if self.groups.get(group.group_id) is not group:
+                continue  # deleted meanwhile
+            for member in list(group.members.values()):
+                if member.heartbeat is None:  # not heard from since the restore
+                    self._touch(group, member)
 
     # -- admin -------------------------------------------------------------------------------
     def offset_expiry_inputs(self) -> tuple[dict[str, int], set[str]]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
 
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.topic_client import MetadataTopicError
+from rlmm.serde import serialize
+from rlmm.topic_client import MetadataRecord, MetadataTopicError
 from tests.support.memory_metadata import MemoryTopic, finish, manager, ready, segment
 from tiered.api import (
     InvalidStateTransitionError,
@@ -145,3 +147,82 @@ def test_reads_before_the_partition_is_loaded_raise(tp):
     with pytest.raises(Exception, match="not loaded"):
         m.remote_log_segment_metadata(tp, 0, 0)
     m.close()
+
+
+class HeldTopic(MemoryTopic):
+    """A one-partition metadata topic that, once ``hold`` is called, stops every read the
+    manager's consumer makes before it reads, until ``pass_one`` or ``open``."""
+
+    def __init__(self) -> None:
+        super().__init__(partitions=1)
+        self._cond = threading.Condition()
+        self._holding = False
+        self._passes = 0
+        self.held: list[int] = []  # the start offset of each read held
+
+    def read(self, partition: int, start_offset: int, max_records: int) -> list[MetadataRecord]:
+        with self._cond:
+            if self._holding:
+                self.held.append(start_offset)
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: self._passes > 0 or not self._holding, 30)
+                if self._passes > 0:
+                    self._passes -= 1
+        return super().read(partition, start_offset, max_records)
+
+    def hold(self) -> None:
+        with self._cond:
+            self._holding = True
+
+    def wait_held(self, count: int) -> int:
+        """The start offset of the ``count``-th held read, once it is held."""
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self.held) >= count, 10), "no read held"
+            return self.held[count - 1]
+
+    def pass_one(self) -> None:
+        with self._cond:
+            self._passes += 1
+            self._cond.notify_all()
+
+    def open(self) -> None:
+        with self._cond:
+            self._holding = False
+            self._cond.notify_all()
+
+
+@pytest.mark.parametrize("stale_read_finds", ["nothing", "another partition's event"])
+def test_a_partition_loaded_again_is_ready_only_after_its_events_are_read_again(
+    tp, stale_read_finds
+):
+    """The consumer was reading the metadata partition at its end when the user partition
+    was stopped and loaded again (which moves the position back to 0). What that read
+    returns, nothing or a newer event, must neither mark the partition ready nor move the
+    position past the events it has to read again."""
+    topic = HeldTopic()
+    m = TopicBasedRemoteLogMetadataManager(topic)
+    m.configure({"remote.log.metadata.topic.num.partitions": "1"})
+    try:
+        ready(m, tp)
+        md = segment(tp, 0, 19)
+        m.add_remote_log_segment_metadata(md).result(10)
+        m.update_remote_log_segment_metadata(finish(md)).result(10)
+
+        topic.hold()
+        assert topic.wait_held(1) == 2  # the consumer, at the end, is inside a read
+        m.on_stop_partitions({tp})
+        m.on_partition_leadership_changes({tp}, set())
+        if stale_read_finds != "nothing":
+            other = TopicIdPartition(uuid.UUID(int=8), "payments", 3)
+            topic.append(0, serialize(segment(other, 0, 4)))  # another broker's write
+        topic.pass_one()  # the read from the old position returns
+
+        assert topic.wait_held(2) == 0, "the events of the loaded partition are not re-read"
+        assert not m.is_ready(tp), "ready before its events were read again"
+        topic.open()
+        assert m.wait_ready(tp, 10)
+        assert m.highest_offset_for_epoch(tp, 0) == 19
+        assert [s.state for s in m.list_remote_log_segments(tp)] == [S.COPY_SEGMENT_FINISHED]
+    finally:
+        topic.open()
+        m.close()

@@ -160,6 +160,26 @@ def test_tombstones_are_kept_until_the_delete_horizon_then_dropped(tmp_path, clo
     assert b"k3" not in latest_by_key(records(plog))
 
 
+def test_a_tombstone_with_no_delete_retention_goes_at_the_next_cleaning(tmp_path, clock):
+    """delete.retention.ms=0: the cleaning that keeps the tombstone stamps its horizon at that
+    very moment; the cleaner must come back for it once the clock moves on, with nothing new
+    written (nothing dirty) to prompt it."""
+    plog = open_log(tmp_path, compact_config(**{"delete.retention.ms": 0}), clock)
+    fill(plog, 10)
+    put(plog, [(b"k3", None)])
+    fill(plog, 10, keys=2)
+    plog.roll()
+    cleaner = cleaner_for(plog, clock)
+
+    assert cleaner.clean_once() is not None
+    assert latest_by_key(records(plog))[b"k3"] is None
+
+    clock.now += 1
+    stats = cleaner.clean_once()
+    assert stats is not None and stats.tombstones_dropped == 1
+    assert b"k3" not in latest_by_key(records(plog))
+
+
 def test_records_without_a_key_are_dropped(tmp_path, clock):
     # Kafka's cleaner drops them (a compacted topic refuses them at produce; they can only
     # come from a topic that was switched from delete to compact).

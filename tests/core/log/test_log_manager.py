@@ -8,6 +8,8 @@ from core.errors import InvalidConfigError, LogDirNotUsableError
 from core.log.checkpoints import OffsetCheckpointFile
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager, LogManagerConfig
+from core.records.batch import RecordBatchHeader
+from core.records.record import decode_records
 from core.topic_name import InvalidTopicError
 
 
@@ -81,6 +83,44 @@ def test_checkpoints_hold_recovery_points_log_start_and_high_watermarks(tmp_path
     text = (d / "recovery-point-offset-checkpoint").read_text()
     assert text == "0\n1\nt 0 2\n"
     lm.shutdown()
+
+
+@pytest.mark.parametrize(
+    "damaged", ["recovery-point-offset-checkpoint", "log-start-offset-checkpoint"]
+)
+def test_a_corrupt_offset_checkpoint_is_ignored_with_a_warning(tmp_path, batch, caplog, damaged):
+    """Kafka's rule: a recovery-point or log-start-offset checkpoint that cannot be read is
+    treated as absent (recover every segment; start at the first segment); start-up goes on
+    and every record stays readable, including those written after the last flush."""
+    d = tmp_path / "d"
+    config = LogConfig.from_props({"segment.bytes": 200})
+    lm = manager([d])
+    plog = lm.get_or_create_log("t", 0, config)
+    values = [b"record-%02d" % i for i in range(30)]
+    for v in values[:20]:
+        plog.append_as_leader(batch([v]), 0)
+    plog.flush()
+    lm.checkpoint_recovery_points()
+    lm.checkpoint_log_start_offsets()
+    for v in values[20:]:
+        plog.append_as_leader(batch([v]), 0)  # not flushed: recovery must find them
+    assert len(plog.segments()) > 3
+    lm.close_without_marker()  # a crash: recovery runs from the recovery point
+    (d / damaged).write_bytes(b"\x00\xffnot a checkpoint\n7\n")
+
+    with caplog.at_level("WARNING", logger="core.log.log_manager"):
+        again = manager([d])
+    assert any(damaged in r.getMessage() for r in caplog.records), "no warning names the file"
+    plog = again.get_log("t", 0)
+    assert (plog.log_start_offset, plog.log_end_offset) == (0, 30)
+    got = [
+        r.value
+        for segment in plog.segments()
+        for position, header in segment.log.scan_batches(0)
+        for r in decode_records(RecordBatchHeader(segment.log.read(position, header.size_in_bytes)))
+    ]
+    assert got == values
+    again.shutdown()
 
 
 def test_a_second_manager_on_the_same_dir_is_refused(tmp_path):

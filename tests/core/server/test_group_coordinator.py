@@ -185,6 +185,36 @@ def test_a_group_stored_in_consumer_offsets_comes_back_with_its_members():
     asyncio.run(scenario())
 
 
+def test_restored_members_sessions_count_from_when_the_broker_serves():
+    """A start-up slower than the session timeout expires nobody: a restored member's
+    session starts when the broker starts serving (start_restored_sessions), as Kafka
+    schedules it when its coordinator loads the group, and then runs its full length."""
+    from core.server.coordinator_records import GroupMetadataValue, MemberMetadata
+
+    clock = [0.0]
+    timer = Timer(clock=lambda: clock[0])  # no loop: driven by advance_clock below
+    c = GroupCoordinator(timer, min_session_timeout_ms=10)
+    member = MemberMetadata("a", None, "client", "h", 2_000, 6_000, b"r-meta", b"all")
+    c.restore({"g": GroupMetadataValue("consumer", 4, "range", "a", 1_000, (member,))})
+    group = c.groups["g"]
+    assert timer.size() == 0  # nothing counts down before the broker serves
+
+    clock[0] = 60_000.0  # a minute of recovery before the listeners open
+    timer.advance_clock()
+    assert set(group.members) == {"a"} and group.state is GroupState.STABLE
+
+    c.start_restored_sessions()
+    clock[0] = 65_999.0
+    timer.advance_clock()
+    assert set(group.members) == {"a"}, "expired before its session.timeout.ms ran out"
+    clock[0] = 66_000.0  # session.timeout.ms after the broker started serving
+    timer.advance_clock()
+    assert not group.members and group.state is GroupState.EMPTY
+    c.start_restored_sessions()  # nothing left to start: no effect
+    assert timer.size() == 0
+    c.shutdown()
+
+
 def test_groups_stored_empty_come_back_empty_and_their_metadata_expires():
     from core.server.coordinator_records import GroupMetadataValue
     from core.server.group_offsets import GroupOffsetStore
