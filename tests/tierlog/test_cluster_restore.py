@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -346,3 +347,75 @@ def test_registered_partitions_are_led_by_live_brokers_after_the_restored_epoch(
         assert epochs == {0: {5}, 1: {5}, 2: {5}}
     finally:
         consumer.close()
+
+
+def test_the_command_stops_before_writing_while_brokers_cannot_serve_a_restored_topic(
+    tmp_path: Path,
+    bucket: tuple[dict[str, str], TopicPlan],
+    zk_chroot: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys,
+) -> None:
+    props, plan = bucket
+    broker = start_broker(tmp_path / "broker", super_user.settings())
+    command_config = tmp_path / "admin.properties"
+    command_config.write_text("".join(f"{k}={v}\n" for k, v in super_user.client_config().items()))
+    # The cluster's brokers as ZooKeeper shows them, all tiering (DescribeConfigs answered
+    # for them: brokers with zookeeper.connect refuse tiering today).
+    monkeypatch.setattr(
+        cluster_restore,
+        "describe_broker_configs",
+        lambda bootstrap, ids, settings: {
+            b: {"remote.log.storage.system.enable": "true"} for b in ids
+        },
+    )
+
+    async def with_brokers() -> None:
+        zk = await brokers(zk_chroot, [1, 2, 3])
+        try:
+            argv = [
+                "restore", "--config", str(config), "--topic", "orders", "--json",
+                "--replication-factor", "3", "--command-config", str(command_config),
+                "--bootstrap-server", super_user.sasl_bootstrap(broker),
+            ]  # fmt: skip
+            code = await asyncio.to_thread(main, argv)
+            out, err = capsys.readouterr()
+            results.append((code, out, err, await zk.get_topic_assignment("orders")))
+        finally:
+            await zk.close()
+
+    try:
+        config = write_config(tmp_path / "restore.properties", props, zk_chroot)
+        results: list[tuple[int, str, str, Any]] = []
+        run(with_brokers())
+        code, _, err, assignment = results[-1]
+        assert code == 1 and "cannot serve a restored topic yet" in err
+        assert assignment is None
+        reader = KafkaMetadataTopicClient(
+            super_user.sasl_bootstrap(broker), timeout_s=15, **super_user.client_config()
+        )
+        try:
+            with pytest.raises(MetadataTopicError):
+                reader.partition_count()  # __remote_log_metadata was not even created
+        finally:
+            reader.close()
+
+        # Once brokers build restored logs, the same command publishes and registers.
+        monkeypatch.setattr(cluster_restore, "BROKERS_START_RESTORED_LOGS", True)
+        run(with_brokers())
+        code, out, err, assignment = results[-1]
+        assert code == 0, err
+        summary = json.loads(out)
+        assert summary["topics"][0]["segments"] == plan.segments
+        assert assignment is not None and assignment.topic_id == plan.topic_id
+        assert all(len(a.replicas) == 3 for a in assignment.partitions.values())
+        published = KafkaMetadataTopicClient(
+            super_user.sasl_bootstrap(broker), timeout_s=15, **super_user.client_config()
+        )
+        try:
+            total = sum(published.end_offset(p) for p in range(published.partition_count()))
+        finally:
+            published.close()
+        assert total == 2 * plan.segments
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
