@@ -2,6 +2,7 @@
 verify`` against listing the same bucket with boto3 alone, in the same run.
 
     python -m bench.remote_tools [--segments 1000] [--partitions 4] [--rounds 3] [--quick]
+                                 [--profile-verify] [--verify-threads 4,16]
 
 Setup (untimed): moto's S3 server in a child process (``moto-process``: no GIL shared with
 the tools), one bucket holding a tiered topic of ``--segments`` remote segments over
@@ -23,7 +24,10 @@ rounds:
 * verify: ``tierlog metadata verify --log-dirs D --rsm-config F`` (without ``--deep``).
 
 Targets (per 1,000 segments, as ratios to the listing): restore <= 3x, verify <= 2x.
-Prints a table; never asserts.
+Prints a table; never asserts. ``--profile-verify`` runs verify once more under cProfile
+after the rounds and prints where its time goes (the functions with the most cumulative
+time, across all threads' waits as seen from the main thread). ``--verify-threads`` adds a
+verify row per thread count given (``--threads``; the default row uses 8).
 """
 
 from __future__ import annotations
@@ -142,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="200 segments, 2 rounds")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--profile-verify", action="store_true")
+    parser.add_argument(
+        "--verify-threads",
+        type=lambda v: [int(x) for x in v.split(",") if x],
+        default=[],
+        metavar="N,N",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.segments, args.rounds = 200, 2
@@ -209,11 +220,16 @@ def main(argv: list[str] | None = None) -> int:
             run_tool(["metadata", "verify", "--log-dirs", str(verify_dir),
                       "--rsm-config", str(config)])  # fmt: skip
 
+        def verify_on(threads: int) -> Callable[[], None]:
+            argv = ["metadata", "verify", "--log-dirs", str(verify_dir)]
+            return lambda: run_tool([*argv, "--rsm-config", str(config), "--threads", str(threads)])
+
         sides: list[tuple[str, Callable[[], None], Callable[[], None] | None]] = [
             ("list", listing, None),
             ("list+get", listing_and_manifests, None),
             ("restore", restore, lambda: shutil.rmtree(restored_dir, ignore_errors=True)),
             ("verify", verify, None),
+            *((f"verify --threads {n}", verify_on(n), None) for n in args.verify_threads),
         ]
         times: dict[str, list[float]] = {name: [] for name, _, _ in sides}
         for r in range(args.rounds):
@@ -224,12 +240,24 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - start)
+        if args.profile_verify:
+            profile(verify)
         client.close()
     finally:
         endpoint.stop()
         shutil.rmtree(scratch, ignore_errors=True)
     report(times, args.segments)
     return 0
+
+
+def profile(fn: Callable[[], None]) -> None:
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(fn)
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("cumulative").print_stats(25)
 
 
 def report(times: dict[str, list[float]], segments: int) -> None:
@@ -252,6 +280,9 @@ def report(times: dict[str, list[float]], segments: int) -> None:
         ratio = seconds / base
         verdict = "PASS" if ratio <= target else "MISS"
         print(f"| {label} | {seconds * per_k:.2f} | {ratio:.2f} | <= {target:.0f}x | {verdict} |")
+    for name in sorted(k for k in times if k.startswith("verify --threads")):
+        seconds = statistics.median(times[name])
+        print(f"| tierlog metadata {name} | {seconds * per_k:.2f} | {seconds / base:.2f} | - | - |")
     rounds: dict[str, Any] = {k: [round(t, 2) for t in v] for k, v in times.items()}
     print(f"rounds (s): {rounds}")
 

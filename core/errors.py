@@ -193,6 +193,13 @@ class InvalidTxnStateError(CoreError):
     error_code = 48
 
 
+class TransactionCoordinatorFencedError(CoreError):
+    """A transaction marker from a coordinator epoch older than the one that wrote the
+    producer's last marker in this partition (TRANSACTION_COORDINATOR_FENCED)."""
+
+    error_code = 52
+
+
 class CorruptCheckpointError(KafkaStorageError):
     """A checkpoint file (offsets, leader epochs) cannot be parsed; the message names file and line.
 

@@ -256,7 +256,10 @@ class CopyTask(RLMTask):
         """Rolled segments holding offsets above ``highest_remote`` whose next segment
         starts at or below the last stable offset, with that next base offset."""
         from_offset = max(highest_remote + 1, plog.local_log_start_offset)
-        lso = plog.high_watermark  # no transactions yet: the LSO is the high watermark
+        # Kafka copies up to the last stable offset: a copied segment's transaction index
+        # then holds every abort of its range (no transaction open across it is decided
+        # later), which remote READ_COMMITTED reads rely on.
+        lso = plog.last_stable_offset
         out = []
         for segment, nxt in itertools.pairwise(plog.segments()):
             if nxt.base_offset > lso:

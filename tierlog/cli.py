@@ -54,6 +54,7 @@ COMMANDS: tuple[str, ...] = (
     "tierlog.groups_cmd",
     "tierlog.restore_cmd",
     "tierlog.cluster_cmd",
+    "tierlog.transactions_cmd",
 )
 """Modules that register a subcommand, in the order ``--help`` lists them."""
 

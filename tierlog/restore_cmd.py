@@ -13,11 +13,12 @@ are locked); a bucket without the topic's ``topic-manifest.json`` unless ``--par
 (and ``--topic-config``) say what it held; a config that does not tier
 (``remote.log.storage.system.enable``) or another metadata manager than the default.
 
-Cluster mode (``zookeeper.connect`` in FILE) is refused for now: restoring into a cluster
-means registering the topic in ZooKeeper with the same id, partition assignment and configs,
-and publishing the metadata over the protocol (the RLMM with its Kafka client, which
-``tierlog.topic_restore`` already drives through the RLMM interface) once replication is
-part of the broker.
+With ``zookeeper.connect`` in FILE the topic is restored into the cluster
+(``tierlog.cluster_restore``): checked against ZooKeeper and the live brokers' configs, its
+segments published to ``__remote_log_metadata`` over the protocol, then registered in
+ZooKeeper with its id, configs and an assignment over the live brokers. Brokers do not yet
+start a restored partition's log after the remote tier, so today the cluster path stops,
+having written nothing, once its checks pass (``BROKERS_START_RESTORED_LOGS``).
 """
 
 from __future__ import annotations
@@ -33,11 +34,10 @@ from tierlog.cli import EXIT_OK, EXIT_USAGE, CommandError, Subparsers, positive_
 
 # Below the S3 plugin's connection pool (10): more threads would open and drop connections.
 DEFAULT_READ_THREADS = 8
-CLUSTER_NOT_SUPPORTED = (
-    "{path} sets zookeeper.connect: restoring a topic into a cluster is not supported yet "
-    "(it will register the topic in ZooKeeper and publish its metadata over the protocol "
-    "once replication is part of the broker). Restore into a single broker's config "
-    "without zookeeper.connect"
+CLUSTER_BROKERS_NOT_READY = (
+    "the cluster's brokers cannot serve a restored topic yet: a broker becoming a replica of "
+    "a restored partition would start its log empty at offset 0 instead of after the remote "
+    "tier. Nothing was written (not ZooKeeper, not __remote_log_metadata)"
 )
 
 
@@ -95,6 +95,26 @@ def register(subparsers: Subparsers) -> None:
         metavar="N",
         help=f"parallel reads of the bucket (default {DEFAULT_READ_THREADS})",
     )
+    p.add_argument(
+        "--replication-factor",
+        type=positive_int,
+        metavar="N",
+        help="cluster only: replicas per partition (default: the config's "
+        "default.replication.factor)",
+    )
+    p.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="cluster only: where to publish __remote_log_metadata and ask the brokers' "
+        "configs (default: the live brokers' inter-broker listener, from ZooKeeper)",
+    )
+    p.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="cluster only: client properties (TLS, SASL) of a super user or the broker "
+        "principal: only they may write __remote_log_metadata",
+    )
     p.add_argument("--json", action="store_true", help="the summary as JSON on stdout")
     p.set_defaults(handler=run_restore)
 
@@ -132,8 +152,13 @@ def run_restore(args: argparse.Namespace) -> int:
         config = load_broker_config(args.config, overrides)
     except (CoreError, OSError, ValueError) as e:
         raise CommandError(str(e)) from e
-    if "zookeeper.connect" in config.originals:
-        raise CommandError(CLUSTER_NOT_SUPPORTED.format(path=args.config))
+    cluster = "zookeeper.connect" in config.originals
+    if not cluster and (args.replication_factor or args.bootstrap_server or args.command_config):
+        raise CommandError(
+            "--replication-factor, --bootstrap-server and --command-config are for a cluster "
+            f"(zookeeper.connect in the config); {args.config} has none",
+            EXIT_USAGE,
+        )
     if not config.remote_log_storage_system_enable:
         raise CommandError(
             f"{args.config}: remote.log.storage.system.enable is false: the broker would not "
@@ -176,16 +201,21 @@ def run_restore(args: argparse.Namespace) -> int:
                     progress=progress,
                 )
             )
-        try:
-            storage = OfflineBrokerStorage.of_broker(config)
-        except OfflineStorageError as e:
-            raise CommandError(f"{e}: the broker must be stopped") from e
-        try:
-            restored = restore(
-                storage, plans, metadata_partitions=metadata_partitions, progress=progress
-            )
-        finally:
-            storage.close()
+        if cluster:
+            _restore_into_cluster(args, config, plans, metadata_partitions)
+            plans_done = plans
+        else:
+            try:
+                storage = OfflineBrokerStorage.of_broker(config)
+            except OfflineStorageError as e:
+                raise CommandError(f"{e}: the broker must be stopped") from e
+            try:
+                restored = restore(
+                    storage, plans, metadata_partitions=metadata_partitions, progress=progress
+                )
+            finally:
+                storage.close()
+            plans_done = [r.plan for r in restored]
     except RestoreError as e:
         raise CommandError(str(e)) from e
     except RemoteStorageError as e:
@@ -193,7 +223,7 @@ def run_restore(args: argparse.Namespace) -> int:
     finally:
         rsm.close()
     elapsed = time.monotonic() - began
-    docs = [_topic_json(r.plan) for r in restored]
+    docs = [_topic_json(plan) for plan in plans_done]
     if args.json:
         print(json.dumps({"topics": docs, "seconds": round(elapsed, 3)}, separators=(",", ":")))
         return EXIT_OK
@@ -219,8 +249,106 @@ def run_restore(args: argparse.Namespace) -> int:
             )
         for warning in doc["warnings"]:
             print(f"  warning: {warning}")
-    print(f"restored {len(docs)} topics in {elapsed:.1f} s; start the broker to serve them")
+    if cluster:
+        print(f"restored {len(docs)} topics into the cluster in {elapsed:.1f} s")
+    else:
+        print(f"restored {len(docs)} topics in {elapsed:.1f} s; start the broker to serve them")
     return EXIT_OK
+
+
+def _restore_into_cluster(
+    args: argparse.Namespace, config: Any, plans: list[Any], metadata_partitions: int
+) -> None:
+    """Check, publish the metadata, register in ZooKeeper (``tierlog.cluster_restore``).
+
+    Raises:
+        CommandError, RestoreError, RemoteStorageError.
+    """
+    import asyncio
+
+    from rlmm.manager import TopicBasedRemoteLogMetadataManager
+    from rlmm.topic_client import MetadataTopicError
+    from tiered.api import RemoteStorageError
+    from tierlog import cluster_restore
+    from tierlog.metadata_source import client_properties
+    from tierlog.topic_restore import publish_segments
+
+    settings = client_properties(args.command_config) if args.command_config else {}
+    factor = args.replication_factor or config.default_replication_factor
+    defaults = config.log_config_defaults()
+    default_rlmm = f"{TopicBasedRemoteLogMetadataManager.__module__}." + (
+        TopicBasedRemoteLogMetadataManager.__name__
+    )
+
+    async def run() -> None:
+        from core.server.zookeeper.errors import ZkError
+        from core.server.zookeeper.kafka_zk import KafkaZkClient
+
+        connect = config.get("zookeeper.connect")
+        try:
+            # A tool never creates the chroot: without it there is no cluster to restore into.
+            zk = await KafkaZkClient.connect(
+                connect,
+                session_timeout_ms=config.get("zookeeper.session.timeout.ms"),
+                connection_timeout_ms=config.get("zookeeper.connection.timeout.ms")
+                or config.get("zookeeper.session.timeout.ms"),
+                create_chroot=False,
+            )
+        except (ValueError, ZkError) as e:
+            raise CommandError(f"zookeeper.connect={connect}: {e}") from e
+        try:
+            view = await cluster_restore.check_cluster(
+                zk, plans, replication_factor=factor, broker_defaults=defaults
+            )
+            bootstrap = args.bootstrap_server or view.bootstrap(config.inter_broker_listener_name)
+            if not bootstrap:
+                raise CommandError(
+                    f"no live broker advertises the listener {config.inter_broker_listener_name}"
+                    ": give --bootstrap-server"
+                )
+            progress(f"cluster: brokers {view.broker_ids} live; asking their configs")
+            configs = await asyncio.to_thread(
+                cluster_restore.describe_broker_configs, bootstrap, view.broker_ids, settings
+            )
+            problems = cluster_restore.brokers_not_tiering(configs, default_rlmm)
+            if problems:
+                raise CommandError(
+                    "the cluster does not tier, so it could not serve a restored topic: "
+                    + "; ".join(problems)
+                    + ". Nothing was written"
+                )
+            if not cluster_restore.BROKERS_START_RESTORED_LOGS:
+                raise CommandError(CLUSTER_BROKERS_NOT_READY)
+            from rlmm.kafka_client import KafkaMetadataTopicClient
+
+            try:
+                client = KafkaMetadataTopicClient(bootstrap, **settings)
+            except MetadataTopicError as e:
+                raise CommandError(str(e)) from e
+            try:
+                await asyncio.to_thread(
+                    publish_segments,
+                    client,
+                    config.node_id,
+                    plans,
+                    metadata_partitions=metadata_partitions,
+                    progress=progress,
+                )
+            except MetadataTopicError as e:
+                raise RemoteStorageError(str(e)) from e
+            await cluster_restore.register_topics(
+                zk,
+                plans,
+                live_brokers=view.broker_ids,
+                replication_factor=factor,
+                broker_defaults=defaults,
+            )
+            for plan in plans:
+                progress(f"{plan.topic}: registered in ZooKeeper")
+        finally:
+            await zk.close()
+
+    asyncio.run(run())
 
 
 def _topic_json(plan: Any) -> dict[str, Any]:

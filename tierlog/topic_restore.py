@@ -28,7 +28,8 @@ registered: ``tierlog metadata verify`` then reports their objects as orphans an
 A bucket written before topic manifests existed has none: the partition count and configs
 must then be given (``partitions``, ``configs``); ``remote.storage.enable=true`` is implied.
 
-Cluster mode is not supported yet (see ``tierlog.restore_cmd``).
+In a cluster, ``tierlog.cluster_restore`` registers the topic in ZooKeeper instead of step
+3, after ``publish_segments`` wrote step 1 over the Kafka protocol (see there for step 2).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from core.log.producer_state import CorruptSnapshotError, decode_snapshot, snaps
 from core.server.topics import TopicInfo
 from core.topic_name import validate_topic_name
 from rlmm.manager import BROKER_ID_KEY, NUM_PARTITIONS_KEY, TopicBasedRemoteLogMetadataManager
-from rlmm.topic_client import DEFAULT_METADATA_PARTITIONS
+from rlmm.topic_client import DEFAULT_METADATA_PARTITIONS, MetadataTopicClient
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
 from rsm_plugins.layout import ObjectSuffix, SegmentManifest, TopicManifest, parse_key
 from spark_jobs.lineage import Lineage, canonical_ranges, newest_segment
@@ -434,7 +435,14 @@ def restore(
         RemoteStorageError: the metadata could not be written (run again).
     """
     check_restorable(storage, plans)
-    _register_segments(storage, plans, metadata_partitions, progress, clock)
+    publish_segments(
+        storage.metadata_client(),
+        storage.node_id,
+        plans,
+        metadata_partitions=metadata_partitions,
+        progress=progress,
+        clock=clock,
+    )
     for plan in plans:
         config = storage.log_config(plan.configs)
         for p in plan.partition_plans:
@@ -460,18 +468,30 @@ def restore(
     return restored
 
 
-def _register_segments(
-    storage: OfflineBrokerStorage,
+def publish_segments(
+    client: MetadataTopicClient,
+    broker_id: int,
     plans: Sequence[TopicPlan],
-    metadata_partitions: int,
-    progress: Progress,
-    clock: Callable[[], int],
+    *,
+    metadata_partitions: int = DEFAULT_METADATA_PARTITIONS,
+    progress: Progress = _quiet,
+    clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
 ) -> None:
+    """Record the plans' canonical segments in ``__remote_log_metadata`` through ``client``
+    (a stopped broker's log dirs, or a cluster over the Kafka protocol), in ``broker_id``'s
+    name, through the RLMM: each added (COPY_SEGMENT_STARTED) then COPY_SEGMENT_FINISHED,
+    as a copy is recorded. Segments already recorded by a run cut short are not recorded
+    again. The client is closed.
+
+    Raises:
+        RestoreError: a segment is being deleted there.
+        RemoteStorageError: the metadata could not be read or written (run again).
+    """
     segments = [md for plan in plans for p in plan.partition_plans for md in p.segments]
-    rlmm = TopicBasedRemoteLogMetadataManager(storage.metadata_client())
+    rlmm = TopicBasedRemoteLogMetadataManager(client)
     try:
         rlmm.configure(
-            {NUM_PARTITIONS_KEY: str(metadata_partitions), BROKER_ID_KEY: str(storage.node_id)}
+            {NUM_PARTITIONS_KEY: str(metadata_partitions), BROKER_ID_KEY: str(broker_id)}
         )
         tps = {md.topic_id_partition for md in segments}
         # Loaded as followed partitions: the events are the RemoteLogManager's records of
@@ -509,7 +529,7 @@ def _register_segments(
                 rlmm.update_remote_log_segment_metadata(
                     RemoteLogSegmentMetadataUpdate(
                         md.remote_log_segment_id, now, None, _S.COPY_SEGMENT_FINISHED,
-                        storage.node_id,
+                        broker_id,
                     )
                 )
                 for md in segments

@@ -61,6 +61,7 @@ from core.log.leader_epoch import (
     LeaderEpochFileCache,
 )
 from core.log.producer_state import (
+    OpenTxn,
     ProducerStateEntry,
     ProducerStateManager,
     read_txn_marker,
@@ -78,6 +79,7 @@ from core.records.batch import (
     F_MAX_TIMESTAMP,
     F_PRODUCER_ID,
     F_RECORDS_COUNT,
+    HEADER,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
@@ -576,6 +578,48 @@ class PartitionLog:
                     return duplicate
             return self._append_validated(buf, batches, idempotent, leader_epoch)
 
+    def append_as_coordinator(self, records: bytearray, leader_epoch: int) -> LogAppendInfo:
+        """Append batches built by this broker's coordinators (Kafka's COORDINATOR origin):
+        transaction markers (control batches) and transactional offset commits.
+
+        Only producer epochs and coordinator epochs are checked (``ProducerStateManager.
+        check_coordinator_append``); the batches come from the broker itself.
+
+        Raises:
+            InvalidProducerEpochError, TransactionCoordinatorFencedError: as above.
+            KafkaStorageError: the log is closed, or the disk write failed.
+        """
+        batches: list[tuple[int, tuple[int, ...]]] = []
+        position = 0
+        while position < len(records):
+            fields = HEADER.unpack_from(records, position)
+            batches.append((position, fields))
+            position += fields[F_LENGTH] + LOG_OVERHEAD
+        headers = [
+            RecordBatchHeader(records, pos)
+            for pos, fields in batches
+            if fields[F_PRODUCER_ID] > NO_PRODUCER_ID
+        ]
+        with self.lock:
+            if self._closed:
+                raise KafkaStorageError(f"log {self.dir} is closed")
+            for header in headers:
+                self.producer_state.check_coordinator_append(header)
+            return self._append_validated(records, batches, headers, leader_epoch)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the earliest transaction still open (or whose
+        marker is not yet below the high watermark), else the high watermark."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
+
+    def open_transactions(self) -> list[OpenTxn]:
+        """The transactions open in this partition, oldest first (under the log's lock)."""
+        with self.lock:
+            return self.producer_state.open_transactions()
+
     def _check_producer_state(self, headers: list[RecordBatchHeader]) -> LogAppendInfo | None:
         seen: dict[int, RecordBatchHeader] = {}
         for header in headers:
@@ -876,6 +920,18 @@ class PartitionLog:
                 self.recovery_point = max(self.recovery_point, target)
             self._unflushed_messages = 0
             self._last_flush_ms = self.clock()
+
+    def sync_data(self) -> None:
+        """fsync the record files written since the recovery point, not their indexes
+        (recovery rebuilds those): what a coordinator's write needs to survive a crash,
+        at a quarter of ``flush``'s fsyncs. The recovery point does not move."""
+        with self.lock:
+            if self._closed:
+                return
+            floor = self._floor(self.recovery_point)
+            segments = [s for s in self._segments if s.base_offset >= floor]
+        for segment in segments:
+            segment.log.flush()
 
     def _floor(self, offset: int) -> int:
         seg = self.segment_for(offset)

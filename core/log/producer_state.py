@@ -42,12 +42,14 @@ from types import MappingProxyType
 
 import crc32c
 
+from core.clock import now_ms
 from core.errors import (
     CorruptSnapshotError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     KafkaStorageError,
     OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
 )
 from core.fs import atomic_write
 from core.log.files import SNAPSHOT_SUFFIX, filename_prefix, parse_offset_file
@@ -239,6 +241,20 @@ class _TxnMetadata:
     producer_id: int
     first_offset: int
     last_offset: int | None = None
+    # When this broker first saw the transaction open (its wall clock, not persisted: a
+    # reloaded transaction counts from the load). What the hanging-transaction check ages.
+    seen_ms: int = dataclasses.field(default_factory=now_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTxn:
+    """A transaction open in this partition, as the hanging-transaction check sees it."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    first_offset: int
+    seen_ms: int
 
 
 # -- snapshot files -----------------------------------------------------------------------------
@@ -412,6 +428,25 @@ class ProducerStateManager:
         firsts = [*self._ongoing, *self._unreplicated]
         return min(firsts) if firsts else None
 
+    def open_transactions(self) -> list[OpenTxn]:
+        """The open transactions, oldest first."""
+        out = []
+        for first in sorted(self._ongoing):
+            txn = self._ongoing[first]
+            entry = self._producers.get(txn.producer_id)
+            if entry is None:
+                continue
+            out.append(
+                OpenTxn(
+                    txn.producer_id,
+                    entry.producer_epoch,
+                    entry.coordinator_epoch,
+                    first,
+                    txn.seen_ms,
+                )
+            )
+        return out
+
     def first_undecided_offset(self) -> int | None:
         """The first offset of the earliest open transaction (ignores replication)."""
         return min(self._ongoing) if self._ongoing else None
@@ -472,6 +507,35 @@ class ProducerStateManager:
                 f"while its transaction from offset {entry.current_txn_first_offset} is open"
             )
         return None
+
+    def check_coordinator_append(self, header: RecordBatchHeader) -> None:
+        """Validate a batch the transaction or group coordinator has the leader write
+        (Kafka's COORDINATOR origin): a commit or abort marker, or transactional offset
+        commits. Sequences are not checked (such batches carry none).
+
+        Raises:
+            InvalidProducerEpochError: the batch's epoch is older than the producer's.
+            TransactionCoordinatorFencedError: a marker from an older coordinator epoch than
+                the producer's last marker here.
+        """
+        if not header.has_producer_id:
+            return
+        pid, epoch = header.producer_id, header.producer_epoch
+        entry = self._producers.get(pid)
+        if entry is None:
+            return
+        if epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"epoch {epoch} of producer {pid} in {self.partition_dir.name} is older than "
+                f"its current epoch {entry.producer_epoch}"
+            )
+        if header.is_control:
+            marker = read_txn_marker(header)
+            if marker is not None and marker.coordinator_epoch < entry.coordinator_epoch:
+                raise TransactionCoordinatorFencedError(
+                    f"marker for producer {pid} in {self.partition_dir.name} from coordinator "
+                    f"epoch {marker.coordinator_epoch}, older than {entry.coordinator_epoch}"
+                )
 
     def update(self, header: RecordBatchHeader, *, append_time_ms: int) -> CompletedTxn | None:
         """Apply a batch that has its offsets (leader append, or replay during recovery).

@@ -17,6 +17,7 @@ from core.server.api_keys import ApiKey
 from core.server.authorizer import (
     AclBinding,
     AclFilter,
+    AclStoreError,
     InvalidAclError,
     Operation,
     PatternType,
@@ -50,7 +51,7 @@ def _filter(f: Any) -> AclFilter:
 async def handle_create_acls(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     result_cls = nested(response_type, "AclCreationResult")
-    results = []
+    results: list[list[Any]] = []
     bindings = []
     for c in request.creations:
         error, message = ErrorCode.none, None
@@ -60,23 +61,33 @@ async def handle_create_acls(broker: BrokerServices, ctx: RequestContext, reques
             error = ErrorCode.cluster_authorization_failed
         else:
             try:
-                bindings.append(
-                    AclBinding(
-                        _enum(ResourceType, c.resource_type),
-                        c.resource_name,
-                        _enum(PatternType, getattr(c, "resource_pattern_type", 3)),
-                        c.principal,
-                        c.host,
-                        _enum(Operation, c.operation),
-                        _enum(Permission, c.permission_type),
-                    )
+                binding = AclBinding(
+                    _enum(ResourceType, c.resource_type),
+                    c.resource_name,
+                    _enum(PatternType, getattr(c, "resource_pattern_type", 3)),
+                    c.principal,
+                    c.host,
+                    _enum(Operation, c.operation),
+                    _enum(Permission, c.permission_type),
                 )
+                broker.authorizer.check_storable(binding)
+                bindings.append(binding)
             except InvalidAclError as e:
                 error, message = ErrorCode.invalid_request, str(e)
-        results.append(make(result_cls, error_code=error, error_message=message))
+        results.append([error, message])
     if bindings:
-        broker.authorizer.create(bindings)
-    return make(response_type, throttle_time=NO_THROTTLE, results=tuple(results))
+        try:
+            await broker.authorizer.create_acls(bindings)
+        except AclStoreError as e:
+            # Kafka answers each creation of a failed write with the error.
+            for result in results:
+                if result[0] == ErrorCode.none:
+                    result[:] = [ErrorCode.unknown_server_error, str(e)]
+    return make(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        results=tuple(make(result_cls, error_code=e, error_message=m) for e, m in results),
+    )
 
 
 async def handle_describe_acls(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -146,7 +157,19 @@ async def handle_delete_acls(broker: BrokerServices, ctx: RequestContext, reques
             for _ in request.filters
         )
         return make(response_type, throttle_time=NO_THROTTLE, filter_results=results)
-    removed = broker.authorizer.delete([_filter(f) for f in request.filters])
+    try:
+        removed = await broker.authorizer.delete_acls([_filter(f) for f in request.filters])
+    except AclStoreError as e:
+        results = tuple(
+            make(
+                result_cls,
+                error_code=ErrorCode.unknown_server_error,
+                error_message=str(e),
+                matching_acls=(),
+            )
+            for _ in request.filters
+        )
+        return make(response_type, throttle_time=NO_THROTTLE, filter_results=results)
     results = tuple(
         make(
             result_cls,

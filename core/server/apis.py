@@ -56,7 +56,11 @@ from core.server.topics import (
     TopicExistsError,
     validate_topic_name,
 )
-from core.server.zookeeper.errors import ZkError
+from core.server.transaction_verification import (
+    remote_verifications,
+    verification_error,
+    verification_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +253,10 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     topics = []
     # (partition, its topic's result list, slot in it, offset the high watermark must reach)
     waits: list[tuple[Any, list[Any], int, int]] = []
+    # KIP-890 answers from a coordinator on another broker; suspends only if it asks one.
+    remote = await remote_verifications(
+        broker.transaction_coordinator, request, broker.replica_manager.partition
+    )
     for topic_data in request.topic_data:
         name = topic_data.name
         results = []
@@ -274,6 +282,22 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     message = "the produce request carries no records"
                 elif refusal := produce_records_refusal(ctx.api_version, pdata.records):
                     error, message = refusal
+                elif code := verification_error(
+                    request.transactional_id,
+                    lambda txn: allowed(
+                        broker, ctx, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn
+                    ),
+                    partition,
+                    pdata.records,
+                    lambda txn, pid, epoch, tp: (
+                        remote[tp]
+                        if tp in remote
+                        else broker.transaction_coordinator.verify(txn, pid, epoch, [tp])[tp]
+                    ),
+                ):
+                    # KIP-890: no transactional batch the coordinator does not know of.
+                    error = error_code(code)
+                    message = verification_message(code)
                 else:
                     info = broker.replica_manager.append(partition, bytearray(pdata.records), acks)
                     base_offset, start = info.first_offset, info.log_start_offset
@@ -666,68 +690,10 @@ async def handle_create_topics(broker: BrokerServices, ctx: RequestContext, requ
     return make(response_type, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-# -- InitProducerId ---------------------------------------------------------------------------
-MAX_PRODUCER_EPOCH = 32767
-
-
-async def handle_init_producer_id(broker: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
-    if request.transactional_id is not None:
-        # Transactions arrive with their coordinator; until then say so plainly.
-        return make(
-            response_type,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.transactional_id_authorization_failed,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-    if not (
-        cluster_allowed(broker, ctx, Operation.IDEMPOTENT_WRITE)
-        or any(
-            allowed(broker, ctx, Operation.WRITE, ResourceType.TOPIC, t.name)
-            for t in broker.topics.all()
-        )
-    ):
-        # KIP-679: an idempotent producer needs IDEMPOTENT_WRITE or WRITE on some topic.
-        return make(
-            response_type,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.cluster_authorization_failed,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-    pid = getattr(request, "producer_id", -1)
-    epoch = getattr(request, "producer_epoch", -1)
-    if pid >= 0 and 0 <= epoch < MAX_PRODUCER_EPOCH:
-        # KIP-360: an idempotent producer re-initialising keeps its id with a new epoch.
-        new_pid, new_epoch = pid, epoch + 1
-    else:
-        try:
-            new_pid, new_epoch = await broker.allocate_producer_id(), 0
-        except (CoreError, ZkError) as e:
-            # Kafka answers a failed block allocation with COORDINATOR_NOT_AVAILABLE: retry.
-            log.warning("cannot allocate a producer id: %s", e)
-            return make(
-                response_type,
-                throttle_time=NO_THROTTLE,
-                error_code=ErrorCode.coordinator_not_available,
-                producer_id=-1,
-                producer_epoch=-1,
-            )
-    return make(
-        response_type,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        producer_id=new_pid,
-        producer_epoch=new_epoch,
-    )
-
-
 HANDLERS: dict[int, Handler] = {
     ApiKey.METADATA: handle_metadata,
     ApiKey.PRODUCE: handle_produce,
     ApiKey.FETCH: handle_fetch,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
     ApiKey.CREATE_TOPICS: handle_create_topics,
-    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
 }

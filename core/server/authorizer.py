@@ -3,8 +3,11 @@
 Enabled with ``authorizer.class.name`` (Kafka's ``StandardAuthorizer`` name, or this class's
 dotted path); without it every request is allowed, as in Kafka. ACL bindings are created,
 listed and deleted with the CreateAcls / DescribeAcls / DeleteAcls APIs (``kafka-acls``,
-AdminClient ``create_acls``) and kept in ``<first log dir>/tierlog-acls.json``, written
-atomically.
+AdminClient ``create_acls``). A broker running alone keeps them in
+``<first log dir>/tierlog-acls.json``, written atomically (``AclAuthorizer``); the brokers of a
+cluster keep them in ZooKeeper, as Kafka's ZooKeeper mode does
+(``core.server.zk_authorizer.ZkAclAuthorizer``). Both decide from ACLs held in memory
+(``Authorizer``), so a decision never waits for a disk or ZooKeeper.
 
 A request by ``principal`` from ``host`` to perform ``operation`` on a resource is decided as
 Kafka decides it:
@@ -24,6 +27,7 @@ AclPermissionType).
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import logging
@@ -117,6 +121,12 @@ class InvalidAclError(CoreError):
     error_code = 42
 
 
+class AclStoreError(CoreError):
+    """UNKNOWN_SERVER_ERROR: the ACLs could not be stored (ZooKeeper refused the change)."""
+
+    error_code = -1
+
+
 @dataclass(frozen=True, slots=True)
 class AclBinding:
     """One ACL: a resource pattern and an access control entry.
@@ -193,48 +203,22 @@ class AclFilter:
         return self.resource_name is None or acl.resource_name == self.resource_name
 
 
-class AclAuthorizer:
-    """Decides requests from the stored ACLs. Thread-safe.
+class Authorizer:
+    """Kafka's decisions over the ACLs held in memory. Thread-safe.
+
+    Subclasses keep the ACLs somewhere durable and implement ``create_acls`` and
+    ``delete_acls``.
 
     Args:
-        directory: where ``tierlog-acls.json`` lives.
         super_users: principals allowed everything (``super.users``).
         allow_if_no_acl: ``allow.everyone.if.no.acl.found``.
     """
 
-    def __init__(
-        self, directory: Path, super_users: Iterable[str] = (), *, allow_if_no_acl: bool = False
-    ) -> None:
-        self.path = Path(directory) / ACL_FILE
+    def __init__(self, super_users: Iterable[str] = (), *, allow_if_no_acl: bool = False) -> None:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._lock = threading.Lock()
-        self._acls: list[AclBinding] = self._load()
-
-    def _load(self) -> list[AclBinding]:
-        try:
-            rows = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return []
-        return [
-            AclBinding(
-                ResourceType[r["resource_type"]],
-                r["resource_name"],
-                PatternType[r["pattern_type"]],
-                r["principal"],
-                r["host"],
-                Operation[r["operation"]],
-                Permission[r["permission"]],
-            )
-            for r in rows
-        ]
-
-    def _save(self) -> None:
-        rows = [
-            {k: (v.name if isinstance(v, enum.Enum) else v) for k, v in asdict(acl).items()}
-            for acl in self._acls
-        ]
-        atomic_write(self.path, json.dumps(rows, indent=1).encode())
+        self._acls: list[AclBinding] = []
 
     # -- decisions ---------------------------------------------------------------------
     def authorize(
@@ -261,7 +245,72 @@ class AclAuthorizer:
         granting = {operation, Operation.ALL} | _IMPLIES.get(operation, set())
         return any(a.permission == Permission.ALLOW and a.operation in granting for a in applying)
 
+    def describe(self, acl_filter: AclFilter) -> list[AclBinding]:
+        with self._lock:
+            return [a for a in self._acls if acl_filter.matches(a)]
+
     # -- the ACL APIs --------------------------------------------------------------------
+    def check_storable(self, acl: AclBinding) -> None:
+        """Raises InvalidAclError: this store cannot keep ``acl`` (any binding fits a file)."""
+
+    async def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        """Add bindings (already present ones are kept once), durably before returning.
+
+        Raises:
+            AclStoreError: the store refused the change.
+        """
+        raise NotImplementedError
+
+    async def delete_acls(self, filters: Iterable[AclFilter]) -> list[list[AclBinding]]:
+        """Remove every binding matching each filter; returns what each filter removed.
+
+        Raises:
+            AclStoreError: the store refused the change.
+        """
+        raise NotImplementedError
+
+
+class AclAuthorizer(Authorizer):
+    """The ACLs of a broker running alone, in ``<directory>/tierlog-acls.json``.
+
+    Args:
+        directory: where ``tierlog-acls.json`` lives.
+        super_users: principals allowed everything (``super.users``).
+        allow_if_no_acl: ``allow.everyone.if.no.acl.found``.
+    """
+
+    def __init__(
+        self, directory: Path, super_users: Iterable[str] = (), *, allow_if_no_acl: bool = False
+    ) -> None:
+        super().__init__(super_users, allow_if_no_acl=allow_if_no_acl)
+        self.path = Path(directory) / ACL_FILE
+        self._acls = self._load()
+
+    def _load(self) -> list[AclBinding]:
+        try:
+            rows = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return []
+        return [
+            AclBinding(
+                ResourceType[r["resource_type"]],
+                r["resource_name"],
+                PatternType[r["pattern_type"]],
+                r["principal"],
+                r["host"],
+                Operation[r["operation"]],
+                Permission[r["permission"]],
+            )
+            for r in rows
+        ]
+
+    def _save(self) -> None:
+        rows = [
+            {k: (v.name if isinstance(v, enum.Enum) else v) for k, v in asdict(acl).items()}
+            for acl in self._acls
+        ]
+        atomic_write(self.path, json.dumps(rows, indent=1).encode())
+
     def create(self, acls: Iterable[AclBinding]) -> None:
         """Add bindings (already present ones are kept once); persisted before returning."""
         with self._lock:
@@ -269,10 +318,6 @@ class AclAuthorizer:
                 if acl not in self._acls:
                     self._acls.append(acl)
             self._save()
-
-    def describe(self, acl_filter: AclFilter) -> list[AclBinding]:
-        with self._lock:
-            return [a for a in self._acls if acl_filter.matches(a)]
 
     def delete(self, filters: Iterable[AclFilter]) -> list[list[AclBinding]]:
         """Remove every binding matching each filter; returns what each filter removed."""
@@ -284,6 +329,13 @@ class AclAuthorizer:
                 out.append(gone)
             self._save()
         return out
+
+    # The file write is blocking I/O: off the event loop.
+    async def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.create, list(acls))
+
+    async def delete_acls(self, filters: Iterable[AclFilter]) -> list[list[AclBinding]]:
+        return await asyncio.get_running_loop().run_in_executor(None, self.delete, list(filters))
 
 
 def _applies(acl: AclBinding, principal: str, host: str) -> bool:

@@ -29,9 +29,12 @@ from core.clock import now_ms
 from core.errors import CoreError
 from core.log.config import LogConfig
 from core.log.log_manager import LogManager
+from core.log.producer_state import OpenTxn
+from core.records.builder import build_control_batch
+from core.records.record import ControlRecordType
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
-from core.server.authorizer import AclAuthorizer
-from core.server.cluster_mode import ClusterMode, ClusterStartError
+from core.server.authorizer import AclAuthorizer, Authorizer
+from core.server.cluster_mode import ClusterMode
 from core.server.cluster_types import (
     BrokerEndpoint,
     BrokerInfo,
@@ -40,18 +43,19 @@ from core.server.cluster_types import (
     TopicPartition,
 )
 from core.server.config import BrokerConfig
-from core.server.config_sync import TopicConfigSync
+from core.server.config_sync import ConfigChangeSync
 from core.server.controller.errors import NotControllerError
 from core.server.group_coordinator import Group, GroupCoordinator
 from core.server.group_loader import GroupLoader
 from core.server.group_offsets import GroupOffsetStore
 from core.server.handler_support import ControllerPort, error_code
 from core.server.handlers import HANDLERS, SERVED_INTER_BROKER_VERSIONS, api_versions_response
-from core.server.internal_topics import BrokerTrust
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC, BrokerTrust
 from core.server.isr_writer import ZkIsrWriter
 from core.server.local_controller import LocalController
 from core.server.metadata_cache import MetadataCache
 from core.server.network import BoundListener, ListenerSpec, SocketServer
+from core.server.node_client import BrokerEndpoint as NodeEndpoint
 from core.server.node_client import ClientSettings, NodeClient
 from core.server.offsets_topic import (
     OFFSETS_TOPIC,
@@ -59,16 +63,21 @@ from core.server.offsets_topic import (
     ensure_offsets_topic,
     offsets_topic_configs,
 )
+from core.server.partition import Partition
 from core.server.producer_ids import ProducerIdSource, RegistryProducerIds, ZkProducerIds
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.quota_enforcement import handle_with_quotas
-from core.server.quota_store import LocalQuotaStore
+from core.server.quota_store import ClientQuotaStore, LocalQuotaStore
 from core.server.quotas import ClientQuotas
 from core.server.replica_assignment import InvalidReplicaAssignmentError
 from core.server.replica_manager import ReplicaManager
 from core.server.replication_settings import ReplicationSettings
 from core.server.sasl import ScramCredentialSource
-from core.server.scram_credentials import LocalScramCredentialStore, ScramCredentialCache
+from core.server.scram_credentials import (
+    LocalScramCredentialStore,
+    ScramCredentialCache,
+    ScramCredentialStore,
+)
 from core.server.security import ListenerSecurity, listener_security, with_runtime_scram
 from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
@@ -79,7 +88,21 @@ from core.server.topics import (
     UnknownTopicError,
     read_partition_metadata,
 )
+from core.server.transaction_coordinator import CoordinatorSettings, TransactionCoordinator
+from core.server.transaction_loader import TransactionLoader
+from core.server.transaction_marker_channel import MarkerChannel, TxnMarker
+from core.server.transaction_state_topic import (
+    TransactionStateLog,
+    ensure_transaction_state_topic,
+    transaction_state_topic_configs,
+)
+from core.server.transaction_verification import abort_hanging_transactions, verify_remotely
 from core.server.zk_admin import MetadataWaiters, RequestTimedOutError, ZkClusterAdmin
+from core.server.zk_authorizer import ZkAclAuthorizer
+from core.server.zk_entity_configs import ZkEntityConfigs
+from core.server.zk_quota_store import ZkQuotaStore
+from core.server.zk_scram_store import ZkScramCredentialStore
+from core.server.zookeeper import paths as zk_paths
 from core.server.zookeeper.client import ZkConnectionState
 from core.server.zookeeper.data import EndPoint
 from core.server.zookeeper.errors import ZkError
@@ -89,6 +112,7 @@ log = logging.getLogger(__name__)
 # How long a write to __consumer_offsets waits for the event loop to take it (from the
 # flushing thread); only a broker stopping under it makes it wait this long.
 OFFSETS_APPEND_TIMEOUT_S = 30.0
+NOT_ENOUGH_REPLICAS = 19
 # How long the opening of CreatePartitions' new partitions waits for their leaders in a
 # cluster; the request answers REQUEST_TIMED_OUT at its own timeout, usually shorter.
 CREATE_PARTITIONS_WAIT_MS = 120_000
@@ -148,12 +172,16 @@ class Broker:
         # must get an answer.
         self.codec = ProtocolCodec(SUPPORTED_VERSIONS, SERVED_INTER_BROKER_VERSIONS)
         self._group_offsets: GroupOffsetStore | None = None
-        self.authorizer: AclAuthorizer | None = None  # authorizer.class.name set
+        self.authorizer: Authorizer | None = None  # authorizer.class.name set
         self.quotas: ClientQuotas  # loaded with the storage
         # Who may write the internal topics; the listener rule needs the listeners' security.
         self.broker_trust = BrokerTrust.from_config(config)
         self._group_coordinator: GroupCoordinator | None = None
+        self._transaction_coordinator: TransactionCoordinator | None = None
+        self._hanging_check: asyncio.TimerHandle | None = None
         self._group_loader: GroupLoader | None = None
+        self._transaction_loader: TransactionLoader | None = None
+        self._transaction_state_creation: asyncio.Future[None] | None = None
         self._offset_expiry: asyncio.TimerHandle | None = None
         self.log_manager: LogManager | None = None
         self.topics: TopicRegistry
@@ -165,7 +193,10 @@ class Broker:
         if config.get("zookeeper.connect"):
             self.cluster = ClusterMode(config, self.metadata_cache)
         self._admin: ZkClusterAdmin | None = None
-        self._config_sync: TopicConfigSync | None = None
+        self._config_sync: ConfigChangeSync | None = None
+        # In a cluster: users', clients' and ips' configs (SCRAM credentials, quotas).
+        self._entity_configs: ZkEntityConfigs | None = None
+        self._zk_scram: ZkScramCredentialStore | None = None
         self._producer_ids: ProducerIdSource | None = None
         self._offsets_creation: asyncio.Task[None] | None = None
         self.local_controller: LocalController | None = None  # running alone
@@ -182,7 +213,7 @@ class Broker:
         # What the SCRAM servers of the SASL listeners check, filled from the store when
         # the log dirs are open (before any listener accepts a connection).
         self._scram_cache = ScramCredentialCache()
-        self.scram_credentials: LocalScramCredentialStore
+        self.scram_credentials: ScramCredentialStore
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> list[BoundListener]:
@@ -205,14 +236,26 @@ class Broker:
             log.warning("%s", self.broker_trust.cluster_warning)
         cluster_id = ""
         if cluster is not None:
-            if config.get("authorizer.class.name"):
-                raise ClusterStartError(
-                    "authorizer.class.name: ACLs are kept in the first log dir of a broker "
-                    "running alone and are not shared through ZooKeeper yet; a cluster broker "
-                    "cannot enforce them. Unset it (protect the listeners with SASL or TLS) or "
-                    "run the broker alone."
-                )
             cluster_id = await cluster.connect()
+            if config.get("authorizer.class.name"):
+                # Every broker decides from the ACLs in ZooKeeper, loaded before it serves.
+                zk_authorizer = ZkAclAuthorizer(
+                    cluster.connected_zk.zookeeper,
+                    self.broker_trust.super_users,
+                    allow_if_no_acl=config.get("allow.everyone.if.no.acl.found"),
+                )
+                await zk_authorizer.start()
+                self.authorizer = zk_authorizer
+            zk = cluster.connected_zk
+            self._config_sync = ConfigChangeSync(
+                zk, self._apply_topic_config, self._on_entity_change
+            )
+            # Before anything is loaded from ZooKeeper: no change made meanwhile is missed.
+            await self._config_sync.mark()
+            self._entity_configs = ZkEntityConfigs(zk, loop)
+            # SCRAM users of the cluster, known before the listeners accept anyone.
+            self._zk_scram = ZkScramCredentialStore(self._entity_configs, self._scram_cache)
+            await self._zk_scram.load()
             self.topics = TopicRegistry.in_memory(config.log_config_defaults())
             # Kafka's LogManager reads the topics' overrides from ZooKeeper before it opens
             # the logs (a compacted topic must not be opened with the default policy).
@@ -236,11 +279,13 @@ class Broker:
             ReplicationSettings.from_config(config),
         )
         self._open_group_store()
+        self._open_transaction_coordinator()
         if cluster is None:
             await self._start_alone()
         else:
             self._start_in_cluster(cluster)
         self._schedule_offset_expiry()
+        self._start_transaction_timers()
         self.log_manager.startup()
         self.server = SocketServer(
             self.codec,
@@ -324,8 +369,10 @@ class Broker:
             self.topics, self.replica_manager, self.metadata_cache, self._broker_info()
         )
         await self.local_controller.startup()
-        # The groups are back before the first request, as before the topic had leaders.
+        # The groups and transactions are back before the first request.
         await loader.wait_idle()
+        assert self._transaction_loader is not None
+        await self._transaction_loader.wait_idle()
         first_dir = Path(self.config.log_dirs[0])
         await asyncio.get_running_loop().run_in_executor(
             None, self.group_offsets.import_legacy, first_dir
@@ -345,9 +392,9 @@ class Broker:
             )
         )
         manager.set_node_client(self._fetcher_client, config.inter_broker_listener_name)
+        self._wire_transactions_to_cluster(self._fetcher_client)
         self._producer_ids = ZkProducerIds(zk, self.config.node_id)
         self._admin = ZkClusterAdmin(zk, self._waiters, self.config.log_config_defaults())
-        self._config_sync = TopicConfigSync(zk, self._apply_topic_config)
         cluster.add_session_listener(self._on_session_state)
 
     async def _join_cluster(self, cluster: ClusterMode) -> None:
@@ -363,6 +410,21 @@ class Broker:
         await self._config_sync.start()
         await cluster.register(advertised)
         await cluster.start_controller()
+
+    async def _on_entity_change(self, entity_path: str) -> None:
+        """A user, client or ip config changed in ZooKeeper (on this broker or another):
+        reload the user's SCRAM credentials and the entity's quotas."""
+        parts = entity_path.split("/")
+        if (
+            self._zk_scram is not None
+            and len(parts) == 2
+            and parts[0] == zk_paths.CONFIG_USERS
+            and parts[1] != zk_paths.DEFAULT_ENTITY
+        ):
+            await self._zk_scram.reload(parts[1])
+        store = self.quotas.store
+        if isinstance(store, ZkQuotaStore):
+            await store.reload(entity_path, self.quotas.apply)
 
     def _broker_info(self) -> BrokerInfo:
         """This broker as other brokers and clients reach it (the bound ports once bound)."""
@@ -398,6 +460,176 @@ class Broker:
             lambda f: f.exception() and log.error("cannot persist %s: %s", what, f.exception())
         )
 
+    # -- transactions ----------------------------------------------------------------------
+    def _open_transaction_coordinator(self) -> None:
+        """The transaction coordinator over ``__transaction_state``, empty: the partitions
+        this broker leads are loaded as their leadership arrives (``TransactionLoader``)."""
+        replica_manager = self.replica_manager
+        config = self.config
+
+        async def written(partition: Partition, offset: int) -> int:
+            # Kafka's coordinator writes with acks=all, and fsyncs: a state it acted on
+            # survives a crash of the leader and of the whole cluster.
+            await replica_manager.wait_durable_always(partition)
+            return await replica_manager.wait_replicated(
+                partition, offset, config.get("request.timeout.ms")
+            )
+
+        def leader(index: int) -> Partition | None:
+            partition = replica_manager.partition(TRANSACTION_STATE_TOPIC, index)
+            return partition if partition is not None and partition.is_leader else None
+
+        state_log = TransactionStateLog(
+            leader, written, append=lambda p, batch: replica_manager.append(p, batch, -1)
+        )
+        markers = MarkerChannel(
+            replica_manager,
+            leader_of=self._marker_leader,
+            on_written=self.on_marker_written,
+            exists=lambda t, i: self.metadata_cache.partition((t, i)) is not None,
+        )
+        self._transaction_coordinator = TransactionCoordinator(
+            lambda: info.partitions if (info := self.topics.get(TRANSACTION_STATE_TOPIC)) else 1,
+            state_log,
+            markers,
+            self.allocate_producer_id,
+            CoordinatorSettings(
+                max_timeout_ms=config.get("transaction.max.timeout.ms"),
+                abort_interval_ms=config.get(
+                    "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                ),
+                id_expiration_ms=config.get("transactional.id.expiration.ms"),
+                remove_interval_ms=config.get(
+                    "transaction.remove.expired.transaction.cleanup.interval.ms"
+                ),
+            ),
+        )
+        self._transaction_loader = TransactionLoader(self._transaction_coordinator)
+        replica_manager.add_leadership_listener(self._transaction_loader)
+
+    def _marker_leader(self, tp: tuple[str, int]) -> NodeEndpoint | None:
+        """Where a marker of ``tp`` goes: None for this broker (or no leader known: the
+        local write answers NOT_LEADER_OR_FOLLOWER and the channel retries), else the
+        leader's inter-broker endpoint."""
+        leader = self.metadata_cache.leader(tp)
+        if leader is None or leader == self.config.node_id:
+            return None
+        return self.replica_manager.leader_endpoint(leader)
+
+    def _wire_transactions_to_cluster(self, client: NodeClient) -> None:
+        """Markers for partitions led elsewhere go over WriteTxnMarkers, and KIP-890
+        verification of an id coordinated elsewhere over AddPartitionsToTxn v4."""
+        coordinator = self.transaction_coordinator
+        coordinator.markers.set_node_client(client)
+
+        async def remote(
+            txn_id: str, pid: int, epoch: int, partitions: list[TopicPartition]
+        ) -> dict[TopicPartition, int]:
+            index = coordinator.partition_for(txn_id)
+            leader = self.metadata_cache.leader((TRANSACTION_STATE_TOPIC, index))
+            if leader == self.config.node_id:
+                return coordinator.verify(txn_id, pid, epoch, partitions)
+            endpoint = None if leader is None else self.replica_manager.leader_endpoint(leader)
+            if endpoint is None:
+                # No coordinator now: NOT_ENOUGH_REPLICAS makes the producer retry (Kafka's
+                # answer when the verification cannot reach the coordinator).
+                return dict.fromkeys(partitions, NOT_ENOUGH_REPLICAS)
+            return await verify_remotely(client, endpoint, txn_id, pid, epoch, partitions)
+
+        coordinator.remote = remote
+
+    async def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` in the cluster when a transactional producer first
+        asks for its coordinator, with ``transaction.state.log.replication.factor``
+        replicas, or one per live broker when fewer are alive (logged as a WARNING)."""
+        if self._admin is None or self.metadata_cache.contains_topic(TRANSACTION_STATE_TOPIC):
+            return
+        creation = self._transaction_state_creation
+        if creation is None or creation.done():
+            creation = asyncio.ensure_future(self._create_transaction_state_topic())
+            self._transaction_state_creation = creation
+            self._background.add(creation)
+            creation.add_done_callback(self._background.discard)
+
+    async def _create_transaction_state_topic(self) -> None:
+        assert self._admin is not None
+        config = self.config
+        wanted = config.get("transaction.state.log.replication.factor")
+        live = len(self.metadata_cache.alive_brokers())
+        replication = min(wanted, max(live, 1))
+        if replication < wanted:
+            log.warning(
+                "creating %s with replication factor %d: transaction.state.log.replication."
+                "factor=%d but only %d brokers are alive; it keeps %d replicas per partition",
+                TRANSACTION_STATE_TOPIC, replication, wanted, live, replication,
+            )  # fmt: skip
+        configs = transaction_state_topic_configs(
+            config.get("transaction.state.log.segment.bytes"),
+            min(config.get("transaction.state.log.min.isr"), replication),
+        )
+        try:
+            await self._admin.create_topic(
+                TRANSACTION_STATE_TOPIC,
+                config.get("transaction.state.log.num.partitions"),
+                configs,
+                replication_factor=replication,
+            )
+        except CoreError as e:
+            if e.error_code != 36:  # TOPIC_ALREADY_EXISTS: another broker was quicker
+                log.error("cannot create %s: %s", TRANSACTION_STATE_TOPIC, e)
+
+    def _start_transaction_timers(self) -> None:
+        self.transaction_coordinator.start()
+        self._schedule_hanging_check()
+
+    def _schedule_hanging_check(self) -> None:
+        interval = self.config.get("transaction.abort.timed.out.transaction.cleanup.interval.ms")
+        loop = asyncio.get_running_loop()
+        self._hanging_check = loop.call_later(interval / 1000, self._abort_hanging)
+
+    def _abort_hanging(self) -> None:
+        self._schedule_hanging_check()
+        coordinator = self.transaction_coordinator
+        replica_manager = self.replica_manager
+
+        def write_abort(partition: Partition, txn: OpenTxn) -> None:
+            log.warning(
+                "aborting a transaction of producer %d open in %s-%d since offset %d that "
+                "no coordinator knows of (older than transaction.max.timeout.ms)",
+                txn.producer_id,
+                partition.topic,
+                partition.index,
+                txn.first_offset,
+            )
+            batch = build_control_batch(
+                ControlRecordType.ABORT,
+                producer_id=txn.producer_id,
+                producer_epoch=txn.producer_epoch,
+                coordinator_epoch=max(txn.coordinator_epoch, 0),
+            )
+            try:
+                replica_manager.append_marker(partition.topic, partition.index, batch)
+            except (LookupError, CoreError) as e:
+                log.warning("cannot abort that transaction: %s", e)
+
+        abort_hanging_transactions(
+            [p for p in replica_manager.partitions.values() if p.is_leader],
+            coordinator.knows_open_transaction,
+            write_abort,
+            self.config.get("transaction.max.timeout.ms"),
+            now_ms(),
+        )
+
+    def on_marker_written(self, tp: tuple[str, int], marker: TxnMarker) -> None:
+        """Transactional offset commits of ``__consumer_offsets`` complete at the marker."""
+        if tp[0] == OFFSETS_TOPIC and self._group_offsets is not None:
+            self._group_offsets.complete_txn(marker.producer_id, tp[1], marker.commit)
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        assert self._transaction_coordinator is not None, "the broker is not started"
+        return self._transaction_coordinator
+
     def _store_group(self, group: Group) -> None:
         """The coordinator's hook: journal the group's metadata in the background (a lost
         record only makes the group's members rejoin after a restart)."""
@@ -411,11 +643,17 @@ class Broker:
         config = self.config
         first_dir = Path(config.log_dirs[0])
         first_dir.mkdir(parents=True, exist_ok=True)
-        # SCRAM credentials and client quotas stay in each broker's first log dir, in a
-        # cluster too (not shared through ZooKeeper yet: docs/OPERATIONS.md says so).
-        self.scram_credentials = LocalScramCredentialStore(first_dir, self._scram_cache)
+        # SCRAM credentials and client quotas: in the first log dir of a broker running
+        # alone, in ZooKeeper for the brokers of a cluster (every broker sees the same).
+        quota_store: ClientQuotaStore
+        if self._entity_configs is not None and self._zk_scram is not None:
+            self.scram_credentials = self._zk_scram
+            quota_store = ZkQuotaStore(self._entity_configs)
+        else:
+            self.scram_credentials = LocalScramCredentialStore(first_dir, self._scram_cache)
+            quota_store = LocalQuotaStore(first_dir)
         self.quotas = ClientQuotas.open(
-            LocalQuotaStore(first_dir),
+            quota_store,
             samples=config.get("quota.window.num"),
             window_seconds=config.get("quota.window.size.seconds"),
         )
@@ -425,6 +663,13 @@ class Broker:
                 self.topics,
                 config.get("offsets.topic.num.partitions"),
                 config.get("offsets.topic.segment.bytes"),
+            )
+            ensure_transaction_state_topic(
+                self.topics,
+                config.get("transaction.state.log.num.partitions"),
+                config.get("transaction.state.log.segment.bytes"),
+                config.get("transaction.state.log.replication.factor"),
+                config.get("transaction.state.log.min.isr"),
             )
             if config.get("authorizer.class.name"):
                 self.authorizer = AclAuthorizer(
@@ -472,6 +717,8 @@ class Broker:
                 await client.close()
         if self._config_sync is not None:
             self._config_sync.stop()
+        if isinstance(self.authorizer, ZkAclAuthorizer):
+            self.authorizer.stop()
         if self.server is not None:
             await self.server.stop()
         if self._topic_tasks:
@@ -484,6 +731,11 @@ class Broker:
             task.cancel()
         if self._offset_expiry is not None:
             self._offset_expiry.cancel()
+        # No marker or state write of the coordinator after the replicas shut down.
+        if self._transaction_coordinator is not None:
+            self._transaction_coordinator.shutdown()
+        if self._hanging_check is not None:
+            self._hanging_check.cancel()
         replica_manager = getattr(self, "replica_manager", None)
         if replica_manager is not None:  # started
             await replica_manager.shutdown()
@@ -947,4 +1199,10 @@ class _NoController:
         raise NotControllerError(f"broker {self._broker_id} is not the controller")
 
     async def elect_leaders(self, election_type: Any, partitions: Any) -> Any:
+        raise NotControllerError(f"broker {self._broker_id} is not the controller")
+
+    async def alter_partition_reassignments(self, requested: Any) -> Any:
+        raise NotControllerError(f"broker {self._broker_id} is not the controller")
+
+    async def list_partition_reassignments(self, partitions: Any) -> Any:
         raise NotControllerError(f"broker {self._broker_id} is not the controller")

@@ -15,7 +15,7 @@ keys fall in four groups:
       flush.ms           log.flush.interval.ms > log.flush.scheduler.interval.ms
 
 - keys tierlog accepts and validates but does not act on, declared ``inert=True``: those of
-  the parts to come (replica fetching, transactions, KRaft's controller keys) and those a
+  the parts to come (replica fetching, KRaft's controller keys) and those a
   single asyncio broker has no use for (``num.io.threads``). Each one's doc says what Kafka
   does with it; the generated docs mark it "accepted, no effect", and ``broker start``
   names the inert keys a config sets (``BrokerConfig.inert_keys_given``);
@@ -206,7 +206,9 @@ _BROKER_KEYS = [
     # -- authorization (core/server/authorizer.py) -------------------------------------------
     ConfigKey("authorizer.class.name", S, "",
               "Enables ACLs: org.apache.kafka.metadata.authorizer.StandardAuthorizer (or "
-              "core.server.authorizer.AclAuthorizer); empty allows every request.",
+              "core.server.authorizer.AclAuthorizer); empty allows every request. A broker "
+              "running alone keeps the ACLs in its first log dir, the brokers of a cluster in "
+              "ZooKeeper (/kafka-acl, as Kafka's ZooKeeper mode).",
               one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                      "kafka.security.authorizer.AclAuthorizer",
                      "core.server.authorizer.AclAuthorizer")),
@@ -278,7 +280,9 @@ _BROKER_KEYS = [
     # -- connections to other brokers (core/server/node_client.py) ---------------------------
     ConfigKey("request.timeout.ms", I, 30000,
               "How long a broker waits for another broker's response before it closes the "
-              "connection.", at_least(0)),
+              "connection; also how long the transaction coordinator waits for the in-sync "
+              "replicas of a __transaction_state write and of a marker (as Kafka's does).",
+              at_least(0)),
     ConfigKey("socket.connection.setup.timeout.ms", L, 10000,
               "How long a broker waits for a connection (TCP and TLS) to another broker.",
               at_least(0)),
@@ -424,25 +428,32 @@ _BROKER_KEYS = [
               "Members a classic group admits: a JoinGroup beyond it gets GROUP_MAX_SIZE_REACHED; "
               "a group found over it at start-up rebalances and keeps the first members to "
               "rejoin (Kafka's rules).", at_least(1)),
-    # Inert until transactions: there is no transaction coordinator or __transaction_state.
+    # -- transactions (core.server.transaction_coordinator) --------------------------------
     ConfigKey("transaction.state.log.num.partitions", I, 50,
-              "Kafka: the partitions of __transaction_state. tierlog has no transaction "
-              "coordinator yet.", at_least(1), inert=True),
+              "The partitions of __transaction_state (fixed once the topic exists: a "
+              "transactional id's partition depends on it).", at_least(1)),
     ConfigKey("transaction.state.log.replication.factor", I, 3,
-              "Kafka: the replicas of __transaction_state. tierlog has no transaction "
-              "coordinator yet.", between(1, SHORT_MAX), inert=True),
+              "The replicas of __transaction_state, capped to the live brokers when it is "
+              "created (one broker alone: 1).", between(1, SHORT_MAX)),
     ConfigKey("transaction.state.log.min.isr", I, 2,
-              "Kafka: min.insync.replicas of __transaction_state. tierlog has no transaction "
-              "coordinator yet.", at_least(1), inert=True),
+              "min.insync.replicas of __transaction_state, capped to its replication factor.",
+              at_least(1)),
     ConfigKey("transaction.state.log.segment.bytes", I, 104857600,
-              "Kafka: segment.bytes of __transaction_state. tierlog has no transaction "
-              "coordinator yet.", at_least(1), inert=True),
+              "segment.bytes of __transaction_state.", at_least(1)),
     ConfigKey("transaction.max.timeout.ms", I, 900000,
-              "Kafka: the largest transaction timeout a producer may ask for. tierlog has no "
-              "transaction coordinator yet.", at_least(1), inert=True),
+              "The largest transaction.timeout.ms a producer may ask for "
+              "(INVALID_TRANSACTION_TIMEOUT beyond); also how long a transaction the "
+              "coordinator does not know may stay open in a partition before the leader "
+              "aborts it.", at_least(1)),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", I, 10000,
+              "How often the coordinator aborts transactions open longer than their "
+              "timeout.", at_least(1)),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", I, 3600000,
+              "How often the coordinator forgets transactional ids idle for "
+              "transactional.id.expiration.ms.", at_least(1)),
     ConfigKey("transactional.id.expiration.ms", I, 604800000,
-              "Kafka: forget an idle transactional id after this long. tierlog has no "
-              "transaction coordinator yet.", at_least(1), inert=True),
+              "Forget a transactional id with no transaction for this long (a tombstone in "
+              "__transaction_state).", at_least(1)),
     # -- tiered storage (KIP-405); used by the remote tier ----------------------------------
     ConfigKey("remote.log.storage.system.enable", B, False,
               "Enable tiered storage on this broker (KIP-405)."),

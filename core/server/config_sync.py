@@ -1,16 +1,17 @@
-"""Topic config changes reach every broker of a cluster (Kafka's DynamicConfigManager over
-``ZkNodeChangeNotificationListener``, for topics).
+"""Config changes reach every broker of a cluster (Kafka's DynamicConfigManager over
+``ZkNodeChangeNotificationListener``).
 
-Whoever changes a topic's overrides writes ``/config/topics/<topic>`` and then a sequential
-``/config/changes/config_change_<seq>`` naming ``topics/<topic>``. Every broker watches
-``/config/changes``; for each notification newer than the last it processed it reads the
-topic's overrides and hands them to ``apply`` (the broker updates its topic registry and
-the open logs). At start the last processed is the newest existing notification: the
-broker reads the configs of the topics it learns of from ZooKeeper anyway. Notifications
-older than 15 minutes are deleted, as Kafka's listeners delete them.
-
-Notifications for other entity types (clients, users, brokers, ips) are read and skipped:
-tierlog keeps no dynamic client, user or broker configs in ZooKeeper.
+Whoever changes an entity's config writes ``/config/<entity path>`` and then a sequential
+``/config/changes/config_change_<seq>`` naming the entity path (``topics/<topic>``,
+``users/<user>``, ``users/<user>/clients/<client>``, ``clients/<client>``, ``ips/<ip>``).
+Every broker watches ``/config/changes``; for each notification newer than the last it
+processed, a topic's overrides go to ``apply`` (the broker updates its topic registry and
+the open logs) and any other entity path to ``on_entity`` (SCRAM credentials and client
+quotas, ``core.server.zk_scram_store`` and ``core.server.zk_quota_store``). The last
+processed is the newest notification when ``mark()`` is called, before the broker loads the
+configs at start: a change made while it loads is processed again once it watches, none is
+lost. Notifications older than 15 minutes are deleted, as Kafka's listeners delete them.
+Notifications of broker entities are skipped: tierlog keeps no dynamic broker configs.
 """
 
 from __future__ import annotations
@@ -33,33 +34,44 @@ log = logging.getLogger(__name__)
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 ApplyTopicConfig = Callable[[str, dict[str, str]], Awaitable[None] | None]
+# Called with the entity path of a user, client or ip config change.
+ApplyEntityChange = Callable[[str], Awaitable[None]]
+
+
+_ENTITY_TYPES = (paths.CONFIG_USERS, paths.CONFIG_CLIENTS, paths.CONFIG_IPS)
 
 
 def _sequence(name: str) -> str:
     return paths.sequence_number(name, paths.CONFIG_CHANGE_PREFIX)
 
 
-class TopicConfigSync:
-    """Applies the topic config change notifications of ZooKeeper on this broker."""
+class ConfigChangeSync:
+    """Applies the config change notifications of ZooKeeper on this broker."""
 
-    def __init__(self, zk: KafkaZkClient, apply: ApplyTopicConfig) -> None:
+    def __init__(
+        self,
+        zk: KafkaZkClient,
+        apply: ApplyTopicConfig,
+        on_entity: ApplyEntityChange | None = None,
+    ) -> None:
         self._zk = zk
         self._apply = apply
-        self._last = ""
+        self._on_entity = on_entity
+        self._last: str | None = None
         self._watch: ZkWatch | None = None
         self._lock = asyncio.Lock()
 
-    async def start(self) -> None:
+    async def mark(self) -> None:
+        """Remember the newest notification: ``start`` processes the ones after it."""
         names = await self._zk.zookeeper.get_children(paths.CONFIG_CHANGES)
         notes = [n for n in names if n.startswith(paths.CONFIG_CHANGE_PREFIX)]
         self._last = max((_sequence(n) for n in notes), default="")
-        first = True
+
+    async def start(self) -> None:
+        if self._last is None:
+            await self.mark()
 
         async def on_children(children: list[str]) -> None:
-            nonlocal first
-            if first:  # the state at registration: already covered by _last
-                first = False
-                return
             await self.process(children)
 
         self._watch = await self._zk.zookeeper.watch_children(paths.CONFIG_CHANGES, on_children)
@@ -79,8 +91,9 @@ class TopicConfigSync:
                 key=_sequence,
             )
             topics: list[str] = []
+            entities: list[str] = []
             for name in fresh:
-                if _sequence(name) <= self._last:
+                if _sequence(name) <= (self._last or ""):
                     continue
                 try:
                     node = await self._zk.zookeeper.get(f"{paths.CONFIG_CHANGES}/{name}")
@@ -91,6 +104,8 @@ class TopicConfigSync:
                 entity = _entity_path(node.data)
                 if entity is not None and entity.startswith(f"{paths.CONFIG_TOPICS}/"):
                     topics.append(entity.split("/", 1)[1])
+                elif entity is not None and entity.split("/", 1)[0] in _ENTITY_TYPES:
+                    entities.append(entity)
             for topic in dict.fromkeys(topics):
                 try:
                     configs = await self._zk.get_topic_config(topic)
@@ -100,6 +115,12 @@ class TopicConfigSync:
                 result = self._apply(topic, configs)
                 if result is not None:
                     await result
+            if self._on_entity is not None:
+                for entity in dict.fromkeys(entities):
+                    try:
+                        await self._on_entity(entity)
+                    except ZkError as e:
+                        log.warning("cannot apply the config change of %s: %s", entity, e)
 
     async def _maybe_purge(self, name: str, created_ms: int) -> None:
         if now_ms() - created_ms > CHANGE_EXPIRATION_MS:

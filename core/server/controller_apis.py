@@ -214,10 +214,97 @@ async def handle_elect_leaders(broker: BrokerServices, ctx: RequestContext, requ
     )
 
 
+# -- AlterPartitionReassignments / ListPartitionReassignments ----------------------------------
+async def handle_alter_partition_reassignments(
+    broker: BrokerServices, ctx: RequestContext, request: Any
+) -> Any:
+    """Served by the controller (NOT_CONTROLLER elsewhere); ALTER on the cluster."""
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    topic_cls = nested(response_type, "ReassignableTopicResponse")
+    partition_cls = nested(response_type, "ReassignablePartitionResponse")
+    requested = {
+        (t.name, int(p.partition_index)): (
+            None if p.replicas is None else tuple(int(r) for r in p.replicas)
+        )
+        for t in request.topics
+        for p in t.partitions
+    }
+    top, top_message = ErrorCode.none, None
+    results: dict[tuple[str, int], tuple[int, str | None]] = {}
+    if not cluster_allowed(broker, ctx, Operation.ALTER):
+        top = ErrorCode.cluster_authorization_failed
+    else:
+        try:
+            results = await broker.controller.alter_partition_reassignments(requested)
+        except CoreError as e:
+            top, top_message = error_of(e), str(e)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), _ in sorted(requested.items()):
+        code, message = results.get((topic, partition), (int(top), top_message))
+        by_topic.setdefault(topic, []).append(
+            make(partition_cls, partition_index=partition, error_code=error_code(code),
+                 error_message=message)
+        )  # fmt: skip
+    return make(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=top,
+        error_message=top_message,
+        responses=tuple(
+            make(topic_cls, name=topic, partitions=tuple(parts))
+            for topic, parts in by_topic.items()
+        ),
+    )
+
+
+async def handle_list_partition_reassignments(
+    broker: BrokerServices, ctx: RequestContext, request: Any
+) -> Any:
+    """Served by the controller (NOT_CONTROLLER elsewhere); DESCRIBE on the cluster."""
+    response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
+    topic_cls = nested(response_type, "OngoingTopicReassignment")
+    partition_cls = nested(response_type, "OngoingPartitionReassignment")
+    asked = None
+    if request.topics is not None:
+        asked = {(t.name, int(p)) for t in request.topics for p in t.partition_indexes}
+    top, top_message = ErrorCode.none, None
+    ongoing: dict[tuple[str, int], Any] = {}
+    if not cluster_allowed(broker, ctx, Operation.DESCRIBE):
+        top = ErrorCode.cluster_authorization_failed
+    else:
+        try:
+            ongoing = await broker.controller.list_partition_reassignments(asked)
+        except CoreError as e:
+            top, top_message = error_of(e), str(e)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), assignment in sorted(ongoing.items()):
+        by_topic.setdefault(topic, []).append(
+            make(
+                partition_cls,
+                partition_index=partition,
+                replicas=tuple(assignment.replicas),
+                adding_replicas=tuple(assignment.adding_replicas),
+                removing_replicas=tuple(assignment.removing_replicas),
+            )
+        )
+    return make(
+        response_type,
+        throttle_time=NO_THROTTLE,
+        error_code=top,
+        error_message=top_message,
+        topics=tuple(
+            make(topic_cls, name=topic, partitions=tuple(parts))
+            for topic, parts in by_topic.items()
+        ),
+    )
+
+
 HANDLERS: dict[int, Handler] = {
     ApiKey.LEADER_AND_ISR: handle_leader_and_isr,
     ApiKey.UPDATE_METADATA: handle_update_metadata,
     ApiKey.STOP_REPLICA: handle_stop_replica,
     ApiKey.CONTROLLED_SHUTDOWN: handle_controlled_shutdown,
     ApiKey.ELECT_LEADERS: handle_elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
 }

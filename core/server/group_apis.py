@@ -43,6 +43,7 @@ from core.server.handler_support import (
     allowed,
     live_brokers,
 )
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC
 from core.server.kio_build import make, nested
 from core.server.offsets_topic import OFFSETS_TOPIC
 from core.server.protocol import RequestContext
@@ -105,12 +106,15 @@ async def store_replicated(
 
 
 # -- FindCoordinator --------------------------------------------------------------------------
-def _group_coordinator(broker: BrokerServices, ctx: RequestContext, group: str) -> dict[str, Any]:
-    """The leader of the group's ``__consumer_offsets`` partition, reachable on the
-    request's listener; COORDINATOR_NOT_AVAILABLE while there is none (the topic is being
-    created, or the partition has no live leader)."""
+def _coordinator(
+    broker: BrokerServices, ctx: RequestContext, topic: str, key: str
+) -> dict[str, Any]:
+    """The leader of the key's partition of ``topic`` (``__consumer_offsets`` for a group,
+    ``__transaction_state`` for a transactional id), reachable on the request's listener;
+    COORDINATOR_NOT_AVAILABLE while there is none (the topic is being created, or the
+    partition has no live leader)."""
     snapshot = broker.metadata_cache.snapshot()
-    partitions = snapshot.partitions_of(OFFSETS_TOPIC)
+    partitions = snapshot.partitions_of(topic)
     unavailable = {
         "error_code": ErrorCode.coordinator_not_available,
         "error_message": None,
@@ -120,7 +124,7 @@ def _group_coordinator(broker: BrokerServices, ctx: RequestContext, group: str) 
     }
     if not partitions:
         return unavailable
-    state = partitions[partition_for(group, len(partitions))]
+    state = partitions[partition_for(key, len(partitions))]
     for node_id, host, port, _ in live_brokers(broker, ctx.listener, snapshot):
         if node_id == state.leader:
             return {
@@ -139,6 +143,11 @@ async def handle_find_coordinator(broker: BrokerServices, ctx: RequestContext, r
     if key_type == COORDINATOR_GROUP and not broker.metadata_cache.contains_topic(OFFSETS_TOPIC):
         # Kafka creates __consumer_offsets when a group first asks for its coordinator.
         await broker.ensure_offsets_topic()
+    if key_type == COORDINATOR_TRANSACTION and not broker.metadata_cache.contains_topic(
+        TRANSACTION_STATE_TOPIC
+    ):
+        # ... and __transaction_state when a transactional producer first asks for its own.
+        await broker.ensure_transaction_state_topic()
 
     def answer(key: str) -> dict[str, Any]:
         if key_type == COORDINATOR_GROUP and not allowed(
@@ -153,12 +162,12 @@ async def handle_find_coordinator(broker: BrokerServices, ctx: RequestContext, r
                 "port": -1,
             }
         if key_type == COORDINATOR_GROUP:
-            return _group_coordinator(broker, ctx, key)
+            return _coordinator(broker, ctx, OFFSETS_TOPIC, key)
         if key_type == COORDINATOR_TRANSACTION:
-            error, message = (
-                ErrorCode.coordinator_not_available,
-                ("tierlog does not support transactions yet: there is no transaction coordinator"),
-            )
+            if not allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+                error, message = ErrorCode.transactional_id_authorization_failed, None
+            else:
+                return _coordinator(broker, ctx, TRANSACTION_STATE_TOPIC, key)
         else:
             error, message = ErrorCode.invalid_request, f"Unknown coordinator type: {key_type}"
         return {
@@ -286,8 +295,13 @@ async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, reque
     suffix = "s" if multi else ""  # v8+ names its nested classes in the plural
     topic_cls = nested(response_type, f"OffsetFetchResponseTopic{suffix}")
     partition_cls = nested(response_type, f"OffsetFetchResponsePartition{suffix}")
-    # require_stable (v7+) asks for UNSTABLE_OFFSET_COMMIT while transactional commits are
-    # pending; there are no transactional commits yet, so every offset is stable.
+    # require_stable (v7+): a partition with a transactional commit not yet completed
+    # answers UNSTABLE_OFFSET_COMMIT (the consumer retries), as Kafka does, so that a
+    # read_committed consumer never starts from an offset its transaction may still undo.
+    require_stable = bool(getattr(request, "require_stable", False))
+
+    def unstable(group: str, topic: str, index: int) -> bool:
+        return require_stable and store.has_pending_txn_offsets(group, (topic, index))
 
     def may_describe(topic: str) -> bool:
         return allowed(broker, ctx, Operation.DESCRIBE, ResourceType.TOPIC, topic)
@@ -335,9 +349,11 @@ async def handle_offset_fetch(broker: BrokerServices, ctx: RequestContext, reque
                         committed_offset=c.offset if c is not None else -1,
                         committed_leader_epoch=c.leader_epoch if c is not None else -1,
                         metadata=c.metadata if c is not None else "",
-                        error_code=ErrorCode.none
-                        if may_describe(name)
-                        else ErrorCode.topic_authorization_failed,
+                        error_code=ErrorCode.topic_authorization_failed
+                        if not may_describe(name)
+                        else ErrorCode.unstable_offset_commit
+                        if unstable(group, name, index)
+                        else ErrorCode.none,
                     )
                     for index, c in partitions
                     if topics is not None or may_describe(name)

@@ -9,8 +9,8 @@ partition's groups are unloaded at once (NOT_COORDINATOR: members find the new
 coordinator). Loads and unloads of one partition run in the order the leadership changed,
 so a quick lead-follow-lead ends with the partition loaded once, from the newest log.
 
-The same listener shape serves the transaction coordinator and ``__transaction_state``
-when it comes.
+``TransactionLoader`` does the same for the transaction coordinator and
+``__transaction_state``.
 """
 
 from __future__ import annotations

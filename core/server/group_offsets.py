@@ -89,6 +89,8 @@ class GroupOffsetStore:
         self._groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._metadata: dict[str, GroupMetadataValue] = {}
         self._pending: list[tuple[int, list[CoordinatorRecord]]] = []  # (partition, records)
+        # TxnOffsetCommit: producer id -> group -> offsets, applied at the COMMIT marker.
+        self._txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
         self._version = 0
         self._persisted = 0
         # The log end offset after this store's last append, per partition: what a commit
@@ -125,6 +127,12 @@ class GroupOffsetStore:
                 self._metadata.pop(group, None)
             self._pending = [(p, r) for p, r in self._pending if p != index]
             self._appended.pop(index, None)
+            for pid in list(self._txn_offsets):
+                by_group = self._txn_offsets[pid]
+                for group in [g for g in by_group if journal.partition_for(g) == index]:
+                    del by_group[group]
+                if not by_group:
+                    del self._txn_offsets[pid]
         return gone
 
     def appended_end(self, index: int) -> int:
@@ -143,7 +151,9 @@ class GroupOffsetStore:
         groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         metadata: dict[str, GroupMetadataValue] = {}
         records = skipped = 0
-        for key_bytes, value in journal.replay(indexes):
+        # TxnOffsetCommit records with no marker yet: producer id -> [(partition, record)].
+        open_transactions: dict[int, list[tuple[int, CoordinatorRecord]]] = {}
+        for key_bytes, value in journal.replay(indexes, open_transactions):
             records += 1
             try:
                 key = decode_key(key_bytes)
@@ -168,10 +178,13 @@ class GroupOffsetStore:
                 # Kafka skips what it cannot parse rather than refuse to coordinate at all.
                 skipped += 1
                 log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, e)
+        txn_offsets = self._open_transaction_offsets(open_transactions)
         with self._state_lock:
             self.skipped_records += skipped
             self._groups.update(groups)
             self._metadata.update(metadata)
+            for pid, by_group in txn_offsets.items():
+                self._txn_offsets.setdefault(pid, {}).update(by_group)
         where = OFFSETS_TOPIC if indexes is None else f"{OFFSETS_TOPIC}-{indexes[0]}"
         log.info(
             "loaded %d groups with offsets and %d group metadata from %d records of %s",
@@ -180,6 +193,75 @@ class GroupOffsetStore:
             records,
             where,
         )
+
+    @staticmethod
+    def _open_transaction_offsets(
+        open_transactions: Mapping[int, list[tuple[int, CoordinatorRecord]]],
+    ) -> dict[int, dict[str, dict[TopicPartition, CommittedOffset]]]:
+        """The offsets of transactions replay found no marker for (they apply at it)."""
+        txn_offsets: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        for pid, records in open_transactions.items():
+            for _, (key_bytes, value) in records:
+                try:
+                    key = decode_key(key_bytes)
+                    if isinstance(key, OffsetCommitKey) and value is not None:
+                        offsets = txn_offsets.setdefault(pid, {}).setdefault(key.group, {})
+                        offsets[(key.topic, key.partition)] = decode_offset_commit_value(value)
+                except CoordinatorRecordError as e:
+                    log.warning("skipping an unreadable record of %s: %s", OFFSETS_TOPIC, e)
+        return txn_offsets
+
+    # -- transactional offset commits (TxnOffsetCommit) -------------------------------------
+    def txn_commit(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        group: str,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> int | None:
+        """Journal offsets of a producer's transaction (they apply at its COMMIT marker);
+        returns the ``__consumer_offsets`` partition to fsync and wait on (its
+        :meth:`appended_end` is the batch's end; None without a journal).
+
+        Raises:
+            InvalidProducerEpochError, KafkaStorageError: the append failed.
+        """
+        records = [
+            (offset_commit_key(group, t, p), offset_commit_value(c))
+            for (t, p), c in offsets.items()
+        ]
+        index = None
+        if self.journal is not None and records:
+            index = self.journal.partition_for(group)
+            end = self.journal.append_transactional(index, records, producer_id, producer_epoch)
+            with self._state_lock:
+                self._appended[index] = max(self._appended.get(index, -1), end)
+        with self._state_lock:
+            self._txn_offsets.setdefault(producer_id, {}).setdefault(group, {}).update(offsets)
+        return index
+
+    def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker of ``producer_id`` was written in ``__consumer_offsets``
+        partition ``partition``: apply or drop the producer's offsets of its groups."""
+        with self._state_lock:
+            groups = self._txn_offsets.get(producer_id)
+            if not groups:
+                return
+            for group in list(groups):
+                here = self.journal.partition_for(group) if self.journal is not None else partition
+                if here != partition:
+                    continue
+                offsets = groups.pop(group)
+                if commit:
+                    self._groups.setdefault(group, {}).update(offsets)
+            if not groups:
+                del self._txn_offsets[producer_id]
+
+    def has_pending_txn_offsets(self, group: str, tp: TopicPartition) -> bool:
+        """Whether a transaction not yet completed holds an offset of ``group`` for ``tp``
+        (OffsetFetch's require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        with self._state_lock:
+            return any(tp in groups.get(group, {}) for groups in self._txn_offsets.values())
 
     def import_legacy(self, directory: Path) -> None:
         """Import ``tierlog-group-offsets.json`` from ``directory`` if it is there (once:

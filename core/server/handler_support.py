@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from core.errors import CoreError
 from core.log.config import LogConfig
-from core.server.authorizer import CLUSTER_NAME, AclAuthorizer, Operation, ResourceType
+from core.server.authorizer import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from core.server.cluster_types import (
     BrokerInfo,
     PartitionState,
@@ -42,6 +42,9 @@ from core.server.quotas import ClientQuotas
 from core.server.replica_manager import ReplicaManager
 from core.server.scram_credentials import ScramCredentialStore
 from core.server.topics import TopicInfo, TopicRegistry
+from core.server.transaction_coordinator import TransactionCoordinator
+from core.server.transaction_marker_channel import TxnMarker
+from core.server.zookeeper.topic_data import ReplicaAssignment
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -71,6 +74,26 @@ class ControllerPort(Protocol):
         self, election_type: ElectionType, partitions: set[TopicPartition] | None
     ) -> ElectionResults:
         """Preferred or unclean elections: (error code, message) per partition.
+
+        Raises:
+            NotControllerError.
+        """
+        ...
+
+    async def alter_partition_reassignments(
+        self, requested: dict[TopicPartition, tuple[int, ...] | None]
+    ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """Start, replace or (None) cancel reassignments: (error code, message) each.
+
+        Raises:
+            NotControllerError.
+        """
+        ...
+
+    async def list_partition_reassignments(
+        self, partitions: set[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        """The reassignments in progress.
 
         Raises:
             NotControllerError.
@@ -212,7 +235,7 @@ class BrokerServices(Protocol):
 
     # -- security ------------------------------------------------------------------------------
     @property
-    def authorizer(self) -> AclAuthorizer | None:
+    def authorizer(self) -> Authorizer | None:
         """The ACLs, or None without ``authorizer.class.name`` (everything is allowed)."""
         ...
 
@@ -238,9 +261,25 @@ class BrokerServices(Protocol):
         COORDINATOR_NOT_AVAILABLE meanwhile."""
         ...
 
+    async def ensure_transaction_state_topic(self) -> None:
+        """Create ``__transaction_state`` if it does not exist yet (in a cluster, when a
+        transactional producer first asks for its coordinator); as
+        ``ensure_offsets_topic``."""
+        ...
+
     @property
     def group_coordinator(self) -> GroupCoordinator:
         """Group membership: joins, syncs, heartbeats, generations."""
+        ...
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        """Transactional ids, their producers and transactions (the transaction APIs)."""
+        ...
+
+    def on_marker_written(self, tp: tuple[str, int], marker: TxnMarker) -> None:
+        """A transaction marker was appended here (completes transactional offset commits
+        of ``__consumer_offsets`` partitions; WriteTxnMarkers)."""
         ...
 
     @property

@@ -36,6 +36,7 @@ from core.server import (
     quota_apis,
     sasl_apis,
     scram_apis,
+    transaction_apis,
 )
 from core.server.api_keys import INTER_BROKER_VERSIONS, SUPPORTED_VERSIONS, ApiKey
 from core.server.handler_support import NO_THROTTLE, BrokerServices, Handler
@@ -130,6 +131,7 @@ HANDLERS: Mapping[ApiKey, Handler] = MappingProxyType(
             "cluster_apis": cluster_apis.HANDLERS,
             "scram_apis": scram_apis.HANDLERS,
             "quota_apis": quota_apis.HANDLERS,
+            "transaction_apis": transaction_apis.HANDLERS,
         },
         SUPPORTED_VERSIONS,
         INTER_BROKER_VERSIONS,

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from core.clock import now_ms
+from core.log.producer_state import read_txn_marker
 from core.records.builder import RecordBatchBuilder
-from core.records.record import decode_records
+from core.records.record import ControlRecordType, decode_records
 from core.server.coordinator_records import partition_for
 from core.server.topics import TopicInfo, TopicRegistry
 
@@ -134,6 +135,37 @@ class OffsetsTopic:
             self._on_append(index)
         return end
 
+    def append_transactional(
+        self,
+        index: int,
+        records: Sequence[CoordinatorRecord],
+        producer_id: int,
+        producer_epoch: int,
+    ) -> int:
+        """Append TxnOffsetCommit records as one transactional batch of the producer (Kafka
+        writes them so): they count once the coordinator's COMMIT marker follows them, and
+        an ABORT marker drops them, at replay as in memory. Returns the log end offset after
+        the batch (the high watermark its replication waits for).
+
+        Raises:
+            InvalidProducerEpochError: an older epoch than the producer's in the partition.
+            KafkaStorageError, LookupError: as ``append``.
+        """
+        partition = self._leader(index)
+        now = self._clock()
+        builder = RecordBatchBuilder(
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        for key, value in records:
+            builder.append(value, key=key, timestamp=now)
+        partition.append_as_coordinator(builder.build())
+        if self._on_append is not None:
+            self._on_append(index)
+        return partition.log.log_end_offset
+
     def sync(self, indexes: Iterable[int]) -> None:
         """fsync the given partitions (blocking).
 
@@ -143,17 +175,41 @@ class OffsetsTopic:
         for index in sorted(set(indexes)):
             self._leader(index).log.flush()
 
-    def replay(self, indexes: Iterable[int] | None = None) -> Iterator[CoordinatorRecord]:
+    def replay(
+        self,
+        indexes: Iterable[int] | None = None,
+        open_transactions: dict[int, list[tuple[int, CoordinatorRecord]]] | None = None,
+    ) -> Iterator[CoordinatorRecord]:
         """Every record of the given partitions (default: all) from its log start,
         partition by partition, in offset order (the order that rebuilds the
-        coordinator's state)."""
+        coordinator's state).
+
+        Transactional offset commits count at their COMMIT marker and are dropped at an
+        ABORT; those still open at the end are put in ``open_transactions`` (producer id
+        -> [(partition, record)]) for the store to complete when their marker comes."""
         for index in range(self.num_partitions) if indexes is None else indexes:
             plog = self._leader(index).log
             start = plog.log_start_offset
+            open_txns: dict[int, list[tuple[int, CoordinatorRecord]]] = {}
             for segment in plog.segments():
                 for _, header in segment.log.scan_batches(0):
-                    if header.is_control or header.last_offset < start:
+                    if header.last_offset < start:
+                        continue
+                    if header.is_control:
+                        if not header.has_producer_id:
+                            continue
+                        marker = read_txn_marker(header)
+                        done = open_txns.pop(header.producer_id, [])
+                        if marker is not None and marker.control_type == ControlRecordType.COMMIT:
+                            yield from (record for _, record in done)
                         continue
                     for record in decode_records(header, verify=False):
                         if record.offset >= start and record.key is not None:
-                            yield record.key, record.value
+                            if header.is_transactional:
+                                txn = open_txns.setdefault(header.producer_id, [])
+                                txn.append((index, (record.key, record.value)))
+                            else:
+                                yield record.key, record.value
+            if open_transactions is not None:
+                for pid, records in open_txns.items():
+                    open_transactions.setdefault(pid, []).extend(records)

@@ -386,6 +386,29 @@ class Partition:
             self.maybe_increment_high_watermark()
         return info
 
+    def append_as_coordinator(self, records: bytearray) -> LogAppendInfo:
+        """Append batches of this broker's coordinators: transaction markers and
+        transactional offset commits (Kafka's AppendOrigin.COORDINATOR). Kafka writes them
+        with acks=all: the ISR must satisfy ``min.insync.replicas`` before the append, and
+        the caller waits for the high watermark to pass the batch.
+
+        Raises:
+            NotLeaderError: this broker does not lead the partition.
+            NotEnoughReplicasError: the ISR is smaller than ``min.insync.replicas``.
+            CoreError subclasses of ``PartitionLog.append_as_coordinator``.
+        """
+        self.check_leader()
+        if len(self.isr) < self.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"The size of the current ISR {list(self.isr)} is insufficient to satisfy the "
+                f"min.isr requirement of {self.min_insync_replicas} for partition "
+                f"{self.topic}-{self.index}"
+            )
+        info = self.log.append_as_coordinator(records, self.leader_epoch)
+        if not info.duplicate:
+            self.maybe_increment_high_watermark()
+        return info
+
     def check_enough_replicas_reached(self, required_offset: int) -> tuple[bool, int]:
         """An acks=all produce's condition (Kafka's checkEnoughReplicasReachOffset).
 

@@ -776,6 +776,39 @@ class ReplicaManager:
             self.fetch_purgatory.check_and_complete(partition.tp)
         return info
 
+    def append_marker(self, topic: str, index: int, batch: bytearray) -> int:
+        """Append a transaction marker to a partition led here, waking its fetches (the
+        LSO may move); returns the log end offset after it (what its replication waits
+        for). ``MarkerPartitions`` of core.server.transaction_marker_channel.
+
+        Raises:
+            LookupError: the partition is not hosted here.
+            CoreError: not its leader (NOT_LEADER_OR_FOLLOWER), fewer in-sync replicas
+                than ``min.insync.replicas`` (markers are written with acks=all, as
+                Kafka's are), or the log refused the marker.
+        """
+        partition = self.partition(topic, index)
+        if partition is None:
+            raise LookupError(f"{topic}-{index} is not hosted here")
+        partition.append_as_coordinator(batch)
+        if self.fetch_purgatory.watched():
+            self.fetch_purgatory.check_and_complete(partition.tp)
+        return partition.log.log_end_offset
+
+    async def wait_marker_replicated(self, topic: str, index: int, end: int) -> int:
+        """Wait until the in-sync replicas of a partition have its log up to ``end``;
+        returns the error code (0, or as ``wait_replicated``)."""
+        partition = self.partition(topic, index)
+        if partition is None:
+            return NOT_LEADER_OR_FOLLOWER
+        # After request.timeout.ms the coordinator sends the marker again.
+        return await self.wait_replicated(partition, end, self.settings.request_timeout_ms)
+
+    async def wait_durable_always(self, partition: Partition) -> None:
+        """fsync the partition off the event loop, whatever ``flush.messages`` says (the
+        coordinators' state must survive a crash once they act on it)."""
+        await asyncio.get_running_loop().run_in_executor(None, partition.log.sync_data)
+
     async def wait_durable(self, partition: Partition) -> None:
         """fsync the partition if ``flush.messages`` says so, off the event loop."""
         if partition.log.flush_due:

@@ -21,6 +21,8 @@ class ReplicationSettings:
         replica_fetch_backoff_ms: a follower's pause after a failed fetch.
         replica_socket_timeout_ms: how long a follower waits for the leader's answer.
         num_replica_fetchers: fetchers (connections) per source broker.
+        request_timeout_ms: how long a transaction marker waits for the in-sync replicas
+            (``request.timeout.ms``, as Kafka's WriteTxnMarkers does).
     """
 
     replica_lag_time_max_ms: int = 30_000
@@ -31,6 +33,7 @@ class ReplicationSettings:
     replica_fetch_backoff_ms: int = 1000
     replica_socket_timeout_ms: int = 30_000
     num_replica_fetchers: int = 1
+    request_timeout_ms: int = 30_000
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ReplicationSettings:
@@ -43,4 +46,5 @@ class ReplicationSettings:
             replica_fetch_backoff_ms=config.get("replica.fetch.backoff.ms"),
             replica_socket_timeout_ms=config.get("replica.socket.timeout.ms"),
             num_replica_fetchers=config.get("num.replica.fetchers"),
+            request_timeout_ms=config.get("request.timeout.ms"),
         )

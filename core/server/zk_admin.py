@@ -38,7 +38,7 @@ from core.server.topics import (
 )
 from core.server.zookeeper.errors import ZkNodeExistsError
 from core.server.zookeeper.kafka_zk import KafkaZkClient
-from core.server.zookeeper.topic_data import ReplicaAssignment, TopicAssignment
+from core.server.zookeeper.topic_data import PartitionState, ReplicaAssignment, TopicAssignment
 from core.topic_name import InvalidTopicError, validate_topic_name
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,21 @@ class ZkClusterAdmin:
         assignments: Mapping[int, Sequence[int]] | None = None,
         validate_only: bool = False,
         timeout_ms: int = 0,
+        topic_id: uuid.UUID | None = None,
+        brokers: Sequence[int] | None = None,
+        first_leader_epochs: Mapping[int, int] | None = None,
     ) -> TopicInfo:
         """Create a topic in ZooKeeper (Kafka's AdminZkClient.createTopic).
+
+        Args:
+            topic_id: the id to register (``tierlog restore`` keeps a topic's own); a new
+                one by default.
+            brokers: the live broker ids to place replicas on; by default those
+                registered at ``/brokers/ids`` (``live_broker_ids``).
+            first_leader_epochs: per partition, the leader epoch it starts at (a restored
+                log's next one) instead of 0: its state znode (first replica leading, every
+                replica in the ISR) is written with the assignment, in one transaction, and
+                the controller adopts it.
 
         Raises:
             InvalidTopicError, TopicExistsError, InvalidPartitionsError,
@@ -137,14 +150,14 @@ class ZkClusterAdmin:
             timeout.
         """
         validate_topic_name(name)
-        live = await self.live_broker_ids()
+        live = await self.live_broker_ids() if brokers is None else list(brokers)
         if assignments:
             assignment = validate_assignment(assignments, live)
         else:
             assignment = assign_replicas(partitions, replication_factor, live)
         LogConfig.from_props(dict(configs), defaults=self._broker_defaults)  # validates
         await self._check_new_name(name)
-        info = TopicInfo(name, uuid.uuid4(), len(assignment), dict(configs))
+        info = TopicInfo(name, topic_id or uuid.uuid4(), len(assignment), dict(configs))
         if validate_only:
             return info
         await self._zk.set_topic_config(name, configs, notify=False)
@@ -152,7 +165,16 @@ class ZkClusterAdmin:
             info.topic_id, {p: ReplicaAssignment(r) for p, r in assignment.items()}
         )
         try:
-            await self._zk.create_topic_assignment(name, topic)
+            if first_leader_epochs is None:
+                await self._zk.create_topic_assignment(name, topic)
+            else:
+                controller = await self._zk.get_controller_epoch()
+                epoch = 0 if controller is None else controller.epoch
+                states = {
+                    p: PartitionState(replicas[0], first_leader_epochs.get(p, 0), replicas, epoch)
+                    for p, replicas in assignment.items()
+                }
+                await self._zk.create_topic_with_states(name, topic, states)
         except ZkNodeExistsError:
             raise TopicExistsError(f"Topic '{name}' already exists.") from None
         log.info("created topic %s in ZooKeeper: %s", name, dict(assignment))

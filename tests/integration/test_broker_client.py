@@ -268,7 +268,7 @@ def test_pipelined_requests_are_answered_in_order(broker: BrokerProcess):
         assert produced.responses[0].partition_responses[0].error_code == ErrorCode.none
 
 
-def test_a_controller_request_to_a_broker_without_its_handler_closes_only_that_connection(
+def test_a_controller_request_from_a_client_is_refused_and_the_broker_serves_on(
     broker: BrokerProcess,
 ):
     request = LeaderAndIsrRequest(
@@ -277,13 +277,12 @@ def test_a_controller_request_to_a_broker_without_its_handler_closes_only_that_c
 
     async def main():
         async with await connect(broker) as connection:
-            # Not advertised until the broker serves it.
-            assert ApiKey.LEADER_AND_ISR not in connection.api_versions
-            with pytest.raises(ConnectionClosedError):
-                await connection.send(request, check_version=False)
-        async with await connect(broker) as again:
-            answer = await again.call(ApiKey.METADATA, metadata(), versions=(12, 12))
-            assert [b.node_id for b in answer.brokers] == [1]
+            # Advertised, as by Kafka's brokers; only a broker principal may send it.
+            assert ApiKey.LEADER_AND_ISR in connection.api_versions
+            answer = await connection.send(request, check_version=False)
+            assert answer.error_code == ErrorCode.cluster_authorization_failed
+            metadata_answer = await connection.call(ApiKey.METADATA, metadata(), versions=(12, 12))
+            assert [b.node_id for b in metadata_answer.brokers] == [1]
 
     run(main())
     assert broker.proc.poll() is None

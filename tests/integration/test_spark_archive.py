@@ -2,9 +2,10 @@
 Parquet export return exactly the records a consumer reads from offset 0, field by field.
 
 The data set has keys and null keys, values and null values, headers (with null values),
-and batches of every codec (one confluent-kafka producer per codec). Records of aborted
-transactions are covered by tests/spark_jobs (written with core's builder): the broker does
-not run transactions yet, so no client can abort one here.
+and batches of every codec (one confluent-kafka producer per codec). A second test has a
+transactional producer commit and abort transactions across segment rolls: the archive's
+READ_COMMITTED view (aborted records and markers left out, with the remote transaction
+indexes) is what a read_committed consumer reads.
 """
 
 from __future__ import annotations
@@ -166,3 +167,76 @@ def test_datasource_and_export_return_what_a_consumer_reads(
         for r in table.to_pylist()
     )
     assert exported == rows
+
+
+def test_the_archive_drops_what_a_real_transactional_producer_aborted(
+    tmp_path: Path, s3_endpoint: Any, bucket: Bucket, brokers: list[BrokerProcess], spark: Any
+) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "spark-txn"
+    broker = start_broker(
+        tmp_path / "b", tiering_settings(s3_endpoint.url, s3_endpoint, bucket.name)
+    )
+    brokers.append(broker)
+    config = {
+        "remote.storage.enable": "true",
+        "segment.bytes": str(16 * 1024),
+        "local.retention.bytes": str(16 * 1024),
+    }
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": "spark-txn", "linger.ms": 5}
+    )
+    producer.init_transactions(30)
+    for t in range(12):
+        producer.begin_transaction()
+        for i in range(40):
+            producer.produce(topic, random.Random(t * 100 + i).randbytes(160), partition=0)
+        if t % 3 == 1:
+            producer.flush(30)
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    # Plain records after the last marker: its segment rolls and gets tiered too.
+    produce_confluent(broker.bootstrap, topic, [Rec(None, b"tail-%d" % i, ()) for i in range(200)])
+
+    def settled() -> bool:
+        finished = metadata_segments(broker.bootstrap, topic, "COPY_SEGMENT_FINISHED")
+        last = max((seg["end_offset"] for seg in finished), default=-1)
+        return (
+            last + 1 == local_segment_bases(broker, topic)[-1]
+            and local_log_start(broker, topic) > 0
+        )
+
+    wait_until(settled, 120, 0.5, what="every rolled segment copied and local retention applied")
+    committed = {
+        g.offset: g.value
+        for g in consume_confluent(
+            broker.bootstrap, topic, config={"isolation.level": "read_committed"}
+        )
+    }
+    # librdkafka's default isolation level is read_committed.
+    everything = consume_confluent(
+        broker.bootstrap, topic, config={"isolation.level": "read_uncommitted"}
+    )
+    assert len(committed) == 8 * 40 + 200 and len(everything) == 12 * 40 + 200
+
+    rsm = {f"rsm.config.{k}": v for k, v in s3_endpoint.rsm_configs(bucket.name).items() if v}
+    reader = spark.read.format("tierlog")
+    for k, v in {
+        "remote.log.storage.manager.class.name": "rsm_plugins.s3.S3RemoteStorageManager",
+        **rsm,
+        "topic": topic,
+    }.items():
+        reader = reader.option(k, v)
+    rows = [(r.offset, bytes(r.value)) for r in reader.load().orderBy("offset").collect()]
+    assert rows, "nothing archived"
+    archived_up_to = max(offset for offset, _ in rows)
+    expected = sorted((o, v) for o, v in committed.items() if o <= archived_up_to)
+    assert rows == expected
+    # Aborted records were archived (their offsets lie below the archive's end) and left out.
+    aborted = {g.offset for g in everything} - set(committed)
+    assert any(o <= archived_up_to for o in aborted)

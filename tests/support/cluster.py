@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,14 +57,23 @@ class Cluster:
     _zk: KazooClient | None = None
 
     # -- brokers ---------------------------------------------------------------------------
-    def start_broker(self, broker_id: int, extra: Mapping[str, str] | None = None) -> BrokerProcess:
+    def start_broker(
+        self,
+        broker_id: int,
+        extra: Mapping[str, str] | None = None,
+        command_prefix: Sequence[str] = (),
+    ) -> BrokerProcess:
+        """Start broker ``broker_id``; ``command_prefix`` runs it under a program that execs
+        it (``ip netns exec <ns>`` to start it in a network namespace)."""
         settings = {
             **self.settings,
             "node.id": str(broker_id),
             "zookeeper.connect": self.zk_connect,
             **(extra or {}),
         }
-        process = start_broker(self.base_dir / f"broker-{broker_id}", settings)
+        process = start_broker(
+            self.base_dir / f"broker-{broker_id}", settings, command_prefix=command_prefix
+        )
         self.brokers[broker_id] = process
         return process
 

@@ -76,9 +76,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def four_letter_word(port: int, word: str, timeout: float = 2.0) -> str:
+def four_letter_word(port: int, word: str, timeout: float = 2.0, address: str = "127.0.0.1") -> str:
     """Send a four-letter command (``ruok``, ``srvr``, ...) and return the whole answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    with socket.create_connection((address, port), timeout=timeout) as s:
         s.sendall(word.encode("ascii"))
         chunks = []
         while chunk := s.recv(4096):
@@ -93,12 +93,14 @@ class ZooKeeperServer:
     base_dir: Path
     port: int
     proc: subprocess.Popen[bytes] | None = None
+    # Where it listens: another local address lets a network namespace reach it.
+    address: str = "127.0.0.1"
     # How long each start took to serve, in seconds (reported by the test suite).
     start_times: list[float] = field(default_factory=list)
 
     @property
     def connect_string(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def data_dir(self) -> Path:
@@ -121,7 +123,7 @@ class ZooKeeperServer:
                     "tickTime=500",
                     f"dataDir={self.data_dir}",
                     f"clientPort={self.port}",
-                    "clientPortAddress=127.0.0.1",
+                    f"clientPortAddress={self.address}",
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,srvr,stat,cons,mntr",
                     # Tests open many sessions from one address (the default limit is 60).
@@ -174,7 +176,8 @@ class ZooKeeperServer:
     def serving(self) -> bool:
         """True once the server answers ``srvr`` as a standalone server that serves requests."""
         try:
-            return "Mode: standalone" in four_letter_word(self.port, "srvr", timeout=0.5)
+            answer = four_letter_word(self.port, "srvr", timeout=0.5, address=self.address)
+            return "Mode: standalone" in answer
         except OSError:
             return False
 
@@ -217,12 +220,13 @@ class ZooKeeperServer:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def start_zookeeper(base_dir: Path, port: int = 0) -> ZooKeeperServer:
-    """Start a server in ``base_dir`` on ``port`` (0: a free one, tried up to 3 times)."""
+def start_zookeeper(base_dir: Path, port: int = 0, address: str = "127.0.0.1") -> ZooKeeperServer:
+    """Start a server in ``base_dir`` on ``address:port`` (port 0: a free one, tried up to 3
+    times)."""
     base_dir.mkdir(parents=True, exist_ok=True)
     attempts = 3 if port == 0 else 1
     for attempt in range(attempts):
-        server = ZooKeeperServer(base_dir, port or free_port())
+        server = ZooKeeperServer(base_dir, port or free_port(), address=address)
         try:
             server.start()
             return server

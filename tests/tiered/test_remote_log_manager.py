@@ -12,6 +12,8 @@ import pytest
 
 from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
+from core.records.builder import RecordBatchBuilder, build_control_batch
+from core.records.record import ControlRecordType
 from rlmm.remover import RemotePartitionRemover
 from tiered.api import (
     RemoteLogSegmentId,
@@ -66,6 +68,29 @@ def test_copy_picks_rolled_segments_up_to_the_high_watermark(env):
     assert all(md.end_offset < env.plog.active_segment.base_offset for md in env.segments())
     assert env.copy() == 0  # nothing new: idempotent runs
     assert env.rlm.metrics.get(REMOTE_COPY_REQUESTS) == len(segments) - 1
+
+
+def test_copy_stops_at_the_last_stable_offset(env):
+    """An open transaction bounds the copy (Kafka copies up to the LSO): a segment whose
+    transaction is still undecided is not shipped with an incomplete transaction index."""
+    produce(env.plog, 20)
+    open_at = env.plog.log_end_offset
+    txn = RecordBatchBuilder(
+        producer_id=77, producer_epoch=0, base_sequence=0, is_transactional=True
+    )
+    txn.append(b"x" * 40, timestamp=T0)
+    env.plog.append_as_leader(txn.build(), 0)
+    produce(env.plog, 40)
+    assert env.plog.last_stable_offset == open_at
+    assert env.copy() > 0
+    assert all(md.end_offset < open_at for md in env.segments())
+    abort = build_control_batch(ControlRecordType.ABORT, producer_id=77, producer_epoch=0)
+    env.plog.append_as_coordinator(abort, 0)
+    env.plog.update_high_watermark(env.plog.log_end_offset)
+    assert env.copy() > 0
+    assert max(md.end_offset for md in env.segments()) > open_at
+    holding = [md for md in env.segments() if md.start_offset <= open_at <= md.end_offset]
+    assert len(holding) == 1
 
 
 def test_segment_metadata_and_files_shipped(env, memory_rsm):

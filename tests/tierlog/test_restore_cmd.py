@@ -172,13 +172,6 @@ def test_a_running_broker_is_refused(env: Env, capsys) -> None:
     assert TopicRegistry(env.new_dir, {}).get(env.topic.topic) is None
 
 
-def test_cluster_mode_is_refused_for_now(env: Env, capsys) -> None:
-    config = env.config(**{"zookeeper.connect": "127.0.0.1:2181"})
-    code, _, err = restore(env, capsys=capsys, config=config)
-    assert code == 1 and "zookeeper.connect" in err and "not supported yet" in err
-    assert not env.new_dir.exists()
-
-
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [

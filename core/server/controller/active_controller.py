@@ -36,10 +36,11 @@ from core.server.controller.partition_changes import (
     ElectionStrategy,
     PartitionChanges,
 )
+from core.server.controller.reassignment import PartitionReassignments, ReassignmentResults
 from core.server.controller.topic_deletion import TopicDeletionManager
 from core.server.zookeeper import paths
 from core.server.zookeeper.kafka_zk import ControllerEpoch, KafkaZkClient
-from core.server.zookeeper.topic_data import TopicAssignment
+from core.server.zookeeper.topic_data import ReplicaAssignment, TopicAssignment
 from core.server.zookeeper.watch import ZkWatch
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class ActiveController:
             on_stop_replica_response=lambda b, errors: put(events.StopReplicaAnswered(b, errors)),
             on_topic_deleted=self._unwatch_topic,
         )
+        self.reassignments = PartitionReassignments(zk, self.context, self.batch, self.changes)
         self._watches: list[ZkWatch] = []
         self._topic_watches: dict[str, ZkWatch] = {}
         self._last_config_change = ""
@@ -132,6 +134,7 @@ class ActiveController:
         await self._remove_from_isrs(replica_brokers - live)
         self.batch.send()
         await self.deletion.resume()
+        await self.reassignments.resume()
 
     async def close(self) -> None:
         for watch in [*self._watches, *self._topic_watches.values()]:
@@ -322,6 +325,7 @@ class ActiveController:
                 context.set_leadership(tp, leader_and_isr_from_zk(state), state.controller_epoch)
             self.batch.add_update_metadata(context.live_or_shutting_down_ids(), known)
             self.batch.send()
+            await self.reassignments.on_isr_changed(known)
         finally:
             await zk.delete_isr_change_notifications(
                 names, controller_epoch_zk_version=context.epoch_zk_version
@@ -420,6 +424,18 @@ class ActiveController:
         if partitions is None:
             results = {tp: r for tp, r in results.items() if r[0] != ELECTION_NOT_NEEDED}
         return results
+
+    async def alter_reassignments(
+        self, requested: dict[TopicPartition, tuple[int, ...] | None]
+    ) -> ReassignmentResults:
+        """AlterPartitionReassignments (``core.server.controller.reassignment``)."""
+        return await self.reassignments.alter(requested)
+
+    def list_reassignments(
+        self, partitions: frozenset[TopicPartition] | None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        """ListPartitionReassignments: the reassignments in progress."""
+        return self.reassignments.ongoing(partitions)
 
     async def auto_rebalance(self, imbalance_percentage: int) -> None:
         """Kafka's checkAndTriggerAutoLeaderRebalance: preferred elections for brokers whose

@@ -34,11 +34,13 @@ from core.server.controller.active_controller import ActiveController, ElectionR
 from core.server.controller.channel import NodeSender
 from core.server.controller.elections import ElectionType
 from core.server.controller.errors import ControllerError, NotControllerError
+from core.server.controller.reassignment import ReassignmentResults
 from core.server.node_client import ClientSettings, NodeClient
 from core.server.zookeeper import paths
 from core.server.zookeeper.client import ZkConnectionState
 from core.server.zookeeper.errors import ZkControllerMovedError, ZkError, ZkNoNodeError
 from core.server.zookeeper.kafka_zk import KafkaZkClient
+from core.server.zookeeper.topic_data import ReplicaAssignment
 from core.server.zookeeper.watch import ZkWatch
 
 log = logging.getLogger(__name__)
@@ -155,6 +157,35 @@ class ZkController:
         self._put(events.ReplicaLeaderElection(ElectionType(election_type), asked, answer))
         return await answer
 
+    async def alter_partition_reassignments(
+        self, requested: dict[TopicPartition, tuple[int, ...] | None]
+    ) -> ReassignmentResults:
+        """Start, replace or cancel reassignments: per partition (error code, message).
+
+        Raises:
+            NotControllerError: this broker is not the active controller.
+        """
+        if not self.is_active:
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._put(events.AlterReassignments(dict(requested), answer))
+        return await answer
+
+    async def list_partition_reassignments(
+        self, partitions: set[TopicPartition] | None = None
+    ) -> dict[TopicPartition, ReplicaAssignment]:
+        """The reassignments in progress (of ``partitions``).
+
+        Raises:
+            NotControllerError: this broker is not the active controller.
+        """
+        if not self.is_active:
+            raise NotControllerError(f"broker {self.broker_id} is not the controller")
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        asked = None if partitions is None else frozenset(partitions)
+        self._put(events.ListReassignments(asked, answer))
+        return await answer
+
     # -- events ------------------------------------------------------------------------------
     def _put(self, event: events.Event) -> None:
         if self._stopped:
@@ -208,7 +239,13 @@ class ZkController:
             return None
         active = self._active
         if active is None:
-            if isinstance(event, events.ControlledShutdown | events.ReplicaLeaderElection):
+            if isinstance(
+                event,
+                events.ControlledShutdown
+                | events.ReplicaLeaderElection
+                | events.AlterReassignments
+                | events.ListReassignments,
+            ):
                 raise NotControllerError(f"broker {self.broker_id} is not the controller")
             return None  # an event of an ended term
         match event:
@@ -230,6 +267,10 @@ class ZkController:
                 return await active.controlled_shutdown(broker_id, broker_epoch)
             case events.ReplicaLeaderElection(election_type=kind, partitions=partitions):
                 return await active.elect_leaders(kind, partitions)
+            case events.AlterReassignments(requested=requested):
+                return await active.alter_reassignments(requested)
+            case events.ListReassignments(partitions=partitions):
+                return active.list_reassignments(partitions)
             case events.AutoPreferredReplicaLeaderElection():
                 await active.auto_rebalance(
                     self._config.get("leader.imbalance.per.broker.percentage")

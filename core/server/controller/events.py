@@ -83,6 +83,20 @@ class ReplicaLeaderElection:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterReassignments:
+    """AlterPartitionReassignments: per partition the target replicas, None to cancel."""
+
+    requested: dict[TopicPartition, tuple[int, ...] | None] = field(compare=False)
+    answer: asyncio.Future[Any] = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ListReassignments:
+    partitions: frozenset[TopicPartition] | None
+    answer: asyncio.Future[Any] = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class AutoPreferredReplicaLeaderElection:
     answer: asyncio.Future[Any] = field(compare=False)
 
@@ -99,5 +113,7 @@ Event = (
     | StopReplicaAnswered
     | ControlledShutdown
     | ReplicaLeaderElection
+    | AlterReassignments
+    | ListReassignments
     | AutoPreferredReplicaLeaderElection
 )

@@ -170,6 +170,18 @@ class PartitionChanges:
 
         return await self._change(partitions, decide, recipients, f"removal of {replica} from ISR")
 
+    # -- any other decision (reassignments) --------------------------------------------------
+    async def apply(
+        self,
+        partitions: Iterable[TopicPartition],
+        decide: Callable[[TopicPartition, LeaderAndIsr], Awaitable[Outcome]],
+        recipients: Callable[[TopicPartition], list[int]],
+        what: str,
+    ) -> dict[TopicPartition, Outcome]:
+        """Write ``decide``'s leader and ISR of each partition, with the same conditional
+        write loop; LeaderAndIsr goes to ``recipients``."""
+        return await self._change(partitions, decide, recipients, what)
+
     # -- the write loop ----------------------------------------------------------------------
     async def _change(
         self,

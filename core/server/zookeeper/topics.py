@@ -69,6 +69,28 @@ class TopicZnodes(ZnodeStore):
         data = encode_topic_assignment(assignment)
         await self.zookeeper.create_recursive(paths.topic(topic), data)
 
+    async def create_topic_with_states(
+        self, topic: str, assignment: TopicAssignment, states: Mapping[int, PartitionState]
+    ) -> None:
+        """Create ``/brokers/topics/<topic>`` together with its partitions' state znodes, in
+        one transaction: for a topic whose partitions must start at given leader epochs
+        (``tierlog restore``: above the restored log's). The controller, finding the states
+        when it creates the partitions, adopts them.
+
+        Raises:
+            ZkNodeExistsError: the topic (or a leftover of it) exists; nothing was written.
+        """
+        ops: list[CreateOp] = [
+            CreateOp(paths.topic(topic), encode_topic_assignment(assignment)),
+            CreateOp(paths.topic_partitions(topic)),
+        ]
+        for partition, state in sorted(states.items()):
+            ops.append(CreateOp(paths.partition(topic, partition)))
+            ops.append(
+                CreateOp(paths.partition_state(topic, partition), encode_partition_state(state))
+            )
+        await self.zookeeper.multi(ops)
+
     async def set_topic_assignment(
         self,
         topic: str,

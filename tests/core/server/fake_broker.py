@@ -34,7 +34,7 @@ from core.server.config import load_broker_config
 from core.server.group_coordinator import GroupCoordinator
 from core.server.handler_support import BrokerServices
 from core.server.handlers import HANDLERS
-from core.server.internal_topics import BrokerTrust
+from core.server.internal_topics import TRANSACTION_STATE_TOPIC, BrokerTrust
 from core.server.protocol import ProtocolCodec
 from core.server.quota_store import LocalQuotaStore
 from core.server.quotas import ClientQuotas
@@ -42,6 +42,12 @@ from core.server.scram_credentials import LocalScramCredentialStore, ScramCreden
 from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo
+from core.server.transaction_coordinator import CoordinatorSettings, TransactionCoordinator
+from core.server.transaction_marker_channel import MarkerChannel, TxnMarker
+from core.server.transaction_state_topic import (
+    TransactionStateLog,
+    ensure_transaction_state_topic,
+)
 
 from .offsets_storage import OffsetsStorage
 
@@ -89,8 +95,37 @@ class FakeBroker:
         self.scram_cache = ScramCredentialCache()
         self.scram_credentials = LocalScramCredentialStore(directory, self.scram_cache)
         self.quotas = ClientQuotas.open(LocalQuotaStore(directory))
+        self.transaction_coordinator = self._transaction_coordinator()
         # A member added to the Protocol and not here fails every handler test at once.
         assert isinstance(self, BrokerServices)
+
+    def _transaction_coordinator(self) -> TransactionCoordinator:
+        """Over a two-partition ``__transaction_state``, every partition loaded."""
+        info = ensure_transaction_state_topic(self.topics, 2, 1 << 20, 1, 1)
+        self.replica_manager.open_topic(info)
+        rm = self.replica_manager
+
+        async def written(partition: Any, offset: int) -> None:
+            await rm.wait_durable_always(partition)
+
+        state_log = TransactionStateLog(lambda i: rm.partition(TRANSACTION_STATE_TOPIC, i), written)
+        markers = MarkerChannel(rm, on_written=self.on_marker_written)
+        coordinator = TransactionCoordinator(
+            lambda: 2,
+            state_log,
+            markers,
+            self.allocate_producer_id,
+            CoordinatorSettings(max_timeout_ms=60_000),
+        )
+        for index in range(2):
+            partition = rm.partition(TRANSACTION_STATE_TOPIC, index)
+            assert partition is not None
+            asyncio.run(coordinator.load(index, partition.leader_epoch))
+        return coordinator
+
+    def on_marker_written(self, tp: tuple[str, int], marker: TxnMarker) -> None:
+        if tp[0] == "__consumer_offsets":
+            self.group_offsets.complete_txn(marker.producer_id, tp[1], marker.commit)
 
     @property
     def cluster_id(self) -> str:
@@ -177,6 +212,9 @@ class FakeBroker:
         return self.topics.allocate_producer_id()
 
     async def ensure_offsets_topic(self) -> None:
+        return None
+
+    async def ensure_transaction_state_topic(self) -> None:
         return None
 
     async def become_leader_or_follower(

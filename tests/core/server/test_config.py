@@ -530,8 +530,6 @@ def test_the_inert_keys_a_kafka_sample_sets_are_named_in_order() -> None:
         "num.network.threads",
         "share.coordinator.state.topic.min.isr",
         "share.coordinator.state.topic.replication.factor",
-        "transaction.state.log.min.isr",
-        "transaction.state.log.replication.factor",
     ]
     zk = BrokerConfig.from_props(parse_properties(KAFKA_ZK_SAMPLE))
     # The ZooKeeper keys work: the broker joins that cluster.

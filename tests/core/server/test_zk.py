@@ -538,7 +538,9 @@ def test_operations_wait_out_a_zookeeper_restart_and_watches_survive_it(zookeepe
     server = zookeeper_factory()
 
     async def scenario():
-        zk = await connect(server.connect_string)
+        # The session must outlast the restart (a JVM start on a busy machine): ZooKeeper
+        # keeps a session that reconnects within its timeout, which is what is shown here.
+        zk = await connect(server.connect_string, session_timeout_ms=60_000)
         states: list[ZkConnectionState] = []
         zk.add_state_listener(states.append)
         seen: asyncio.Queue[bytes | None] = asyncio.Queue()
