@@ -27,6 +27,7 @@ from tests.support.s3_harness import broker_log_lines
 
 TOPIC = "throttled"
 THROTTLED = "kafka_server_leaderreplication_throttled_partitions_total"
+BYTE_RATE = "kafka_server_leaderreplication_byte_rate"
 
 
 def metrics_url(broker: BrokerProcess) -> str:
@@ -92,6 +93,14 @@ def test_a_throttled_reassignment_holds_the_new_replica_back_until_the_throttle_
         # as leaders, the added one as a follower.
         set_throttled_replicas(cluster, "0:1,0:2", "0:3")
         leader_metrics = metrics_url(cluster.brokers[1])
+
+        def leader_applied_the_throttle() -> bool:
+            # The change reaches broker 1 through /config/changes: once it has, the bytes it
+            # sends broker 2 for the partition are counted (in-sync, so not held back).
+            produce(cluster, TOPIC, [b"probe"])
+            return scrape(leader_metrics, BYTE_RATE) > 0
+
+        cluster.wait(leader_applied_the_throttle, "broker 1 applying the throttled replicas")
         before = scrape(leader_metrics, THROTTLED)
         outcome = admin.alter_partition_reassignments({TopicPartition(TOPIC, 0): [1, 2, 3]})
         assert outcome == {TopicPartition(TOPIC, 0): None}, outcome
