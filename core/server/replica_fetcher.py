@@ -110,8 +110,8 @@ class PartitionFetchState:
         delayed_until: the event loop's time before which the partition is not fetched
             (after an error).
         failed: the partition stopped fetching until it is added again (a new LeaderAndIsr).
-        lag: the leader's high watermark minus the fetch offset at the last response with
-            data for the partition (None before it); 0 is caught up (Kafka's
+        lag: the leader's high watermark minus the fetch offset after the last answer
+            without error for the partition (None before one); 0 is caught up (Kafka's
             isReplicaInSync), which exempts the partition from the follower throttle.
     """
 

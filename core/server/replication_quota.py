@@ -62,7 +62,9 @@ class ReplicationQuota:
     def __init__(self, rate: int, samples: int, window_ms: int) -> None:
         self.rate = rate
         self._stat = SampledStat(samples, window_ms)
-        # Kafka's throttled-partition fetches counter, for the integration tests and metrics.
+        # Partition reads held back (tierlog's, on /metrics; Kafka has no such counter). A
+        # follower's fetch waiting at the leader is read again on each append, so one fetch
+        # may count more than once.
         self.throttled_fetches = 0
 
     @property
