@@ -21,6 +21,11 @@ user=<user>,client-id=<client-id>`` metrics, one series per quota sensor in use,
 the quota's samples), ``kafka_server_request_request_time`` (percent of the event loop) and
 ``kafka_server_{produce,fetch,request}_throttle_time`` (mean throttle time in ms).
 
+Replication throttles (``ReplicationCollector``): ``kafka_server_leaderreplication_byte_rate``
+and ``kafka_server_followerreplication_byte_rate`` (Kafka's LeaderReplication and
+FollowerReplication byte-rate), and the counters
+``kafka_server_{leader,follower}replication_throttled_partitions_total``.
+
 Enabled with ``metrics.prometheus.port`` (-1: off, 0: any free port).
 """
 
@@ -111,6 +116,31 @@ class QuotaCollector(Collector):
                     throttle.add_metric([m.user, m.client_id], m.throttle_time_avg_ms)
             yield rate
             yield throttle
+
+
+class ReplicationCollector(Collector):
+    """The replication throttles (``ReplicaManager.leader_quota`` / ``follower_quota``):
+    Kafka's ``kafka.server:type=LeaderReplication,name=byte-rate`` and
+    ``type=FollowerReplication`` as ``kafka_server_{leader,follower}replication_byte_rate``
+    (bytes/s of throttled replicas over the throttle's samples), and tierlog's count of
+    partition reads the throttle answered empty (leader) or left out (follower),
+    ``kafka_server_{leader,follower}replication_throttled_partitions_total``."""
+
+    def __init__(self, source: Callable[[], Sequence[tuple[str, float, int]]]) -> None:
+        self.source = source  # (LeaderReplication | FollowerReplication, rate, throttled)
+
+    def collect(self) -> Iterator[Metric]:
+        for kind, rate, throttled in self.source():
+            prefix = f"kafka_server_{kind.lower()}_"
+            gauge = GaugeMetricFamily(prefix + "byte_rate", f"Kafka's {kind} byte-rate")
+            gauge.add_metric([], rate)
+            yield gauge
+            counter = CounterMetricFamily(
+                prefix + "throttled_partitions",
+                f"Partition reads the {kind} throttle held back",
+            )
+            counter.add_metric([], throttled)
+            yield counter
 
 
 class PrometheusEndpoint:

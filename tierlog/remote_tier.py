@@ -54,7 +54,7 @@ from tiered.api import (
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rlm_config import RemoteLogManagerConfig
 from tierlog.metadata_topic import InProcessMetadataTopicClient
-from tierlog.metrics_http import PrometheusEndpoint, QuotaCollector
+from tierlog.metrics_http import PrometheusEndpoint, QuotaCollector, ReplicationCollector
 from tierlog.topic_manifests import TopicManifestPublisher
 
 if TYPE_CHECKING:
@@ -442,7 +442,10 @@ class TieredBroker:
             if port >= 0:
                 host = self.broker.config.get("metrics.prometheus.host")
                 quotas = QuotaCollector(self.broker.quotas.metrics)
-                endpoint = PrometheusEndpoint(host, port, self._tiering_metrics, [quotas])
+                replication = ReplicationCollector(self._replication_metrics)
+                endpoint = PrometheusEndpoint(
+                    host, port, self._tiering_metrics, [quotas, replication]
+                )
                 try:
                     endpoint.start()
                 except OSError as e:
@@ -454,6 +457,19 @@ class TieredBroker:
             await self.stop()
             raise
         return bound
+
+    def _replication_metrics(self):
+        manager = getattr(self.broker, "replica_manager", None)
+        if manager is None:
+            return []
+        # Read from the endpoint's thread: peek_rate and the counters change nothing.
+        now = manager.clock_ms()
+        return [
+            ("LeaderReplication", manager.leader_quota.peek_rate(now),
+             manager.leader_quota.throttled_fetches),
+            ("FollowerReplication", manager.follower_quota.peek_rate(now),
+             manager.follower_quota.throttled_fetches),
+        ]  # fmt: skip
 
     def _tiering_metrics(self):
         rlm = self.remote_tier.rlm

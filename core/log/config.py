@@ -337,20 +337,19 @@ TOPIC_CONFIG = ConfigDef(
             "leader.replication.throttled.replicas",
             ConfigType.LIST,
             [],
-            "Kafka: the replicas (partition:broker, or *) whose leader-side replication traffic "
-            "is throttled. tierlog keeps one replica per partition and throttles nothing.",
+            "The replicas (partition:broker, or * for all) whose traffic as leaders to "
+            "followers outside the ISR is bounded by the leader broker's "
+            "leader.replication.throttled.rate (set by a reassignment with a throttle).",
             _throttled_replicas,
-            inert=True,
         ),
         ConfigKey(
             "follower.replication.throttled.replicas",
             ConfigType.LIST,
             [],
-            "Kafka: the replicas (partition:broker, or *) whose follower-side replication "
-            "traffic is throttled. tierlog keeps one replica per partition and throttles "
-            "nothing.",
+            "The replicas (partition:broker, or * for all) whose fetching as followers, "
+            "while not caught up, is bounded by the follower broker's "
+            "follower.replication.throttled.rate (set by a reassignment with a throttle).",
             _throttled_replicas,
-            inert=True,
         ),
     ]
 )

@@ -390,6 +390,21 @@ _BROKER_KEYS = [
               "Fetchers (each one connection and one task) per source broker; a partition "
               "goes to fetcher abs(31 * hash(topic) + partition) % num.replica.fetchers.",
               at_least(1)),
+    # -- replication throttles (core/server/replication_quota.py) ----------------------------
+    ConfigKey("leader.replication.throttled.rate", L, 2**63 - 1,
+              "Bytes/s this broker sends to followers for the replicas listed in its topics' "
+              "leader.replication.throttled.replicas (followers outside the ISR only). Static "
+              "(server.properties) in tierlog; Kafka also sets it dynamically per broker.",
+              at_least(0)),
+    ConfigKey("follower.replication.throttled.rate", L, 2**63 - 1,
+              "Bytes/s this broker fetches as a follower for the replicas listed in its "
+              "topics' follower.replication.throttled.replicas (while not caught up). Static "
+              "(server.properties) in tierlog; Kafka also sets it dynamically per broker.",
+              at_least(0)),
+    ConfigKey("replication.quota.window.num", I, 11,
+              "Samples of the replication throttle rates.", at_least(1)),
+    ConfigKey("replication.quota.window.size.seconds", I, 1,
+              "Length of each sample of the replication throttle rates.", at_least(1)),
     # -- log cleaner (compaction) ------------------------------------------------------------
     ConfigKey("log.cleaner.enable", B, True,
               "Run the log cleaner, which compacts topics with cleanup.policy=compact "

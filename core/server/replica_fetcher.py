@@ -51,8 +51,9 @@ from core.server.api_keys import ApiKey
 from core.server.cluster_types import ZERO_UUID, TopicPartition
 from core.server.kio_build import make, nested, nested_optional
 from core.server.node_client import BrokerEndpoint
-from core.server.partition import Partition
+from core.server.partition import Partition, monotonic_ms
 from core.server.protocol import load_request_schema
+from core.server.replication_quota import ReplicationQuota, is_throttled
 from core.server.replication_settings import ReplicationSettings
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,9 @@ class PartitionFetchState:
         delayed_until: the event loop's time before which the partition is not fetched
             (after an error).
         failed: the partition stopped fetching until it is added again (a new LeaderAndIsr).
+        lag: the leader's high watermark minus the fetch offset after the last answer
+            without error for the partition (None before one); 0 is caught up (Kafka's
+            isReplicaInSync), which exempts the partition from the follower throttle.
     """
 
     topic_id: uuid.UUID
@@ -118,6 +122,11 @@ class PartitionFetchState:
     last_fetched_epoch: int | None
     delayed_until: float = 0.0
     failed: bool = False
+    lag: int | None = None
+
+    @property
+    def in_sync(self) -> bool:
+        return self.lag is not None and self.lag <= 0
 
     def ready(self, now: float) -> bool:
         return not self.failed and self.delayed_until <= now
@@ -210,6 +219,7 @@ class ReplicaFetcherManager:
         max_fetch_version: the highest Fetch version to send. Below 12 a follower truncates
             with OffsetsForLeaderEpoch only, as Kafka with an inter-broker protocol before
             2.7 does.
+        quota: the follower replication throttle (core/server/replication_quota.py).
     """
 
     def __init__(
@@ -219,8 +229,10 @@ class ReplicaFetcherManager:
         settings: ReplicationSettings,
         *,
         max_fetch_version: int = FETCH_MAX_VERSION,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.target = target
+        self.quota = quota if quota is not None else settings.follower_quota()
         self.sender = sender
         self.settings = settings
         self.max_fetch_version = max_fetch_version
@@ -302,6 +314,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._warned = False  # a connection failure was logged: log the next one at debug
+        self._throttled = False  # the last fetch left partitions out for the follower throttle
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(leader={self.leader_id}, id={self.fetcher_id})"
@@ -358,6 +371,7 @@ class ReplicaFetcher:
                     continue
                 if not await self._fetch():
                     await self._idle()
+                self._throttled = False
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -370,6 +384,11 @@ class ReplicaFetcher:
         now = asyncio.get_running_loop().time()
         waits = [s.delayed_until - now for s in self.partitions.values() if not s.failed]
         timeout = max(min(waits), 0.0) if waits else None
+        if self._throttled:
+            # Kafka's fetcher waits replica.fetch.backoff.ms when the throttle left it
+            # nothing to fetch.
+            backoff = self.settings.replica_fetch_backoff_ms / 1000
+            timeout = backoff if timeout is None else max(timeout, backoff)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
 
@@ -595,6 +614,9 @@ class ReplicaFetcher:
             if partition is None:
                 self._pause(state)  # its role is changing: the ReplicaManager re-adds it
                 continue
+            if self._follower_throttled(tp, state, partition):
+                self._throttled = True
+                continue
             sent[tp] = _Sent(
                 tp,
                 state,
@@ -619,6 +641,22 @@ class ReplicaFetcher:
                 return True
             await self._on_fetch_response(response, sent)
         return True
+
+    def _throttled_partition(self, tp: TopicPartition, partition: Partition) -> bool:
+        entries = partition.log.config.follower_replication_throttled_replicas
+        return is_throttled(entries, tp[1], self.target.broker_id)
+
+    def _follower_throttled(
+        self, tp: TopicPartition, state: PartitionFetchState, partition: Partition
+    ) -> bool:
+        """Kafka's shouldFollowerThrottle: not caught up, follower-throttled on this broker,
+        and the follower quota exceeded."""
+        quota = self.manager.quota
+        if not quota.enabled:
+            return False
+        return quota.should_throttle(
+            self._throttled_partition(tp, partition), state.in_sync, monotonic_ms()
+        )
 
     def _fetch_request(self, version: int, sent: Mapping[TopicPartition, _Sent]) -> Any:
         settings = self.settings
@@ -727,12 +765,16 @@ class ReplicaFetcher:
             records = data.records
             if records:
                 info = await self.target.append_as_follower(partition, bytes(records))
+                quota = self.manager.quota
+                if quota.enabled and self._throttled_partition(tp, partition):
+                    quota.record(len(records), monotonic_ms())
                 if info.valid_bytes > 0:
                     appended = True
                     state.fetch_offset = info.last_offset + 1
                     if self.manager.truncate_on_fetch:
                         state.last_fetched_epoch = info.last_leader_epoch
             partition.update_follower_high_watermark(int(data.high_watermark))
+            state.lag = max(0, int(data.high_watermark) - state.fetch_offset)
             leader_start = int(data.log_start_offset)
             if leader_start > partition.log.log_start_offset:
                 await self.target.update_log_start_offset(partition, leader_start)

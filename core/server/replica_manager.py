@@ -77,6 +77,7 @@ from core.server.replica_fetcher import (
     InitialFetchState,
     ReplicaFetcherManager,
 )
+from core.server.replication_quota import is_throttled
 from core.server.replication_settings import ReplicationSettings
 from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo, write_partition_metadata
@@ -197,6 +198,9 @@ class ReplicaManager:
         self.timer = timer
         self.metadata_cache = metadata_cache
         self.settings = settings or ReplicationSettings()
+        # Replication throttles (Kafka's ReplicationQuotaManager LEADER and FOLLOWER).
+        self.leader_quota = self.settings.leader_quota()
+        self.follower_quota = self.settings.follower_quota()
         self.max_fetch_version = max_fetch_version
         self._clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -252,7 +256,11 @@ class ReplicaManager:
         inter-broker listener). Partitions followed already start fetching."""
         self._listener_name = listener
         self.fetchers = ReplicaFetcherManager(
-            self, client, self.settings, max_fetch_version=self.max_fetch_version
+            self,
+            client,
+            self.settings,
+            max_fetch_version=self.max_fetch_version,
+            quota=self.follower_quota,
         )
         if any(not p.is_leader for p in self.partitions.values()):
             self._adoption = asyncio.ensure_future(self._fetch_followed())
@@ -876,6 +884,8 @@ class ReplicaManager:
                     max_offset = None
                 else:
                     max_offset = lso if params.isolation_level == READ_COMMITTED else hw
+                if from_follower and self._leader_throttled(partition, params.replica_id):
+                    continue  # Kafka answers the throttled partition with no records
                 limit = min(req.max_bytes, remaining)
                 info = plog.read(
                     req.fetch_offset,
@@ -907,6 +917,37 @@ class ReplicaManager:
             elif params.isolation_level == READ_COMMITTED:
                 result.aborted = []
         return results, gathered
+
+    def _leader_throttled(self, partition: Partition, replica_id: int) -> bool:
+        """Kafka's shouldLeaderThrottle: a follower outside the ISR fetching a partition
+        leader-throttled on this broker while the leader quota is exceeded."""
+        quota = self.leader_quota
+        if not quota.enabled:
+            return False
+        entries = partition.log.config.leader_replication_throttled_replicas
+        throttled = is_throttled(entries, partition.tp[1], self.broker_id)
+        in_sync = replica_id in partition.isr
+        return quota.should_throttle(throttled, in_sync, self.clock_ms())
+
+    def _record_leader_throttled(
+        self, params: FetchParams, results: list[FetchPartitionResult]
+    ) -> None:
+        """Kafka records the bytes of a follower's response for the leader-throttled
+        partitions (ISR members' bytes too: they count against the rate, unthrottled)."""
+        quota = self.leader_quota
+        if not quota.enabled:
+            return
+        size = 0
+        for req, result in zip(params.partitions, results, strict=True):
+            if not result.records:
+                continue
+            partition = self.partitions.get((req.topic, req.partition))
+            if partition is None:
+                continue
+            entries = partition.log.config.leader_replication_throttled_replicas
+            if is_throttled(entries, req.partition, self.broker_id):
+                size += len(result.records)
+        quota.record(size, self.clock_ms())
 
     def _in_remote_range(self, plog: PartitionLog, offset: int) -> bool:
         return (
@@ -1014,6 +1055,12 @@ class ReplicaManager:
 
     async def fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
         """Read now, or wait (long poll) until ``min_bytes`` are there or ``max_wait_ms``."""
+        results = await self._fetch(params)
+        if params.is_from_follower:
+            self._record_leader_throttled(params, results)
+        return results
+
+    async def _fetch(self, params: FetchParams) -> list[FetchPartitionResult]:
         results, gathered = self.read(params)
         if params.is_from_follower:
             self.update_follower_fetch_states(params, results)

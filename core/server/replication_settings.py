@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.server.config import BrokerConfig
+from core.server.replication_quota import UNLIMITED, ReplicationQuota
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,9 @@ class ReplicationSettings:
         num_replica_fetchers: fetchers (connections) per source broker.
         request_timeout_ms: how long a transaction marker waits for the in-sync replicas
             (``request.timeout.ms``, as Kafka's WriteTxnMarkers does).
+        leader_throttled_rate, follower_throttled_rate: the replication throttles in
+            bytes/s (core/server/replication_quota.py); the default is no throttle.
+        quota_window_num, quota_window_size_ms: how the throttled rates are measured.
     """
 
     replica_lag_time_max_ms: int = 30_000
@@ -34,6 +38,10 @@ class ReplicationSettings:
     replica_socket_timeout_ms: int = 30_000
     num_replica_fetchers: int = 1
     request_timeout_ms: int = 30_000
+    leader_throttled_rate: int = UNLIMITED
+    follower_throttled_rate: int = UNLIMITED
+    quota_window_num: int = 11
+    quota_window_size_ms: int = 1000
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ReplicationSettings:
@@ -47,4 +55,18 @@ class ReplicationSettings:
             replica_socket_timeout_ms=config.get("replica.socket.timeout.ms"),
             num_replica_fetchers=config.get("num.replica.fetchers"),
             request_timeout_ms=config.get("request.timeout.ms"),
+            leader_throttled_rate=config.get("leader.replication.throttled.rate"),
+            follower_throttled_rate=config.get("follower.replication.throttled.rate"),
+            quota_window_num=config.get("replication.quota.window.num"),
+            quota_window_size_ms=config.get("replication.quota.window.size.seconds") * 1000,
+        )
+
+    def leader_quota(self) -> ReplicationQuota:
+        return ReplicationQuota(
+            self.leader_throttled_rate, self.quota_window_num, self.quota_window_size_ms
+        )
+
+    def follower_quota(self) -> ReplicationQuota:
+        return ReplicationQuota(
+            self.follower_throttled_rate, self.quota_window_num, self.quota_window_size_ms
         )
