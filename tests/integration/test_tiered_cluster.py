@@ -64,6 +64,10 @@ def test_a_follower_back_after_the_leader_tiered_rejoins_from_the_remote_tier_an
     cluster_factory, tmp_path: Path
 ) -> None:
     cluster = cluster_factory(3, tiered_settings(tmp_path / "bucket"))
+    # The brokers' remote tiers create __remote_log_metadata (replication factor 3) in the
+    # background once three brokers are registered. A broker killed before that leaves
+    # two, and the creation is refused from then on (as Kafka refuses it): wait for it.
+    cluster.wait_topic("__remote_log_metadata", 3, 3)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     configs = {
         "remote.storage.enable": "true",
