@@ -289,6 +289,12 @@ class KafkaMetadataTopicClient:
                 TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
             )
         except KafkaException as e:
+            # librdkafka sends the request to the leader it last knew and, when that broker
+            # is down, lets it time out without refreshing its metadata (its periodic
+            # refresh is minutes away): every retry would ask the dead broker again. Ask
+            # for the partition's metadata now, so that the next read goes to the leader
+            # the controller elected since (Kafka's Java clients refresh on disconnects).
+            _quietly(lambda: consumer.list_topics(topic, timeout=self.timeout_s))
             raise MetadataTopicError(f"cannot read the offsets of {topic}-{partition}: {e}") from e
         return int(low), int(high)
 

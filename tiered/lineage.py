@@ -12,7 +12,12 @@ import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from tiered.api import RemoteLogMetadataManager, RemoteLogSegmentMetadata, TopicIdPartition
+from tiered.api import (
+    RemoteLogMetadataManager,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog
@@ -119,3 +124,60 @@ def highest_remote_offset(
         _, end = cache.end_offset_for(entry.epoch, plog.log_end_offset)
         return end - 1 if 0 <= end <= highest else highest
     return -1
+
+
+def served_remote_offset(
+    rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, plog: PartitionLog
+) -> int:
+    """``highest_remote_offset``, lowered to what finished segments still hold.
+
+    The RLMM's highest offset of an epoch stays after its segments go (Kafka's rule), which
+    is right for segments retention deleted (the log start offset passed them first) but
+    not for a copy that finished and was then deleted without being expired: a deposed
+    leader's late COPY_SEGMENT_FINISHED landing just before the new leader's
+    DELETE_SEGMENT_STARTED of what it saw as a dangling copy. Trusting the retained value
+    then would let local retention delete offsets no remote segment holds and the copy task
+    skip them. So when the highest offset is above the log start offset and no finished
+    segment serves it, the answer is the end of the run of offsets, from the log start
+    offset, that COPY_SEGMENT_FINISHED segments hold along this log's lineage (served or
+    superseded: after unclean elections this leader's own copy may be superseded by a
+    copy it is about to delete); -1 when the tier is empty.
+    """
+    highest = highest_remote_offset(rlmm, tp, plog)
+    start = plog.log_start_offset
+    if highest < start or _served_up_to(rlmm, tp, plog, highest) >= highest:
+        return highest
+    # The rare case: read every segment (the usual one above is one lookup).
+    lineage = filtered_leader_epochs(
+        {e.epoch: e.start_offset for e in plog.leader_epoch_cache.entries()}
+    )
+    held = sorted(
+        r
+        for md in rlmm.list_remote_log_segments(tp)
+        if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        for r in served_ranges(md, lineage)
+    )
+    offset = start - 1
+    for lo, hi in held:
+        if lo > offset + 1:
+            break
+        offset = max(offset, hi)
+    return min(offset, highest)
+
+
+def _served_up_to(
+    rlmm: RemoteLogMetadataManager, tp: TopicIdPartition, plog: PartitionLog, offset: int
+) -> int:
+    """The last offset of ``offset``'s epoch (in this log) that the finished segment
+    serving ``offset`` holds; ``offset - 1`` when none serves it."""
+    cache = plog.leader_epoch_cache
+    epoch = cache.epoch_for_offset(offset)
+    if epoch is None:
+        return offset - 1
+    md = rlmm.remote_log_segment_metadata(tp, epoch, offset)
+    if md is None:
+        return offset - 1
+    seg_next = next((o for e, o in sorted(md.segment_leader_epochs.items()) if e > epoch), None)
+    seg_end = md.end_offset if seg_next is None else seg_next - 1
+    _, lineage_next = cache.end_offset_for(epoch, plog.log_end_offset)
+    return min(seg_end, lineage_next - 1) if lineage_next >= 0 else seg_end

@@ -67,6 +67,7 @@ from tiered.lineage import (
     highest_remote_offset,
     is_within_lineage,
     served_ranges,
+    served_remote_offset,
 )
 from tiered.metrics import (
     REMOTE_COPY_BYTES,
@@ -213,8 +214,26 @@ class CopyTask(RLMTask):
         if not ctx.rlmm.is_ready(tp) or not plog.config.remote_storage_enable:
             return 0
         self._delete_dangling_copies()
-        highest = highest_remote_offset(ctx.rlmm, tp, plog)
-        plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, highest)
+        highest = served_remote_offset(ctx.rlmm, tp, plog)
+        unserved = highest < highest_remote_offset(ctx.rlmm, tp, plog)
+        with plog.lock:
+            if unserved and highest < plog.highest_offset_in_remote_storage:
+                # A finished copy was deleted without being expired (a deposed leader's
+                # late finish of what this leader deleted as a dangling copy): its offsets
+                # are no longer remote, so local retention must keep them until copied.
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "remote_offsets_recopied",
+                    tp,
+                    believed_highest=plog.highest_offset_in_remote_storage,
+                    served_highest=highest,
+                )
+                plog.highest_offset_in_remote_storage = highest
+            else:
+                plog.highest_offset_in_remote_storage = max(
+                    plog.highest_offset_in_remote_storage, highest
+                )
         candidates = self.candidates(plog, highest)
         self._update_copy_lag(candidates)
         if plog.config.remote_log_copy_disable:
@@ -573,7 +592,7 @@ class FollowerTask(RLMTask):
         ctx, plog = self.ctx, self.plog
         if not ctx.rlmm.is_ready(self.tp):
             return 0
-        highest = highest_remote_offset(ctx.rlmm, self.tp, plog)
+        highest = served_remote_offset(ctx.rlmm, self.tp, plog)
         with plog.lock:
             plog.highest_offset_in_remote_storage = max(
                 plog.highest_offset_in_remote_storage, highest

@@ -108,8 +108,13 @@ class ZkClusterAdmin:
         self._cache = waiters.cache
         self._broker_defaults = dict(broker_defaults)
 
-    def live_broker_ids(self) -> list[int]:
-        return [b.broker_id for b in self._cache.alive_brokers()]
+    async def live_broker_ids(self) -> list[int]:
+        """The brokers registered at ``/brokers/ids``, as Kafka's AdminZkClient reads them
+        to place replicas. Not the MetadataCache's live brokers: they come with the
+        controller's UpdateMetadata, which may not yet name a broker that has registered
+        (under load, or right after a start), and a topic with a replication factor the
+        cluster has would be refused with INVALID_REPLICATION_FACTOR."""
+        return await self._zk.get_broker_ids()
 
     # -- CreateTopics ----------------------------------------------------------------------
     async def create_topic(
@@ -131,8 +136,8 @@ class ZkClusterAdmin:
         Args:
             topic_id: the id to register (``tierlog restore`` keeps a topic's own); a new
                 one by default.
-            brokers: the live broker ids to place replicas on; by default those of this
-                broker's MetadataCache (a tool without one reads ``/brokers/ids``).
+            brokers: the live broker ids to place replicas on; by default those
+                registered at ``/brokers/ids`` (``live_broker_ids``).
             first_leader_epochs: per partition, the leader epoch it starts at (a restored
                 log's next one) instead of 0: its state znode (first replica leading, every
                 replica in the ISR) is written with the assignment, in one transaction, and
@@ -145,7 +150,7 @@ class ZkClusterAdmin:
             timeout.
         """
         validate_topic_name(name)
-        live = self.live_broker_ids() if brokers is None else list(brokers)
+        live = await self.live_broker_ids() if brokers is None else list(brokers)
         if assignments:
             assignment = validate_assignment(assignments, live)
         else:
@@ -263,7 +268,7 @@ class ZkClusterAdmin:
                 f"Topic currently has {existing} partitions, {total} would not be an increase."
             )
         replication = len(current.partitions[0].replicas) if 0 in current.partitions else 1
-        live = self.live_broker_ids()
+        live = await self.live_broker_ids()
         added = total - existing
         if assignments is not None:
             if len(assignments) != added:

@@ -256,3 +256,31 @@ def test_an_unclean_election_truncates_the_old_leaders_diverged_tail(cluster_fac
     # The old leader counted what it lost.
     log = cluster.brokers[old_leader].log_file.read_text()
     assert "unclean-0: truncating to 50, removing 20 offsets (50-69)" in log
+
+
+def test_the_rlmm_client_reads_offsets_from_the_new_leader_after_a_crash(cluster_factory) -> None:
+    """The remote tier's metadata client asked a partition's leader for its offsets; that
+    leader is SIGKILLed and the controller elects another. A read that fails against the
+    dead leader must make the client learn the new leader, so that the read after it (the
+    remote tier retries a failed leadership change) succeeds, rather than every read going
+    to the dead broker until librdkafka's periodic metadata refresh (5 minutes)."""
+    from rlmm.kafka_client import KafkaMetadataTopicClient
+    from rlmm.topic_client import MetadataTopicError
+
+    cluster = cluster_factory()
+    create_topic(cluster, "metadata-like", 1)
+    produce(cluster, "metadata-like", values("m", 10))
+    client = KafkaMetadataTopicClient(cluster.bootstrap, timeout_s=5)
+    try:
+        assert client.high_watermark("metadata-like", 0) == 10
+        leader = cluster.leader("metadata-like", 0)
+        cluster.kill(leader)
+        cluster.wait_leader("metadata-like", 0, among=[b for b in BROKERS if b != leader])
+        try:
+            first = client.high_watermark("metadata-like", 0)
+        except MetadataTopicError:
+            first = None  # asked the dead leader
+        assert first in (None, 10)
+        assert client.high_watermark("metadata-like", 0) == 10
+    finally:
+        client.close()

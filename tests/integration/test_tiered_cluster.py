@@ -64,6 +64,12 @@ def test_a_follower_back_after_the_leader_tiered_rejoins_from_the_remote_tier_an
     cluster_factory, tmp_path: Path
 ) -> None:
     cluster = cluster_factory(3, tiered_settings(tmp_path / "bucket"))
+    # The brokers' remote tiers create __remote_log_metadata (replication factor 3) in the
+    # background once three brokers are registered. A broker killed before that leaves
+    # two, and the creation is refused from then on (as Kafka refuses it): wait for it.
+    # A first attempt made before a controller is known waits out librdkafka's request
+    # timeout (30 s) before the next one, hence two deadlines.
+    cluster.wait_topic("__remote_log_metadata", 3, 3, timeout=2 * DEADLINE_S)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     configs = {
         "remote.storage.enable": "true",

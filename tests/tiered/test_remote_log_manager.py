@@ -649,3 +649,54 @@ def test_a_deposed_leaders_copy_past_its_epochs_end_is_kept_until_the_log_start_
     env.expire()
     assert stray.segment_id not in {md.segment_id for md in env.segments()}
     assert stray.segment_id not in memory_rsm.segment_ids()
+
+
+def test_a_deposed_leaders_late_finish_of_a_dangling_copy_loses_no_offset(env, memory_rsm):
+    """The race seen with three brokers: the new leader lists the deposed leader's copy as
+    COPY_SEGMENT_STARTED (dangling), then the deposed leader's COPY_SEGMENT_FINISHED (it
+    passed its last leadership check just before losing it) is applied, then the new
+    leader's DELETE_SEGMENT_STARTED (a valid transition from FINISHED too). The segment's
+    offsets must not be lost: the new leader copies them again from its local log, and its
+    ``highest_offset_in_remote_storage`` (which lets local retention delete the local
+    copy) never covers an offset no finished segment serves."""
+    produce(env.plog, 20)
+    deposed = env.task(CopyTask)
+    copy = memory_rsm.copy_log_segment_data
+    in_flight = []
+
+    def copy_then_lose_leadership(md, data):
+        custom = copy(md, data)
+        in_flight.append((md, custom))
+        deposed.cancel()
+        return custom
+
+    memory_rsm.copy_log_segment_data = copy_then_lose_leadership
+    assert deposed.run_once() == 0
+    memory_rsm.copy_log_segment_data = copy
+    ((dangling, custom),) = in_flight
+    update = env.rlmm.update_remote_log_segment_metadata
+    late = []
+
+    def finish_late_then_update(u):
+        ours = u.remote_log_segment_id.id == dangling.segment_id
+        if ours and u.state == S.DELETE_SEGMENT_STARTED and not late:
+            # The deposed leader's finish lands first in the metadata partition.
+            late.append(u)
+            update(
+                RemoteLogSegmentMetadataUpdate(
+                    dangling.remote_log_segment_id, 1, custom, S.COPY_SEGMENT_FINISHED, 1
+                )
+            ).result(10)
+        return update(u)
+
+    env.rlmm.update_remote_log_segment_metadata = finish_late_then_update
+    next_leader = CopyTask(deposed.ctx, env.tp, env.plog)
+    next_leader.run_once()
+    assert late, "the dangling copy was not deleted: the race did not happen"
+    assert dangling.segment_id not in {md.segment_id for md in env.segments()}
+    highest = env.plog.highest_offset_in_remote_storage
+    assert highest >= dangling.end_offset  # the offsets were copied again
+    for offset in range(env.plog.log_start_offset, highest + 1):
+        epoch = env.plog.leader_epoch_cache.epoch_for_offset(offset)
+        served = env.rlmm.remote_log_segment_metadata(env.tp, epoch, offset)
+        assert served is not None and served.state == S.COPY_SEGMENT_FINISHED, offset

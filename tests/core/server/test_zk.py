@@ -571,3 +571,36 @@ def test_operations_wait_out_a_zookeeper_restart_and_watches_survive_it(zookeepe
 
     run(scenario())
     assert server.start_times and all(t > 0 for t in server.start_times)
+
+
+# -- topic admin -------------------------------------------------------------------------------
+def test_create_topics_counts_the_brokers_registered_in_zookeeper_not_the_lagging_cache(
+    zk_chroot,
+):
+    """All three brokers are registered, but the broker answering CreateTopics has not yet
+    had the controller's UpdateMetadata naming the third (its MetadataCache lags
+    ``/brokers/ids`` under load). Replication factor 3 is valid, as in Kafka's
+    AdminZkClient, which reads the registrations."""
+    from core.server.cluster_types import BrokerInfo
+    from core.server.metadata_cache import MetadataCache
+    from core.server.zk_admin import MetadataWaiters, RequestTimedOutError, ZkClusterAdmin
+
+    async def scenario():
+        zk = await connect(zk_chroot)
+        try:
+            await zk.ensure_persistent_paths()
+            for broker_id in (1, 2, 3):
+                await zk.register_broker(registration(broker_id, port=9092 + broker_id))
+            cache = MetadataCache(1)
+            cache.update(1, 1, [BrokerInfo(1, ()), BrokerInfo(2, ())], [])
+            admin = ZkClusterAdmin(zk, MetadataWaiters(cache), {})
+            info = await admin.create_topic("t", 4, {}, replication_factor=3, validate_only=True)
+            assert info.partitions == 4
+            with pytest.raises(RequestTimedOutError):  # written; no controller acts on it
+                await admin.create_topic("u", 2, {}, replication_factor=3, timeout_ms=1)
+            stored = await zk.get_topic_assignment("u")
+            assert all(sorted(a.replicas) == [1, 2, 3] for a in stored.partitions.values())
+        finally:
+            await zk.close()
+
+    run(scenario())
