@@ -179,17 +179,22 @@ async def handle_elect_leaders(broker: BrokerServices, ctx: RequestContext, requ
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
     topic_cls = nested(response_type, "ReplicaElectionResult")
     partition_cls = nested(response_type, "PartitionResult")
-    election_type = ElectionType(getattr(request, "election_type", ElectionType.PREFERRED))
+    raw_type = int(getattr(request, "election_type", ElectionType.PREFERRED))
     asked = None
     if request.topic_partitions is not None:
         asked = {(t.topic, int(p)) for t in request.topic_partitions for p in t.partitions}
     top = ErrorCode.none
-    if not cluster_allowed(broker, ctx, Operation.ALTER):
+    if raw_type not in {t.value for t in ElectionType}:
+        # Kafka's ElectionType.valueOf refuses it; answered as a bad request, not raised.
+        top = ErrorCode.invalid_request
+        message = f"unknown election type {raw_type} (0 preferred, 1 unclean)"
+        results = dict.fromkeys(asked or (), (int(top), message))
+    elif not cluster_allowed(broker, ctx, Operation.ALTER):
         top = ErrorCode.cluster_authorization_failed
         results = dict.fromkeys(asked or (), (int(top), None))
     else:
         try:
-            results = await broker.controller.elect_leaders(election_type, asked)
+            results = await broker.controller.elect_leaders(ElectionType(raw_type), asked)
         except CoreError as e:
             top = error_of(e)
             results = dict.fromkeys(asked or (), (e.error_code, str(e)))

@@ -426,3 +426,20 @@ def test_topic_handlers_refuse_what_acls_do_not_allow(broker: FakeBroker, tmp_pa
     (result,) = delete_by_name(broker, 6, "secret").responses
     assert result.error_code == ErrorCode.topic_authorization_failed
     assert broker.topics.get("secret") is not None
+
+
+# -- ElectLeaders -----------------------------------------------------------------------------
+def test_elect_leaders_with_an_unknown_election_type_is_a_bad_request(broker: FakeBroker) -> None:
+    s = schema(ApiKey.ELECT_LEADERS, 2)
+    request = s.ElectLeadersRequest(
+        election_type=i8(-88),
+        topic_partitions=(s.TopicPartitions(topic="t", partitions=(0,)),),
+        timeout=TIMEOUT,
+    )
+    response = call(broker, ApiKey.ELECT_LEADERS, 2, request)
+    assert response.error_code == ErrorCode.invalid_request
+    [result] = response.replica_election_results
+    [partition] = result.partition_result
+    assert (result.topic, partition.partition_id) == ("t", 0)
+    assert partition.error_code == ErrorCode.invalid_request
+    assert "unknown election type -88" in partition.error_message
