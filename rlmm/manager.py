@@ -77,6 +77,9 @@ from tiered.api import (
 log = logging.getLogger(__name__)
 
 NUM_PARTITIONS_KEY = "remote.log.metadata.topic.num.partitions"
+# Kafka's key and default: the metadata topic is replicated like the other internal topics.
+REPLICATION_FACTOR_KEY = "remote.log.metadata.topic.replication.factor"
+DEFAULT_METADATA_REPLICATION_FACTOR = 3
 LOG_DIR_KEY = "log.dir"
 BROKER_ID_KEY = "broker.id"
 BOOTSTRAP_KEY = "remote.log.metadata.common.client.bootstrap.servers"
@@ -148,7 +151,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self.client = client
 
     def configure(self, configs: Mapping[str, str]) -> None:
-        """Settings: ``remote.log.metadata.topic.num.partitions`` (50), ``log.dir`` (where
+        """Settings: ``remote.log.metadata.topic.num.partitions`` (50),
+        ``remote.log.metadata.topic.replication.factor`` (3, for a topic the Kafka client
+        creates), ``log.dir`` (where
         snapshots and committed offsets go; none without it), the snapshot interval,
         ``broker.id`` (this broker: enables the authorship check of the module docstring),
         and, when no client was attached, the bootstrap servers with the other
@@ -184,7 +189,15 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 for k, v in configs.items()
                 if k.startswith(CLIENT_PREFIX) and k != BOOTSTRAP_KEY
             }
-            self.client = KafkaMetadataTopicClient(bootstrap, **client_config)
+            try:
+                replication = int(
+                    configs.get(REPLICATION_FACTOR_KEY, DEFAULT_METADATA_REPLICATION_FACTOR)
+                )
+            except ValueError as e:
+                raise RemoteStorageError(f"invalid {REPLICATION_FACTOR_KEY}: {e}") from e
+            self.client = KafkaMetadataTopicClient(
+                bootstrap, replication_factor=replication, **client_config
+            )
         self.client.ensure_topic(self.num_partitions)
         self._consumer = threading.Thread(
             target=self._consume_loop, name="rlmm-consumer", daemon=True

@@ -226,3 +226,26 @@ def test_a_partition_loaded_again_is_ready_only_after_its_events_are_read_again(
     finally:
         topic.open()
         m.close()
+
+
+@pytest.mark.parametrize(("settings", "expected"), [({}, 3), ({"replicas": "2"}, 2)])
+def test_the_metadata_topic_is_created_with_its_replication_factor(monkeypatch, settings, expected):
+    import rlmm.kafka_client
+
+    created = []
+
+    class Client(MemoryTopic):
+        def __init__(self, bootstrap: str, *, replication_factor: int, **config: str) -> None:
+            super().__init__()
+            created.append(replication_factor)
+
+    monkeypatch.setattr(rlmm.kafka_client, "KafkaMetadataTopicClient", Client)
+    configs = {"remote.log.metadata.common.client.bootstrap.servers": "127.0.0.1:1"}
+    if "replicas" in settings:
+        configs["remote.log.metadata.topic.replication.factor"] = settings["replicas"]
+    rlmm = TopicBasedRemoteLogMetadataManager()
+    rlmm.configure(configs)
+    try:
+        assert created == [expected]
+    finally:
+        rlmm.close()
