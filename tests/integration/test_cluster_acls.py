@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
 )
 
 from tests.support.cluster import DEADLINE_S, Cluster
+from tests.support.waiting import wait_until
 
 USERS = {"broker": "broker-pw", "admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
 SETTINGS = {
@@ -158,10 +159,12 @@ def test_acls_granted_on_one_broker_are_enforced_by_all(cluster_factory) -> None
     )  # fmt: skip
     for broker_id in (1, 2, 3):
         client = admin(cluster, broker_id)
-        deadline = time.monotonic() + DEADLINE_S
-        while len(client.describe_acls(everything).result(DEADLINE_S)) != len(grants):
-            assert time.monotonic() < deadline, f"broker {broker_id}'s ACLs"
-            time.sleep(0.2)
+        wait_until(
+            lambda c=client: len(c.describe_acls(everything).result(DEADLINE_S)) == len(grants),
+            DEADLINE_S,
+            0.2,
+            f"broker {broker_id}'s ACLs",
+        )
 
     # Revoked through broker 3: every broker refuses alice again.
     write_filter = AclBindingFilter(

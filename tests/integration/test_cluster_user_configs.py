@@ -9,7 +9,6 @@ to show the change.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from confluent_kafka import KafkaException, Producer
@@ -26,6 +25,7 @@ from core.server.api_keys import ApiKey
 from tests.support.cluster import DEADLINE_S, Cluster
 from tests.support.cluster_clients import create_topic
 from tests.support.kafka_wire import call, load_request_schema
+from tests.support.waiting import wait_until
 
 SETTINGS = {
     "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
@@ -37,10 +37,7 @@ SETTINGS = {
 
 
 def wait(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out: {what}"
-        time.sleep(0.2)
+    wait_until(condition, DEADLINE_S, 0.2, what)
 
 
 def plaintext(cluster: Cluster, broker_id: int) -> str:
