@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,7 @@ from core.server.single_controller import SingleBrokerController
 from core.server.timing_wheel import Timer
 from core.server.topics import (
     InvalidReplicationFactorError,
+    TopicExistsError,
     TopicInfo,
     TopicRegistry,
     UnknownTopicError,
@@ -865,10 +866,16 @@ class Broker:
         create = functools.partial(
             self.topics.create, name, partitions, configs, validate_only=validate_only
         )
-        info = await asyncio.get_running_loop().run_in_executor(None, create)
-        if not validate_only:
-            await self._topic_change(self._open_topic(info))
-        return info
+        if validate_only:
+            return await asyncio.get_running_loop().run_in_executor(None, create)
+        # Registration and opening are one broker task: a request cancelled (its client gone)
+        # after the registry write but before the opening would otherwise leave the topic
+        # registered and never served, answered LEADER_NOT_AVAILABLE until a restart.
+        return await self._topic_change(self._register_and_open(create))
+
+    async def _register_and_open(self, register: Callable[[], TopicInfo]) -> TopicInfo:
+        info = await asyncio.get_running_loop().run_in_executor(None, register)
+        return await self._open_topic(info)
 
     async def _open_topic(self, info: TopicInfo, *, added_from: int | None = None) -> TopicInfo:
         """Open the partitions of a registered topic not open yet (all of a new topic's,
@@ -909,7 +916,7 @@ class Broker:
         *,
         assignments: Sequence[Sequence[int]] | None = None,
         validate_only: bool = False,
-    ) -> tuple[TopicInfo, asyncio.Future[TopicInfo] | None]:
+    ) -> tuple[TopicInfo, asyncio.Future[Any] | None]:
         """Raise a topic's partition count to ``count`` (CreatePartitions). Alone: the
         registry first, then the new partitions' logs opened on executor threads a step at
         a time, as for a new topic. In a cluster: the new assignment written to ZooKeeper
@@ -925,11 +932,30 @@ class Broker:
         add = functools.partial(
             self.topics.add_partitions, name, count, validate_only=validate_only
         )
-        before, after = await asyncio.get_running_loop().run_in_executor(None, add)
         if validate_only:
+            _, after = await asyncio.get_running_loop().run_in_executor(None, add)
             return after, None
-        opening = self._topic_change_task(self._open_topic(after, added_from=before.partitions))
-        return after, opening
+        # As for a new topic: the registry write and the opening of the new partitions are
+        # one broker task, so a cancelled request cannot leave partitions registered but
+        # never opened. The task settles ``registered`` as soon as the registry is written.
+        registered: asyncio.Future[TopicInfo] = asyncio.get_running_loop().create_future()
+        # A refusal is the requester's to report; if it has gone, nobody reads it.
+        registered.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+        async def grow() -> TopicInfo | None:
+            try:
+                before, after = await asyncio.get_running_loop().run_in_executor(None, add)
+            except CoreError as e:  # a refusal: answered to the requester
+                registered.set_exception(e)
+                return None
+            except BaseException as e:
+                registered.set_exception(e)
+                raise
+            registered.set_result(after)
+            return await self._open_topic(after, added_from=before.partitions)
+
+        opening = self._topic_change_task(grow())
+        return await asyncio.shield(registered), opening
 
     async def _create_partitions_in_cluster(
         self,
@@ -989,22 +1015,25 @@ class Broker:
     async def _topic_change(self, change: Coroutine[Any, Any, TopicInfo]) -> TopicInfo:
         """Run a topic's creation or deletion as the broker's own task: a request cancelled
         because its client went away does not cut it short, and ``stop`` waits for it."""
-        return await asyncio.shield(self._topic_change_task(change))
+        info = await asyncio.shield(self._topic_change_task(change))
+        assert info is not None
+        return info
 
     def _topic_change_task(
-        self, change: Coroutine[Any, Any, TopicInfo]
-    ) -> asyncio.Future[TopicInfo]:
+        self, change: Coroutine[Any, Any, TopicInfo | None]
+    ) -> asyncio.Future[TopicInfo | None]:
         task = asyncio.ensure_future(change)
         self._topic_tasks.add(task)
         task.add_done_callback(self._topic_change_done)
         return task
 
-    def _topic_change_done(self, task: asyncio.Future[TopicInfo]) -> None:
+    def _topic_change_done(self, task: asyncio.Future[TopicInfo | None]) -> None:
         self._topic_tasks.discard(task)
         error = None if task.cancelled() else task.exception()
-        # Logged here, as its requester may be gone; a deletion that another one beat to
-        # it is answered UNKNOWN_TOPIC_OR_PARTITION and is no news.
-        if isinstance(error, UnknownTopicError):
+        # Logged here, as its requester may be gone. A refusal (a deletion another one beat
+        # to it, a name already taken by a concurrent creation) is answered to the requester
+        # and is no news.
+        if isinstance(error, (UnknownTopicError, TopicExistsError)):
             log.debug("topic change refused: %s", error)
         elif error is not None:
             log.error("topic change failed: %s", error)

@@ -478,6 +478,15 @@ class ClientQuotas:
         refused each time, a key twice in one entry refuses the entry, a removal of a key
         the entity does not have is no error.
         """
+        # Saving and applying are one task: a request cancelled (its client gone) while the
+        # file is written must not leave quotas saved but not enforced until a restart.
+        return await asyncio.shield(
+            asyncio.ensure_future(self._locked_alter(alterations, validate_only))
+        )
+
+    async def _locked_alter(
+        self, alterations: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[CoreError | None]:
         async with self._alter_lock:
             return await self._alter(alterations, validate_only)
 

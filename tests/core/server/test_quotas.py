@@ -135,6 +135,27 @@ def test_alter_sets_enforces_and_persists_in_zookeepers_shape(
     assert reopened.request.quota_for("alice", "c 1") == 25.5
 
 
+def test_an_alteration_whose_client_went_away_is_saved_and_enforced(
+    quotas: ClientQuotas, tmp_path: Path
+) -> None:
+    """Cancelled while the file is written (the connection closed): what is saved is also
+    enforced at once, not only after a restart."""
+
+    async def scenario() -> None:
+        change = alteration([("user", "carol")], ("producer_byte_rate", 2048.0, False))
+        request = asyncio.ensure_future(quotas.alter([change], False))
+        await asyncio.sleep(0)  # the save is now on its executor thread
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        async with asyncio.timeout(30):
+            while quotas.produce.quota_for("carol", "x") != 2048:
+                await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert ClientQuotas.open(LocalQuotaStore(tmp_path)).produce.quota_for("carol", "x") == 2048
+
+
 def test_removing_every_key_removes_the_entity(quotas: ClientQuotas, tmp_path: Path) -> None:
     alter(quotas, alteration([("user", "bob")], ("producer_byte_rate", 10.0, False)))
     assert alter(

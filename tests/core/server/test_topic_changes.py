@@ -12,7 +12,7 @@ import pytest
 from core.server.broker import Broker
 from core.server.config import BrokerConfig
 from core.server.replica_manager import PARTITIONS_PER_STEP
-from core.server.topics import TopicExistsError
+from core.server.topics import InvalidPartitionsError, TopicExistsError
 
 PARTITIONS = 3 * PARTITIONS_PER_STEP
 
@@ -76,6 +76,52 @@ def test_a_creation_whose_client_went_away_completes_and_the_name_is_taken_once(
         first.cancel()  # the request's connection closed
         await until(lambda: broker.replica_manager.partition("t", PARTITIONS - 1) is not None)
         assert len(partition_dirs(tmp_path, "t")) == PARTITIONS
+
+    run(tmp_path, scenario)
+
+
+def test_a_creation_cancelled_while_registering_still_opens_the_topic(tmp_path: Path) -> None:
+    """The client went away while the registry write ran on its executor thread: the write
+    completes anyway, so the opening must too, or the name stays taken by a topic nobody
+    serves (clients got LEADER_NOT_AVAILABLE for it until a restart)."""
+
+    async def scenario(broker: Broker) -> None:
+        creation = asyncio.ensure_future(broker.create_topic("t", 2, {}))
+        await asyncio.sleep(0)  # the creation is now waiting for the registry write
+        creation.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await creation
+        await until(
+            lambda: (
+                broker.metadata_cache.contains_topic("t")
+                and broker.replica_manager.partition("t", 1) is not None
+            )
+        )
+        assert partition_dirs(tmp_path, "t") == ["t-0", "t-1"]
+
+    run(tmp_path, scenario)
+
+
+def test_partitions_added_by_a_cancelled_request_are_still_opened(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        await broker.create_topic("t", 1, {})
+        growth = asyncio.ensure_future(broker.create_partitions("t", 3))
+        await asyncio.sleep(0)  # waiting for the registry write
+        growth.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await growth
+        await until(lambda: broker.replica_manager.partition("t", 2) is not None)
+        assert partition_dirs(tmp_path, "t") == ["t-0", "t-1", "t-2"]
+
+    run(tmp_path, scenario)
+
+
+def test_a_refused_partition_growth_is_answered_and_adds_nothing(tmp_path: Path) -> None:
+    async def scenario(broker: Broker) -> None:
+        await broker.create_topic("t", 2, {})
+        with pytest.raises(InvalidPartitionsError):
+            await broker.create_partitions("t", 1)
+        assert broker.topics.get("t").partitions == 2
 
     run(tmp_path, scenario)
 
