@@ -40,6 +40,9 @@ from core.log.divergence import EpochEndOffset
 from core.log.leader_epoch import EpochEntry
 from core.log.log_manager import LogManager
 from core.log.partition_log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     LogAppendInfo,
     PartitionLog,
@@ -1136,9 +1139,13 @@ class ReplicaManager:
             if isolation_level == READ_COMMITTED
             else partition.high_watermark
         )
-        if timestamp == -1 or found.offset > bound:
+        if timestamp == LATEST_TIMESTAMP:
             return TimestampAndOffset(-1, bound, partition.leader_epoch)
-        return found
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return found
+        # A lookup by timestamp (or the max timestamp) that lands on an offset the consumer
+        # may not read yet finds nothing: Kafka answers (-1, -1), not the bound.
+        return found if found.offset < bound else None
 
     def delete_records(self, partition: Partition, offset: int) -> int:
         """DeleteRecords on the leader: move the log start offset (-1 means the high

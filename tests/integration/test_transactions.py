@@ -35,7 +35,7 @@ from core.server.node_client import BrokerEndpoint, ClientSettings, NodeClient
 from core.server.security import ClientSecurity
 from core.server.transaction_verification import verify_remotely
 from tests.support.broker_process import BrokerProcess, restart, start_broker
-from tests.support.kafka_wire import call
+from tests.support.kafka_wire import call, list_offset_answer
 
 
 def schema_module(api_key: ApiKey, version: int) -> Any:
@@ -399,4 +399,30 @@ def test_verification_over_add_partitions_to_txn_v4(broker: BrokerProcess) -> No
     assert ok == {("v4", 0): 0, ("v4-other", 0): ErrorCode.invalid_txn_state}
     assert fenced == {("v4", 0): ErrorCode.invalid_producer_epoch}
     assert unknown == {("v4", 0): ErrorCode.invalid_producer_id_mapping}
+    producer.abort_transaction(30)
+
+
+def test_timestamp_lookups_find_nothing_past_the_last_stable_offset(broker: BrokerProcess) -> None:
+    """ListOffsets by timestamp (and MAX_TIMESTAMP) for a record a read_committed consumer
+    may not read yet answers offset -1 and timestamp -1, as Kafka does; READ_UNCOMMITTED
+    finds it below the high watermark. (Markers carry the coordinator's clock, so the
+    records are stamped an hour either side of now.)"""
+    hour = 3_600_000
+    before, after = int(time.time() * 1000) - hour, int(time.time() * 1000) + hour
+    create_topic(broker.bootstrap, "ts")
+    producer = txn_producer(broker.bootstrap, "tx-ts")
+    producer.begin_transaction()
+    producer.produce("ts", b"committed", partition=0, timestamp=before)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce("ts", b"open", partition=0, timestamp=after)
+    producer.flush(30)
+    committed, uncommitted = 1, 0
+    # Offset 1 is the first transaction's commit marker.
+    assert list_offset_answer(broker.bootstrap, "ts", 0, after, uncommitted)[:2] == (after, 2)
+    assert list_offset_answer(broker.bootstrap, "ts", 0, after, committed)[:2] == (-1, -1)
+    assert list_offset_answer(broker.bootstrap, "ts", 0, -3, committed)[:2] == (-1, -1)
+    assert list_offset_answer(broker.bootstrap, "ts", 0, before, committed)[:2] == (before, 0)
+    # LATEST is the bound itself: the last stable offset, the open transaction's first.
+    assert list_offset_answer(broker.bootstrap, "ts", 0, -1, committed)[:2] == (-1, 2)
     producer.abort_transaction(30)

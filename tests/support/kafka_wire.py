@@ -120,11 +120,14 @@ def pipeline(
         ]
 
 
-def list_offsets_request(topic: str, partition: int, timestamp: int) -> ListOffsetsRequest:
-    """ListOffsets v11 for one partition at ``timestamp`` (-1 latest, -2 earliest, ...)."""
+def list_offsets_request(
+    topic: str, partition: int, timestamp: int, isolation_level: int = 0
+) -> ListOffsetsRequest:
+    """ListOffsets v11 for one partition at ``timestamp`` (-1 latest, -2 earliest, ...);
+    ``isolation_level`` 0 READ_UNCOMMITTED, 1 READ_COMMITTED."""
     return ListOffsetsRequest(
         replica_id=i32(-1),
-        isolation_level=i8(0),  # READ_UNCOMMITTED
+        isolation_level=i8(isolation_level),
         topics=(
             ListOffsetsTopic(
                 name=topic,
@@ -147,11 +150,11 @@ def list_offset_v11(bootstrap: str, topic: str, partition: int, timestamp: int) 
 
 
 def list_offset_answer(
-    bootstrap: str, topic: str, partition: int, timestamp: int
+    bootstrap: str, topic: str, partition: int, timestamp: int, isolation_level: int = 0
 ) -> tuple[int, int, int]:
     """ListOffsets v11 for one partition: ``(timestamp, offset, leader epoch)`` answered
     (fails on an error code)."""
-    request = list_offsets_request(topic, partition, timestamp)
+    request = list_offsets_request(topic, partition, timestamp, isolation_level)
     response = call(bootstrap, ApiKey.LIST_OFFSETS, 11, request)
     answer = response.topics[0].partitions[0]
     assert answer.error_code.value == 0, f"ListOffsets {timestamp}: {answer.error_code}"
