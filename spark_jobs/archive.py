@@ -366,7 +366,7 @@ def _read_range_lists(
 
 # The compiled decoder's buffers are handed to Arrow well before any nears 2 GiB (binary
 # columns have int32 offsets); one batch adds at most MAX_DECOMPRESSED_BYTES (256 MiB).
-_MAX_BUFFER_BYTES = 256 * 1024 * 1024
+_MAX_BUFFER_BYTES = 8 * 1024 * 1024
 
 
 def _read_range_buffers(

@@ -341,6 +341,7 @@ cdef class ColumnBuffers(_Sink):
             sizes[i] = self.bufs[i].size
         nulls[0], nulls[1], nulls[2] = self.key_nulls, self.value_nulls, self.hvalue_nulls
         self.ts_type, self.epoch, self.pid = timestamp_type, epoch, producer_id
+        self._reserve_for(data.shape[0], min(count, data.shape[0] // MIN_RECORD_SIZE))
         ok = False
         try:
             ok = _parse(data, count, base_offset, base_timestamp, self)
@@ -355,6 +356,21 @@ cdef class ColumnBuffers(_Sink):
             for i in range(rows, self.rows):
                 ts[i] = lat
         return True
+
+    cdef int _reserve_for(self, Py_ssize_t nbytes, Py_ssize_t rows) except -1:
+        """Room for a batch of ``rows`` records in ``nbytes``: one growth per batch at most,
+        not one per record (keys and values together take less than the batch's bytes)."""
+        cdef int i
+        if rows <= 0:
+            return 0
+        _reserve(&self.bufs[B_VALUE_DATA], nbytes)
+        for i in (B_OFFSET, B_TIMESTAMP, B_PID):
+            _reserve(&self.bufs[i], rows * 8)
+        for i in (B_TS_TYPE, B_EPOCH, B_KEY_OFFSETS, B_VALUE_OFFSETS, B_HEADER_ENDS):
+            _reserve(&self.bufs[i], rows * 4)
+        for i in (B_KEY_VALID, B_VALUE_VALID):
+            _reserve(&self.bufs[i], rows)
+        return 0
 
     cdef void _rollback(self, Py_ssize_t *sizes, Py_ssize_t rows, Py_ssize_t header_count,
                         Py_ssize_t *nulls) noexcept:
