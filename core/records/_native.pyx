@@ -43,7 +43,7 @@ cdef enum:
 cdef tuple NO_HEADERS = ()
 
 
-cdef inline bint _leb128(const unsigned char[::1] data, Py_ssize_t end, Py_ssize_t *pos,
+cdef inline bint _leb128(const unsigned char *data, Py_ssize_t end, Py_ssize_t *pos,
                          int max_bytes, uint64_t *raw) noexcept nogil:
     """Unsigned LEB128 at pos[0], at most max_bytes long; False when malformed or cut."""
     cdef Py_ssize_t i = pos[0]
@@ -67,7 +67,7 @@ cdef inline bint _leb128(const unsigned char[::1] data, Py_ssize_t end, Py_ssize
             return False
 
 
-cdef inline bint _varint(const unsigned char[::1] data, Py_ssize_t end, Py_ssize_t *pos,
+cdef inline bint _varint(const unsigned char *data, Py_ssize_t end, Py_ssize_t *pos,
                          int64_t *value) noexcept nogil:
     """Zigzag int32 (Kafka's readVarint): the low 32 bits of a 5-byte encoding count."""
     cdef uint64_t raw
@@ -79,7 +79,7 @@ cdef inline bint _varint(const unsigned char[::1] data, Py_ssize_t end, Py_ssize
     return True
 
 
-cdef inline bint _varlong(const unsigned char[::1] data, Py_ssize_t end, Py_ssize_t *pos,
+cdef inline bint _varlong(const unsigned char *data, Py_ssize_t end, Py_ssize_t *pos,
                           int64_t *value) noexcept nogil:
     """Zigzag int64 (Kafka's readVarlong)."""
     cdef uint64_t raw
@@ -335,7 +335,9 @@ cdef class ColumnBuffers(_Sink):
         cdef long long lat
         if self.taken:
             raise RuntimeError("these columns were handed over by buffers(): use new ones")
-        if data.shape[0] > INT32_MAX - self.data_bytes:
+        # Keys and values take at most the batch's bytes; header keys up to three times
+        # that (each malformed UTF-8 byte becomes a 3-byte U+FFFD).
+        if 3 * data.shape[0] > INT32_MAX - self.data_bytes:
             raise OverflowError("the batch would overflow the column buffers: flush first")
         for i in range(B_COUNT):
             sizes[i] = self.bufs[i].size
@@ -481,29 +483,30 @@ cdef bint _parse(const unsigned char[::1] data, Py_ssize_t count, long long base
     cdef Py_ssize_t pos = 0, body_end, p, avail
     cdef Py_ssize_t i
     cdef int64_t length, ts_delta, off_delta, size, n_headers, h, ksize, vsize
+    # Everything below reads through this pointer, always below data + end.
     cdef const unsigned char *base = &data[0] if end > 0 else NULL
     cdef const unsigned char *kp
     if count < 0 or count > end // MIN_RECORD_SIZE:
         return False
     for i in range(count):
-        if not _varint(data, end, &pos, &length):
+        if not _varint(base, end, &pos, &length):
             return False
         body_end = pos + length
         if length < MIN_RECORD_SIZE - 1 or body_end > end:
             return False
         pos += 1  # attributes: one byte, unused by Kafka
-        if not _varlong(data, end, &pos, &ts_delta):
+        if not _varlong(base, end, &pos, &ts_delta):
             return False
-        if not _varint(data, end, &pos, &off_delta):
+        if not _varint(base, end, &pos, &off_delta):
             return False
-        if not _varint(data, end, &pos, &size):
+        if not _varint(base, end, &pos, &size):
             return False
         if size >= 0 and pos + size > body_end:
             return False
         sink.key(base + pos, size)
         if size > 0:
             pos += size
-        if not _varint(data, end, &pos, &size):
+        if not _varint(base, end, &pos, &size):
             return False
         if size >= 0 and pos + size > body_end:
             return False
@@ -512,24 +515,24 @@ cdef bint _parse(const unsigned char[::1] data, Py_ssize_t count, long long base
             pos += size
         if pos >= end:
             return False
-        if data[pos] == 0:  # zigzag 0: no headers
+        if base[pos] == 0:  # zigzag 0: no headers
             n_headers = 0
             pos += 1
         else:
-            if not _varint(data, end, &pos, &n_headers):
+            if not _varint(base, end, &pos, &n_headers):
                 return False
             avail = body_end - pos
             # Each header takes at least two bytes.
             if n_headers < 0 or avail < 0 or n_headers > avail // 2:
                 return False
             for h in range(n_headers):
-                if not _varint(data, end, &pos, &ksize):
+                if not _varint(base, end, &pos, &ksize):
                     return False
                 if ksize < 0 or pos + ksize > body_end:
                     return False
                 kp = base + pos
                 pos += ksize
-                if not _varint(data, end, &pos, &vsize):
+                if not _varint(base, end, &pos, &vsize):
                     return False
                 if vsize >= 0 and pos + vsize > body_end:
                     return False
