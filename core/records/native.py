@@ -2,9 +2,9 @@
 
 The compiled module is built from ``_native.pyx`` by ``make native`` or ``pip install``. It is
 used when it imports; TIERLOG_PURE_PYTHON=1 in the environment forces the pure-Python decoder
-(platforms without a C compiler, and the tests that compare both). Both decide the same
-format rules; the Python one is the reference and words every error (see
-``core.records.record``).
+(to compare, or to rule the extension out). Both decide the same format rules; the Python
+one is the reference and words every error (see ``core.records.record``). The tests switch
+between them by setting ``COMPILED`` (tests/support/record_decoders.py).
 """
 
 from __future__ import annotations
