@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tierlog-installed
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
-.PHONY: demo test soak lint bench venv check-java check-python system-deps clean
+.PHONY: demo test soak lint bench venv native check-java check-python system-deps clean
 
 venv: check-python
 	@want=$$(sha256sum pyproject.toml | cut -d' ' -f1); \
@@ -22,6 +22,13 @@ venv: check-python
 		$(BIN)/python -m pip install --quiet -e '.[all,dev]' || exit 1; \
 		echo "$$want" > $(STAMP); \
 	fi
+
+# The compiled record decoder (core/records/_native.pyx), built in place so that runs from
+# the source tree (PYTHONPATH=$PWD, the tests' broker processes) use it. Cython only
+# regenerates the C when the .pyx changed. TIERLOG_PURE_PYTHON=1 skips it (no C compiler).
+native: venv
+	@if [ "$$TIERLOG_PURE_PYTHON" != 1 ]; then \
+		$(BIN)/python setup.py --quiet build_ext --inplace || exit 1; fi
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || { \
@@ -77,19 +84,20 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
-test: lint check-java system-deps node-deps
+test: lint native check-java system-deps node-deps
 	$(BIN)/pytest
 
 # The long versions of the reliability suites (tests/reliability; short ones run in
 # `make test`): 50 SIGKILLs, longer loads. Figures go to docs/RELIABILITY.md.
-soak: lint check-java system-deps
+soak: lint native check-java system-deps
 	TIERLOG_SOAK=1 $(BIN)/pytest tests/reliability -p no:cacheprovider -o timeout=7200 -s
 
-demo: venv system-deps
+demo: native system-deps
 	$(BIN)/python -m tierlog.demo
 
-bench: venv
+bench: native
 	$(BIN)/python -m bench.run_all
 
 clean:
-	rm -rf $(VENV) demo-data bench-data .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) demo-data bench-data .pytest_cache .ruff_cache .hypothesis build
+	rm -f core/records/_native.c core/records/_native*.so

@@ -1,16 +1,24 @@
 """Spark over the archive (issue 6): decoding archived segments into Arrow, and the export.
 
 1. decode: rows/s on one core turning the same segment bytes into records, tierlog's path
-   (``spark_jobs.archive.read_range``: batches -> columns -> an Arrow RecordBatch in the
-   Spark Kafka schema) vs kafka-python's record decoder (``MemoryRecords``, every record's
+   (``spark_jobs.archive.read_range``: the RSM's segment stream -> batches, CRC checked ->
+   records -> an Arrow RecordBatch in the Spark Kafka schema) vs kafka-python's record
+   decoder (``MemoryRecords`` over the segment bytes already in memory, every record's
    offset, timestamp, key, value and headers as Python objects). Target >= 5x.
 2. export: ``tierlog export`` of the same archive end to end (Spark local[2]): rows/s, and
    the size of the Parquet output over the size of the segments.
 
-Records: 1 KiB-ish values of mixed compressibility in 16-record batches, uncompressed and
-zstd, written by core's PartitionLog and copied by the local-directory RSM.
+Records: ~770 B values, half random hex text, with a key and one header. Two archives:
 
-    python -m bench.spark_export [--quick] [--dir bench-data]
+- client batches: produced by confluent-kafka (librdkafka's batching, linger.ms=5) to a
+  tierlog broker, once per codec (none, gzip, snappy, lz4, zstd): decode only;
+- builder batches: 16-record batches from core's RecordBatchBuilder appended by
+  PartitionLog, uncompressed and zstd: decode and export.
+
+Segments are copied to the local-directory RSM as the broker's tiering does. The decoder in
+use (compiled or pure Python, ``TIERLOG_PURE_PYTHON=1``) is printed first.
+
+    python -m bench.spark_export [--quick] [--codecs none,lz4] [--no-export] [--dir bench-data]
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import argparse
 import os
 import random
 import shutil
+import signal
 import statistics
 import sys
 import time
@@ -29,6 +38,7 @@ from bench._common import DEFAULT_DIR, MiB, describe_machine
 from core.log.config import LogConfig
 from core.log.leader_epoch import LeaderEpochCheckpointFile
 from core.log.partition_log import PartitionLog
+from core.records import native
 from core.records.batch import Compression
 from core.records.builder import RecordBatchBuilder
 from rsm_plugins.local import LocalDirRemoteStorageManager
@@ -41,29 +51,77 @@ from tiered.api import (
     TopicIdPartition,
 )
 
+TARGET_RATIO = 5.0
+CLIENT_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+TOPIC = "bench"
 
-def write_archive(work: Path, total_mb: int, codec: Compression) -> tuple[ArchiveConfig, list]:
-    log = PartitionLog(work / "log" / "t-0", "t", 0, LogConfig(segment_bytes=32 * MiB))
+
+def record_values(rng: random.Random, n: int) -> tuple[bytes, bytes]:
+    """Record ``n``'s key and value: half random hex text, half repeated."""
+    return b"key-%d" % (n % 1000), rng.randbytes(256).hex().encode() + b"x" * 512
+
+
+def fill_with_builder(log: PartitionLog, total_mb: int, codec: Compression) -> None:
     rng = random.Random(6)
     written = 0
     n = 0
     while written < total_mb * MiB:
         builder = RecordBatchBuilder(compression=codec)
         for _ in range(16):
-            half = rng.randbytes(256).hex().encode()  # half random text, half repeated
+            key, value = record_values(rng, n)
             builder.append(
-                half + b"x" * 512,
-                key=b"key-%d" % (n % 1000),
-                headers=[("source", b"bench")],
-                timestamp=1_700_000_000_000 + n,
+                value, key=key, headers=[("source", b"bench")], timestamp=1_700_000_000_000 + n
             )
             n += 1
         batch = builder.build()
         log.append_as_leader(batch, 0)
         written += len(batch)
+
+
+def produce_with_confluent(work: Path, total_mb: int, codec: str) -> Path:
+    """A tierlog broker's partition directory holding ``total_mb`` of records produced by
+    confluent-kafka with ``codec``; the broker is stopped (SIGTERM) before this returns."""
+    from confluent_kafka import Producer
+
+    from bench.broker_throughput import ServerProcess
+
+    data_dir = work / "broker"
+    server = ServerProcess("tierlog", data_dir, [f"log.segment.bytes={32 * MiB}"])
+    try:
+        producer = Producer(
+            {
+                "bootstrap.servers": server.bootstrap,
+                "compression.type": codec,
+                "linger.ms": 5,
+                "acks": 1,
+            }
+        )
+        rng = random.Random(6)
+        produced = n = 0
+        while produced < total_mb * MiB:
+            key, value = record_values(rng, n)
+            while True:
+                try:
+                    producer.produce(TOPIC, value, key, 0, headers=[("source", b"bench")])
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            produced += len(key) + len(value)
+            n += 1
+        if producer.flush(120):
+            raise RuntimeError("confluent-kafka did not deliver every record within 120 s")
+        del producer  # closes its connections before the broker stops
+    finally:
+        server.proc.send_signal(signal.SIGTERM)
+        server.proc.wait(timeout=120)
+    return data_dir / f"{TOPIC}-0"
+
+
+def archive_log(work: Path, log: PartitionLog) -> tuple[ArchiveConfig, list]:
+    """Roll ``log`` and copy every segment but the new active one to a local-directory RSM."""
     log.roll()
     log.flush()
-    tp = TopicIdPartition(uuid.UUID(int=6), "bench", 0)
+    tp = TopicIdPartition(uuid.UUID(int=6), TOPIC, 0)
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"storage.root": str(work / "bucket")})
     segments = log.segments()
@@ -102,11 +160,25 @@ def write_archive(work: Path, total_mb: int, codec: Compression) -> tuple[Archiv
     return ArchiveConfig(rsm_config={"storage.root": str(work / "bucket")}), out
 
 
+def write_archive(work: Path, total_mb: int, codec: Compression) -> tuple[ArchiveConfig, list]:
+    """Builder batches (see the module docstring), archived."""
+    log = PartitionLog(work / "log" / f"{TOPIC}-0", TOPIC, 0, LogConfig(segment_bytes=32 * MiB))
+    fill_with_builder(log, total_mb, codec)
+    return archive_log(work, log)
+
+
+def write_client_archive(work: Path, total_mb: int, codec: str) -> tuple[ArchiveConfig, list]:
+    """confluent-kafka batches (see the module docstring), archived."""
+    directory = produce_with_confluent(work, total_mb, codec)
+    log = PartitionLog(directory, TOPIC, 0, LogConfig(segment_bytes=32 * MiB))
+    return archive_log(work, log)
+
+
 def bench_decode(config: ArchiveConfig, segments: list, rounds: int) -> dict[str, float]:
     from kafka.record import MemoryRecords
 
     rsm = config.open()
-    plan = plan_partition(rsm, "bench", 0, segments)
+    plan = plan_partition(rsm, TOPIC, 0, segments)
     blobs = []
     for md in segments:
         with rsm.fetch_log_segment(md, 0) as f:
@@ -115,7 +187,7 @@ def bench_decode(config: ArchiveConfig, segments: list, rounds: int) -> dict[str
     def tierlog() -> int:
         rows = 0
         for r in plan.ranges:
-            for batch in read_range(rsm, r, "bench", 0, {}):
+            for batch in read_range(rsm, r, TOPIC, 0, {}):
                 rows += batch.num_rows
         return rows
 
@@ -148,7 +220,7 @@ def bench_export(work: Path, config: ArchiveConfig, segments: list) -> dict[str,
     spark = spark_session("local[2]", "tierlog-bench-export")
     try:
         out = work / "export"
-        options = {"topic": "bench", "rsm.config.storage.root": config.rsm_config["storage.root"]}
+        options = {"topic": TOPIC, "rsm.config.storage.root": config.rsm_config["storage.root"]}
         summary = run_export(spark, options, str(out), progress=lambda _: None)
     finally:
         spark.stop()
@@ -161,26 +233,50 @@ def bench_export(work: Path, config: ArchiveConfig, segments: list) -> dict[str,
     }
 
 
+def verdict(ratio: float) -> str:
+    return f"(target >= {TARGET_RATIO:.0f}x: {'PASS' if ratio >= TARGET_RATIO else 'MISS'})"
+
+
+def print_decode(label: str, d: dict[str, float]) -> None:
+    print(
+        f"decode {label}, {d['rows']} rows: tierlog {d['tierlog']:.0f} rows/s/core, "
+        f"kafka-python {d['kafka-python']:.0f} rows/s/core, ratio {d['ratio']:.1f}x "
+        f"{verdict(d['ratio'])}",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument(
+        "--codecs",
+        default=",".join(CLIENT_CODECS),
+        help="codecs of the confluent-kafka archives (comma-separated; empty: none)",
+    )
+    parser.add_argument("--no-export", action="store_true", help="skip the Spark exports")
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     print(describe_machine(args.dir))
+    print(f"record decoder: {native.implementation()}", flush=True)
     total_mb, rounds = (16, 3) if args.quick else (64, 5)
+    for codec_name in filter(None, args.codecs.split(",")):
+        work = args.dir / f"spark-export-client-{codec_name}"
+        shutil.rmtree(work, ignore_errors=True)
+        try:
+            config, segments = write_client_archive(work, total_mb, codec_name)
+            print_decode(f"confluent-kafka {codec_name}", bench_decode(config, segments, rounds))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     for codec in (Compression.NONE, Compression.ZSTD):
         work = args.dir / f"spark-export-{codec.name.lower()}"
         shutil.rmtree(work, ignore_errors=True)
         try:
             config, segments = write_archive(work, total_mb, codec)
-            d = bench_decode(config, segments, rounds)
-            print(
-                f"decode {codec.name}, {d['rows']} rows: tierlog {d['tierlog']:.0f} rows/s/core, "
-                f"kafka-python {d['kafka-python']:.0f} rows/s/core, ratio {d['ratio']:.1f}x "
-                f"(target >= 5x)",
-                flush=True,
-            )
+            print_decode(f"builder {codec.name.lower()}", bench_decode(config, segments, rounds))
+            if args.no_export:
+                continue
             e = bench_export(work, config, segments)
             print(
                 f"export {codec.name}: {e['rows']} rows in {e['seconds']:.1f}s = "

@@ -18,11 +18,28 @@ import struct
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.extras import requires_extra
 from core.log.txn_index import AbortedTxn
-from core.records.batch import HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader
-from core.records.record import RecordColumns, decode_columns
+from core.records import native
+from core.records.batch import (
+    F_ATTRIBUTES,
+    F_BASE_OFFSET,
+    F_LAST_OFFSET_DELTA,
+    F_PRODUCER_ID,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    Attributes,
+    RecordBatchHeader,
+)
+from core.records.record import (
+    RecordColumns,
+    decode_columns,
+    decode_into_buffers,
+    flatten_headers,
+    new_column_buffers,
+)
 from rlmm.replay import replay
 from rlmm.topic_client import MetadataTopicClient
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
@@ -37,6 +54,9 @@ from tiered.api import (
     RemoteStorageManager,
     load_plugin,
 )
+
+if TYPE_CHECKING:
+    from core.records._native import ColumnBuffers  # type: ignore[import-not-found]
 
 with requires_extra("spark", "the Spark jobs (spark_jobs)"):
     import pyarrow as pa
@@ -245,19 +265,36 @@ def plan_partition(
 
 
 # -- records ------------------------------------------------------------------------------------
+_CONTROL = int(Attributes.CONTROL)
+_TRANSACTIONAL = int(Attributes.TRANSACTIONAL)
+
+# Segment bytes are read this much at a time and cut into batches in memory: one read call
+# per batch would cost more than decoding the batch.
+READ_CHUNK_BYTES = 1024 * 1024
+
+
 def _batches(stream: io.RawIOBase | io.BufferedIOBase) -> Iterator[RecordBatchHeader]:
     """Whole batches from a stream positioned at a batch start; stops at a torn tail."""
+    chunk = b""
+    pos = 0
+    eof = False
     while True:
-        head = stream.read(LOG_OVERHEAD)
-        if len(head) < LOG_OVERHEAD:
-            return
-        size = int.from_bytes(head[8:12], "big", signed=True) + LOG_OVERHEAD
-        if size < HEADER_SIZE:
-            return
-        rest = stream.read(size - LOG_OVERHEAD)
-        if len(rest) < size - LOG_OVERHEAD:
-            return
-        yield RecordBatchHeader(head + rest)
+        left = len(chunk) - pos
+        size = None
+        if left >= LOG_OVERHEAD:
+            size = int.from_bytes(chunk[pos + 8 : pos + 12], "big", signed=True) + LOG_OVERHEAD
+            if size < HEADER_SIZE:
+                return
+            if size <= left:
+                yield RecordBatchHeader(chunk, pos)
+                pos += size
+                continue
+        if eof:
+            return  # a torn tail: the rest does not make a whole batch
+        more = stream.read(max(READ_CHUNK_BYTES, (size or 0) - left))
+        eof = not more
+        chunk = chunk[pos:] + more if left else more
+        pos = 0
 
 
 def read_range(
@@ -273,32 +310,94 @@ def read_range(
     """The records of ``r`` as Arrow batches of SCHEMA (at most ROWS_PER_BATCH rows each).
 
     The read starts at the batch the offset index gives for ``r.start`` and stops after the
-    batch holding ``r.end``. Every batch's CRC32C is checked as it is decoded.
+    batch holding ``r.end``. Every batch's CRC32C is checked as it is decoded. The compiled
+    decoder, when built, writes Arrow's buffers directly (``_read_range_buffers``); the
+    pure-Python one goes through lists (``_read_range_lists``): the same rows either way.
     """
+    read = _read_range_lists if native.COMPILED is None else _read_range_buffers
+    return read(rsm, r, topic, partition, aborted, since_ms, until_ms)
+
+
+def _batches_in_range(
+    rsm: RemoteStorageManager, r: SegmentRange
+) -> Iterator[tuple[RecordBatchHeader, tuple[int, ...]]]:
+    """The data batches of the segment that may hold offsets of ``r``, with their fields."""
     md = r.segment
     position = _start_position(rsm, md, r.start)
-    cols = RecordColumns()
     with rsm.fetch_log_segment(md, position) as stream:
         for header in _batches(stream):
-            if header.base_offset > r.end:
+            fields = header.fields()
+            base_offset = fields[F_BASE_OFFSET]
+            if base_offset > r.end:
                 break
-            if header.last_offset < r.start or header.is_control:
+            last_offset = base_offset + fields[F_LAST_OFFSET_DELTA]
+            if last_offset < r.start or fields[F_ATTRIBUTES] & _CONTROL:
                 continue
-            before = len(cols)
-            decode_columns(header, cols)
-            if header.is_transactional and header.producer_id in aborted:
-                spans = aborted[header.producer_id]
-                keep = [
-                    i
-                    for i in range(before, len(cols))
-                    if not any(first <= cols.offsets[i] <= last for first, last in spans)
-                ]
-                _keep(cols, before, keep)
-            if len(cols) >= ROWS_PER_BATCH:
-                yield _to_arrow(cols, topic, partition, r, since_ms, until_ms)
-                cols = RecordColumns()
+            yield header, fields
+
+
+def _is_aborted(offset: int, spans: list[tuple[int, int]]) -> bool:
+    return any(first <= offset <= last for first, last in spans)
+
+
+def _read_range_lists(
+    rsm: RemoteStorageManager,
+    r: SegmentRange,
+    topic: str,
+    partition: int,
+    aborted: Mapping[int, list[tuple[int, int]]],
+    since_ms: int | None,
+    until_ms: int | None,
+) -> Iterator[pa.RecordBatch]:
+    cols = RecordColumns()
+    for header, _ in _batches_in_range(rsm, r):
+        before = len(cols)
+        decode_columns(header, cols)
+        if header.is_transactional and header.producer_id in aborted:
+            spans = aborted[header.producer_id]
+            keep = [i for i in range(before, len(cols)) if not _is_aborted(cols.offsets[i], spans)]
+            _keep(cols, before, keep)
+        if len(cols) >= ROWS_PER_BATCH:
+            yield _to_arrow(cols, topic, partition, r, since_ms, until_ms)
+            cols = RecordColumns()
     if len(cols):
         yield _to_arrow(cols, topic, partition, r, since_ms, until_ms)
+
+
+# The compiled decoder's buffers are handed to Arrow well before any nears 2 GiB (binary
+# columns have int32 offsets); one batch adds at most MAX_DECOMPRESSED_BYTES (256 MiB).
+_MAX_BUFFER_BYTES = 8 * 1024 * 1024
+
+
+def _read_range_buffers(
+    rsm: RemoteStorageManager,
+    r: SegmentRange,
+    topic: str,
+    partition: int,
+    aborted: Mapping[int, list[tuple[int, int]]],
+    since_ms: int | None,
+    until_ms: int | None,
+) -> Iterator[pa.RecordBatch]:
+    buffers = new_column_buffers()
+    dropped: list[int] = []  # rows of aborted transactions, left out by the final filter
+    for header, fields in _batches_in_range(rsm, r):
+        before = buffers.rows
+        decode_into_buffers(header, buffers, fields=fields)
+        producer_id = fields[F_PRODUCER_ID]
+        if fields[F_ATTRIBUTES] & _TRANSACTIONAL and producer_id in aborted:
+            spans = aborted[producer_id]
+            dropped += [
+                before + i
+                for i, offset in enumerate(buffers.offsets_from(before))
+                if _is_aborted(offset, spans)
+            ]
+        full = buffers.data_bytes >= _MAX_BUFFER_BYTES
+        if buffers.rows - len(dropped) >= ROWS_PER_BATCH or full:
+            yield _buffers_to_arrow(buffers, dropped, topic, partition, r, since_ms, until_ms)
+            buffers = new_column_buffers()
+            dropped = []
+    if buffers.rows > len(dropped):
+        yield _buffers_to_arrow(buffers, dropped, topic, partition, r, since_ms, until_ms)
 
 
 def _keep(cols: RecordColumns, start: int, keep: list[int]) -> None:
@@ -342,38 +441,121 @@ def _to_arrow(
     since_ms: int | None,
     until_ms: int | None,
 ) -> pa.RecordBatch:
-    n = len(cols)
-    offsets = pa.array(cols.offsets, pa.int64())
-    timestamps = pa.array(cols.timestamps, pa.int64())
     # Headers: one flat list of keys and values, cut per record by offsets (no dict per row).
-    ends = [0]
-    hkeys: list[str] = []
-    hvalues: list[bytes | None] = []
-    for headers in cols.headers:
-        for k, v in headers:
-            hkeys.append(k)
-            hvalues.append(v)
-        ends.append(len(hkeys))
+    hkeys, hvalues, ends = flatten_headers(cols.headers)
     header_structs = pa.StructArray.from_arrays(
         [pa.array(hkeys, pa.string()), pa.array(hvalues, pa.binary())], names=["key", "value"]
     )
-    batch = pa.RecordBatch.from_arrays(
+    return _assemble(
         [
             pa.array(cols.keys, pa.binary()),
             pa.array(cols.values, pa.binary()),
-            pa.DictionaryArray.from_arrays(pa.array([0] * n, pa.int8()), [topic]).cast(pa.string()),
-            pa.array([partition] * n, pa.int32()),
-            offsets,
-            pc.multiply(timestamps, 1000).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(cols.offsets, pa.int64()),
+            pa.array(cols.timestamps, pa.int64()),
             pa.array(cols.timestamp_types, pa.int32()),
             pa.ListArray.from_arrays(pa.array(ends, pa.int32()), header_structs),
             pa.array(cols.leader_epochs, pa.int32()),
             pa.array(cols.producer_ids, pa.int64()),
         ],
+        None,
+        topic,
+        partition,
+        r,
+        since_ms,
+        until_ms,
+    )
+
+
+def _buffers_to_arrow(
+    buffers: ColumnBuffers,
+    dropped: list[int],
+    topic: str,
+    partition: int,
+    r: SegmentRange,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> pa.RecordBatch:
+    """The compiled decoder's buffers as a batch of SCHEMA (no copy: Arrow wraps them)."""
+    n = buffers.rows
+    b = {name: pa.py_buffer(data) for name, data in buffers.buffers().items()}
+    key_nulls, value_nulls, header_value_nulls = buffers.null_counts
+    n_headers = buffers.header_rows
+
+    def binary(prefix: str, count: int, nulls: int) -> pa.Array:
+        validity = b[f"{prefix}_validity"] if nulls else None
+        return pa.Array.from_buffers(
+            pa.binary(), count, [validity, b[f"{prefix}_offsets"], b[f"{prefix}_data"]], nulls
+        )
+
+    def fixed(type_: pa.DataType, name: str, count: int = n) -> pa.Array:
+        return pa.Array.from_buffers(type_, count, [None, b[name]])
+
+    header_keys = pa.Array.from_buffers(
+        pa.string(), n_headers, [None, b["header_key_offsets"], b["header_key_data"]]
+    )
+    header_structs = pa.StructArray.from_arrays(
+        [header_keys, binary("header_value", n_headers, header_value_nulls)],
+        names=["key", "value"],
+    )
+    keep = None
+    if dropped:
+        mask = [True] * n
+        for i in dropped:
+            mask[i] = False
+        keep = pa.array(mask, pa.bool_())
+    return _assemble(
+        [
+            binary("key", n, key_nulls),
+            binary("value", n, value_nulls),
+            fixed(pa.int64(), "offset"),
+            fixed(pa.int64(), "timestamp"),
+            fixed(pa.int32(), "timestamp_type"),
+            pa.ListArray.from_arrays(fixed(pa.int32(), "header_ends", n + 1), header_structs),
+            fixed(pa.int32(), "leader_epoch"),
+            fixed(pa.int64(), "producer_id"),
+        ],
+        keep,
+        topic,
+        partition,
+        r,
+        since_ms,
+        until_ms,
+    )
+
+
+def _assemble(
+    columns: list[pa.Array],
+    keep: pa.Array | None,
+    topic: str,
+    partition: int,
+    r: SegmentRange,
+    since_ms: int | None,
+    until_ms: int | None,
+) -> pa.RecordBatch:
+    """A batch of SCHEMA from the decoded ``columns`` (key, value, offset, timestamp in ms,
+    timestampType, headers, leaderEpoch, producerId), without the rows outside ``r`` or the
+    times, nor those ``keep`` (when given) marks False."""
+    keys, values, offsets, timestamps, timestamp_types, headers, epochs, producer_ids = columns
+    n = len(offsets)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            keys,
+            values,
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            offsets,
+            pc.multiply(timestamps, 1000).cast(pa.timestamp("us", tz="UTC")),
+            timestamp_types,
+            headers,
+            epochs,
+            producer_ids,
+        ],
         schema=SCHEMA,
     )
     # Rows outside the range (the first and last batches may straddle it) or the times.
     mask = pc.and_(pc.greater_equal(offsets, r.start), pc.less_equal(offsets, r.end))
+    if keep is not None:
+        mask = pc.and_(mask, keep)
     if since_ms is not None:
         mask = pc.and_(mask, pc.greater_equal(timestamps, since_ms))
     if until_ms is not None:

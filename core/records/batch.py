@@ -100,6 +100,15 @@ class Attributes(enum.IntFlag):
     DELETE_HORIZON = 0x40
 
 
+# The bits as plain ints: ``IntFlag.__and__`` builds a flag object per test, which the header
+# properties below, read per batch by every decoder, cannot afford.
+_CODEC_MASK = int(Attributes.COMPRESSION_MASK)
+_TIMESTAMP_TYPE = int(Attributes.TIMESTAMP_TYPE)
+_TRANSACTIONAL = int(Attributes.TRANSACTIONAL)
+_CONTROL = int(Attributes.CONTROL)
+_DELETE_HORIZON = int(Attributes.DELETE_HORIZON)
+
+
 def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -> int:
     """CRC-32C of a batch's checked range: attributes up to the end of the batch.
 
@@ -131,6 +140,11 @@ class RecordBatchHeader:
         self.position = position
 
     # -- fields ------------------------------------------------------------------------
+    def fields(self) -> tuple[int, ...]:
+        """Every header field at once, in ``HEADER`` order (index with the ``F_*`` names):
+        one unpack instead of one per property, for the per-batch loops."""
+        return HEADER.unpack_from(self._buf, self.position)
+
     def _i64(self, pos: int) -> int:
         return _I64.unpack_from(self._buf, self.position + pos)[0]
 
@@ -214,28 +228,28 @@ class RecordBatchHeader:
     @property
     def compression(self) -> int:
         """The codec id (see ``Compression``); may be an id Kafka does not define."""
-        return self.attributes & Attributes.COMPRESSION_MASK
+        return self.attributes & _CODEC_MASK
 
     @property
     def timestamp_type(self) -> TimestampType:
-        if self.attributes & Attributes.TIMESTAMP_TYPE:
+        if self.attributes & _TIMESTAMP_TYPE:
             return TimestampType.LOG_APPEND_TIME
         return TimestampType.CREATE_TIME
 
     @property
     def is_transactional(self) -> bool:
-        return bool(self.attributes & Attributes.TRANSACTIONAL)
+        return bool(self.attributes & _TRANSACTIONAL)
 
     @property
     def delete_horizon_ms(self) -> int | None:
         """KIP-534: when the cleaner may drop this batch's tombstones; None if not set."""
-        if self.attributes & Attributes.DELETE_HORIZON:
+        if self.attributes & _DELETE_HORIZON:
             return self.base_timestamp
         return None
 
     @property
     def is_control(self) -> bool:
-        return bool(self.attributes & Attributes.CONTROL)
+        return bool(self.attributes & _CONTROL)
 
     @property
     def has_producer_id(self) -> bool:
@@ -255,17 +269,21 @@ class RecordBatchHeader:
     def compute_crc(self) -> int:
         return compute_crc(self._buf, self.position, self.size_in_bytes)
 
-    def validate(self, max_size: int | None = None) -> None:
+    def validate(
+        self, max_size: int | None = None, *, fields: tuple[int, ...] | None = None
+    ) -> None:
         """Check the framing, the magic and the CRC; the structure any stored batch must have.
+
+        ``fields``: the batch's ``fields()`` when the caller already has them.
 
         Raises:
             CorruptRecordError: a length out of bounds, a batch running past the buffer, or a
                 CRC mismatch; the message names the byte position.
             UnsupportedVersionError: a magic other than 2.
         """
-        _check_structure(
-            self._buf, self.position, HEADER.unpack_from(self._buf, self.position), max_size
-        )
+        if fields is None:
+            fields = HEADER.unpack_from(self._buf, self.position)
+        _check_structure(self._buf, self.position, fields, max_size)
 
     def validate_from_client(self) -> None:
         """``validate`` plus the rules Kafka's LogValidator applies to batches from clients.
@@ -350,8 +368,6 @@ F_BASE_TIMESTAMP, F_MAX_TIMESTAMP, F_PRODUCER_ID, F_PRODUCER_EPOCH, F_BASE_SEQUE
 F_RECORDS_COUNT = 12
 
 _KNOWN_CODECS = frozenset(int(c) for c in Compression)
-_CONTROL = int(Attributes.CONTROL)
-_CODEC_MASK = int(Attributes.COMPRESSION_MASK)
 
 
 def _check_structure(

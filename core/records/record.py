@@ -27,6 +27,11 @@ message names the batch position and the byte position inside the records sectio
 
 Two entry points: ``decode_records`` builds ``Record`` objects; ``decode_columns`` appends to
 plain lists, one per field, which is what Arrow wants and skips an object per record.
+
+The per-record loop runs compiled (``core.records._native``, Cython) when the extension is
+built, and in Python otherwise or with TIERLOG_PURE_PYTHON=1 (``core.records.native``). The
+Python loop is the reference: the compiled one decides the same rules and leaves the wording
+of every error to it (on malformed bytes it gives up and the Python loop runs).
 """
 
 from __future__ import annotations
@@ -34,21 +39,37 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.errors import CorruptRecordError, InvalidRecordError
+from core.records import native
 from core.records.batch import (
+    F_ATTRIBUTES,
+    F_BASE_OFFSET,
+    F_BASE_TIMESTAMP,
+    F_EPOCH,
+    F_MAX_TIMESTAMP,
+    F_PRODUCER_ID,
+    F_RECORDS_COUNT,
     HEADER_SIZE,
+    Attributes,
     Compression,
     RecordBatchHeader,
     TimestampType,
 )
-from core.records.codec import decompress
+from core.records.codec import BytesLike, decompress
 from core.records.varint import decode_varint, decode_varlong
+
+if TYPE_CHECKING:
+    from core.records._native import ColumnBuffers  # type: ignore[import-not-found]
 
 Header = tuple[str, bytes | None]
 Headers = tuple[Header, ...]
 
 NO_HEADERS: Headers = ()
+_CONTROL = int(Attributes.CONTROL)
+_CODEC_MASK = int(Attributes.COMPRESSION_MASK)
+_LOG_APPEND_TIME = int(Attributes.TIMESTAMP_TYPE)
 MIN_RECORD_SIZE = 7
 """The smallest encoded record: seven one-byte fields, null key and value, no headers."""
 
@@ -219,8 +240,7 @@ def decode_columns(
     if header.is_control and not include_control:
         return cols
     count = header.records_count
-    data = records_data(header)
-    offsets, timestamps, keys, values, headers = _decode(header, data, count)
+    offsets, timestamps, keys, values, headers = _decode(header, _records_section(header), count)
     n = len(offsets)
     cols.offsets += offsets
     cols.timestamps += timestamps
@@ -233,6 +253,80 @@ def decode_columns(
     return cols
 
 
+def decode_into_buffers(
+    header: RecordBatchHeader,
+    into: ColumnBuffers,
+    *,
+    verify: bool = True,
+    include_control: bool = False,
+    fields: tuple[int, ...] | None = None,
+) -> None:
+    """``decode_columns`` for the compiled decoder: append the batch's records to ``into``
+    (a ``core.records._native.ColumnBuffers``, from ``new_column_buffers``) in Arrow's
+    memory layout, with no Python object per record. Same arguments and errors as
+    ``decode_columns``, plus ``fields``: the batch's ``fields()`` when the caller has them
+    (this runs once per batch: every header property read costs an unpack). On error
+    ``into`` is left unchanged.
+    """
+    compiled = native.COMPILED
+    if compiled is None:
+        raise RuntimeError("decode_into_buffers needs the compiled decoder (core.records._native)")
+    if fields is None:
+        fields = header.fields()
+    if verify:
+        header.validate(fields=fields)
+    attributes = fields[F_ATTRIBUTES]
+    if attributes & _CONTROL and not include_control:
+        return
+    if attributes & _CODEC_MASK == Compression.NONE:
+        data: BytesLike = header.raw()[HEADER_SIZE:]
+    else:
+        data = records_data(header)
+    count = fields[F_RECORDS_COUNT]
+    log_append_time = fields[F_MAX_TIMESTAMP] if attributes & _LOG_APPEND_TIME else None
+    base_offset, base_ts = fields[F_BASE_OFFSET], fields[F_BASE_TIMESTAMP]
+    if not into.decode(
+        data,
+        count,
+        base_offset,
+        base_ts,
+        log_append_time,
+        TimestampType.CREATE_TIME if log_append_time is None else TimestampType.LOG_APPEND_TIME,
+        fields[F_EPOCH],
+        fields[F_PRODUCER_ID],
+    ):
+        _decode_python(header, bytes(data), count, base_offset, base_ts)  # raises the error
+        raise CorruptRecordError(
+            f"{_where(header, data)}: the compiled decoder refused records that the "
+            "Python decoder accepts"
+        )
+
+
+def new_column_buffers() -> ColumnBuffers | None:
+    """Empty ``ColumnBuffers`` for ``decode_into_buffers``, or None without the compiled
+    decoder (then use ``RecordColumns`` and ``decode_columns``)."""
+    compiled = native.COMPILED
+    return None if compiled is None else compiled.ColumnBuffers()
+
+
+def flatten_headers(headers: list[Headers]) -> tuple[list[str], list[bytes | None], list[int]]:
+    """Per-record headers (``RecordColumns.headers``) as Arrow's list layout: every header key
+    in one list, every value in another, and the end index after each record, from 0
+    (``len(headers) + 1`` entries); record i owns entries ``ends[i]:ends[i + 1]``."""
+    compiled = native.COMPILED
+    if compiled is not None:
+        return compiled.flatten_headers(headers)
+    keys: list[str] = []
+    values: list[bytes | None] = []
+    ends = [0]
+    for record_headers in headers:
+        for key, value in record_headers:
+            keys.append(key)
+            values.append(value)
+        ends.append(len(keys))
+    return keys, values, ends
+
+
 def decode_records(header: RecordBatchHeader, *, verify: bool = True) -> list[Record]:
     """The batch's records, control records included, in offset order.
 
@@ -242,7 +336,7 @@ def decode_records(header: RecordBatchHeader, *, verify: bool = True) -> list[Re
     if verify:
         header.validate()
     offsets, timestamps, keys, values, headers = _decode(
-        header, records_data(header), header.records_count
+        header, _records_section(header), header.records_count
     )
     return list(map(Record, offsets, timestamps, keys, values, headers))
 
@@ -271,26 +365,62 @@ def decode_batch(header: RecordBatchHeader, *, verify: bool = True) -> DecodedBa
     )
 
 
+def _records_section(header: RecordBatchHeader) -> BytesLike:
+    """What ``_decode`` reads: the decompressed records, or for an uncompressed batch, when
+    the compiled decoder runs, a view of them (it copies only keys and values out)."""
+    if header.compression == Compression.NONE and native.COMPILED is not None:
+        return header.records_view
+    return records_data(header)
+
+
 def _decode(
-    header: RecordBatchHeader, data: bytes, count: int
+    header: RecordBatchHeader, data: BytesLike, count: int
 ) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[Headers]]:
-    """Parse ``count`` records from ``data``, the batch's (decompressed) records section."""
+    """Parse ``count`` records from ``data``, the batch's (decompressed) records section.
+
+    The compiled decoder runs when there is one; on malformed bytes (it returns None) the
+    Python loop runs over the same bytes and raises the error with its message.
+    """
+    base_offset = header.base_offset
+    base_ts = header.base_timestamp
+    compiled = native.COMPILED
+    decoded = None
+    if compiled is not None:
+        decoded = compiled.decode_records(data, count, base_offset, base_ts)
+    if decoded is None:
+        decoded = _decode_python(header, bytes(data), count, base_offset, base_ts)
+        if compiled is not None:
+            # Unreachable while both decoders agree (the tests compare them); if they ever
+            # do not, refusing the batch is the safe side.
+            raise CorruptRecordError(
+                f"{_where(header, data)}: the compiled decoder refused records that the "
+                "Python decoder accepts"
+            )
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        decoded = (decoded[0], [header.max_timestamp] * count, *decoded[2:])
+    return decoded
+
+
+def _where(header: RecordBatchHeader, data: BytesLike) -> str:
+    """Where a batch's records are, for error messages."""
     batch_pos = header.position
     if header.compression == Compression.NONE:
-        where = f"batch at byte {batch_pos} (records from byte {batch_pos + HEADER_SIZE})"
-    else:
-        codec = Compression(header.compression).name.lower()
-        where = f"batch at byte {batch_pos} ({len(data)} bytes of decompressed {codec} records)"
+        return f"batch at byte {batch_pos} (records from byte {batch_pos + HEADER_SIZE})"
+    codec = Compression(header.compression).name.lower()
+    return f"batch at byte {batch_pos} ({len(data)} bytes of decompressed {codec} records)"
+
+
+def _decode_python(
+    header: RecordBatchHeader, data: bytes, count: int, base_offset: int, base_ts: int
+) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[Headers]]:
+    """The pure-Python decoder: the reference for the format rules, and the one that words
+    every error. Timestamps are base + delta (``_decode`` applies LOG_APPEND_TIME)."""
+    where = _where(header, data)
     end = len(data)
     if count < 0 or count > end // MIN_RECORD_SIZE:
         raise CorruptRecordError(
             f"{where}: record count {count} is impossible for {end} bytes of records"
         )
-    base_offset = header.base_offset
-    base_ts = header.base_timestamp
-    log_append_time = (
-        header.max_timestamp if header.timestamp_type == TimestampType.LOG_APPEND_TIME else None
-    )
     offsets: list[int] = []
     timestamps: list[int] = []
     keys: list[bytes | None] = []
@@ -412,8 +542,6 @@ def _decode(
             f"{where}: {end - pos} bytes remain at byte {pos} after the {count} records "
             "the header declares"
         )
-    if log_append_time is not None:
-        timestamps = [log_append_time] * count
     return offsets, timestamps, keys, values, headers
 
 

@@ -26,6 +26,9 @@ from core.records.batch import (
 from core.records.builder import RecordBatchBuilder
 from core.records.record import decode_columns, decode_records
 
+# Every test runs with each record decoder (tests/core/records/conftest.py).
+pytestmark = pytest.mark.usefixtures("decoder")
+
 R = HEADER_SIZE  # where the records section of a batch at byte 0 starts
 
 

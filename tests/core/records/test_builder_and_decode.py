@@ -27,6 +27,9 @@ from core.records.record import (
     parse_control_type,
 )
 
+# Every test runs with each record decoder (tests/core/records/conftest.py).
+pytestmark = pytest.mark.usefixtures("decoder")
+
 
 def test_bytes_match_the_format_written_out_by_hand() -> None:
     builder = RecordBatchBuilder()

@@ -13,6 +13,9 @@ from core.records.builder import RecordBatchBuilder
 from core.records.codec import compress, decompress
 from core.records.record import decode_records
 
+# Every test runs with each record decoder (tests/core/records/conftest.py).
+pytestmark = pytest.mark.usefixtures("decoder")
+
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 MiB = 1 << 20
 
@@ -44,3 +47,24 @@ def test_a_bomb_batch_is_refused_by_record_decoding(monkeypatch, compression) ->
         decode_records(header)
     monkeypatch.setattr(codec, "MAX_DECOMPRESSED_BYTES", 8 * MiB)
     assert [r.value for r in decode_records(header)] == [bytes(MiB)] * 4
+
+
+def test_a_zstd_frame_stating_a_size_above_the_limit_is_refused_unread() -> None:
+    # A frame header with an 8-byte content size of 2^40: refused from the header alone (the
+    # data after it is not even valid zstd).
+    frame = b"\x28\xb5\x2f\xfd" + bytes([0xE0]) + (1 << 40).to_bytes(8, "little") + b"junk"
+    with pytest.raises(CorruptRecordError, match=r"states 1099511627776 decompressed bytes"):
+        decompress(Compression.ZSTD, frame)
+
+
+@pytest.mark.parametrize("compression", [Compression.GZIP, Compression.ZSTD], ids=str)
+def test_a_stated_size_smaller_than_the_data_costs_a_retry_not_a_wrong_result(
+    compression: Compression,
+) -> None:
+    data = bytes(range(256)) * 4096  # 1 MiB
+    stated = codec._stated_size(compression, compress(compression, data))
+    assert stated == len(data)  # the exact first buffer
+    # gzip's ISIZE is only the last member's: two members state the second one's size.
+    if compression == Compression.GZIP:
+        two = compress(compression, data) + compress(compression, data[:10])
+        assert decompress(compression, two) == data + data[:10]

@@ -21,6 +21,9 @@ from core.records.batch import Compression, RecordBatchHeader
 from core.records.builder import RecordBatchBuilder, build_control_batch
 from core.records.record import ControlRecordType, Record, decode_records
 
+# Every test runs with each record decoder (tests/core/records/conftest.py).
+pytestmark = pytest.mark.usefixtures("decoder")
+
 Inputs = list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]]
 
 # (timestamp, key, value, headers); values compressible so that no client falls back to NONE,

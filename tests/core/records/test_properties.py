@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,9 @@ from core.records.varint import (
     encode_varint,
     encode_varlong,
 )
+
+# Every test runs with each record decoder (tests/core/records/conftest.py).
+pytestmark = pytest.mark.usefixtures("decoder")
 
 maybe_bytes = st.none() | st.binary(max_size=300)
 headers = st.lists(st.tuples(st.text(max_size=20), maybe_bytes), max_size=4)

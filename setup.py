@@ -1,0 +1,25 @@
+"""Builds the compiled record decoder (core/records/_native.pyx) with Cython.
+
+Everything else about the package is in pyproject.toml; setuptools reads both. Cython is a
+build requirement there, so ``pip install .`` and ``pip install -e .`` compile the extension;
+``make native`` builds it in place for runs from the source tree (PYTHONPATH).
+
+Without a C compiler the build fails, unless TIERLOG_PURE_PYTHON=1 is set: then the
+extension is left out and the package runs its pure-Python decoder (``core.records.native``).
+"""
+
+import os
+
+from setuptools import Extension, setup
+
+if os.environ.get("TIERLOG_PURE_PYTHON") == "1":
+    ext_modules = []
+else:
+    from Cython.Build import cythonize
+
+    ext_modules = cythonize(
+        [Extension("core.records._native", ["core/records/_native.pyx"])],
+        compiler_directives={"language_level": "3"},
+    )
+
+setup(ext_modules=ext_modules)
