@@ -78,6 +78,10 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if self._body is not None:
             self._filled += nbytes
             if self._filled == len(self._body):
+                # Complete: what arrives next goes to the read-ahead buffer, also before
+                # the reader has run (a TLS transport may ask for a buffer again at once,
+                # and takes an empty one for the end of the stream).
+                self._body = None
                 self._wake()
             return
         self._end += nbytes
@@ -152,15 +156,13 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self._consumed(have)
         if have == size:
             return body
-        view = memoryview(body)
-        self._body, self._filled = view, have
+        self._body, self._filled = memoryview(body), have
         self._resume_reading()
         try:
             while self._filled < size:
                 await self._wait_for_data(self._filled, size)
         finally:
             self._body = None
-            view.release()
         return body
 
     async def drain(self) -> None:

@@ -92,7 +92,7 @@ def decode_produce_request(request_type: type, frame: memoryview, offset: int) -
     ``request_type`` (kio's ProduceRequest of the version) with memoryview records.
 
     Raises:
-        InvalidRequestError: the body does not fit the frame or leaves bytes over.
+        InvalidRequestError: the body does not fit the frame.
         struct.error, UnicodeDecodeError: malformed fields (the caller turns every error
             into InvalidRequestError).
     """
@@ -116,8 +116,7 @@ def decode_produce_request(request_type: type, frame: memoryview, offset: int) -
         r.skip_tagged_fields()
         topics.append(topic_cls(name=name, partition_data=tuple(partitions)))
     r.skip_tagged_fields()
-    if r.pos != len(frame):
-        raise InvalidRequestError(f"{len(frame) - r.pos} bytes after the Produce request body")
+    # Bytes after the body are ignored, as Kafka (and kio's decoder here) ignores them.
     return request_type(
         transactional_id=transactional_id,
         acks=acks,
