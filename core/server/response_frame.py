@@ -12,10 +12,11 @@ part by part: the encoded chunks with the transport's ``write``, each slice with
 TLS encrypts in user space, so there is no ``sendfile`` on a TLS connection: the slice is
 read (``pread``) and written, one copy, as before.
 
-A slice is sent from a duplicate of the segment's descriptor taken when it is sent, so a
-segment deleted by retention after the fetch read it still sends its bytes (as Kafka's
-channel of a deleted file does). If the file has fewer bytes than the frame announced (a
-follower truncated its log meanwhile, or the segment was closed before its slice went out),
+A slice is sent from a duplicate of the segment's descriptor taken just before the response
+is written, so a segment deleted by retention while the response goes out still sends its
+bytes (as Kafka's channel of a deleted file does). If the file has fewer bytes than the
+frame announced (a follower truncated its log meanwhile, or the segment was closed in the
+moment between the handler's answer and the send),
 the frame cannot be completed: the connection is closed, as Kafka closes it on a
 ``FileRecords`` truncated during a write, and the client fetches again.
 """
@@ -23,6 +24,7 @@ the frame cannot be completed: the connection is closed, as Kafka closes it on a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 from dataclasses import dataclass
@@ -91,6 +93,10 @@ async def send_response(
 ) -> None:
     """Write ``frame`` to ``transport`` in order; returns once the last part is on its way.
 
+    Every slice's file is opened (a duplicate descriptor) before the first byte is written,
+    so a segment deleted while an earlier part is still going out to a slow client is sent
+    all the same.
+
     Args:
         sendfile: slices go with ``loop.sendfile`` (plain TCP); False: read and written
             (TLS).
@@ -100,22 +106,36 @@ async def send_response(
         ConnectionResetError: the connection closed meanwhile.
     """
     loop = asyncio.get_running_loop()
-    for part in frame.parts:
-        if isinstance(part, FileSlice):
-            if sendfile:
-                await _send_slice(loop, transport, part)
+    with contextlib.ExitStack() as files:
+        opened = [
+            files.enter_context(_open(part)) if isinstance(part, FileSlice) else None
+            for part in frame.parts
+        ]
+        for part, file in zip(frame.parts, opened, strict=True):
+            if not isinstance(part, FileSlice):
+                transport.write(part)
+            elif file is None:
+                raise AssertionError("a slice without its file")
+            elif sendfile:
+                await _send_slice(loop, transport, part, file)
                 continue
-            data = _read_slice(part)
-            transport.write(data)
-        else:
-            transport.write(part)
-        await protocol.drain()
+            else:
+                transport.write(_read_slice(part, file))
+            await protocol.drain()
 
 
-def _read_slice(part: FileSlice) -> bytes:
+def _open(part: FileSlice) -> io.FileIO:
     try:
-        data = part.read_bytes()
+        fd = part.records.duplicate_fd()
     except CoreError as e:
+        raise TruncatedRecordsError(f"records of a fetch response cannot be sent: {e}") from e
+    return io.FileIO(fd, "rb", closefd=True)
+
+
+def _read_slice(part: FileSlice, file: io.FileIO) -> bytes:
+    try:
+        data = os.pread(file.fileno(), part.size, part.position)
+    except OSError as e:
         raise TruncatedRecordsError(f"records of a fetch response cannot be read: {e}") from e
     if len(data) != part.size:
         raise TruncatedRecordsError(
@@ -126,23 +146,18 @@ def _read_slice(part: FileSlice) -> bytes:
 
 
 async def _send_slice(
-    loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, part: FileSlice
+    loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, part: FileSlice, file: io.FileIO
 ) -> None:
     if transport.is_closing():
         raise ConnectionResetError("connection closed")
     try:
-        fd = part.records.duplicate_fd()
-    except CoreError as e:
-        raise TruncatedRecordsError(f"records of a fetch response cannot be sent: {e}") from e
-    with os.fdopen(fd, "rb", buffering=0) as file:
-        try:
-            sent = await loop.sendfile(transport, file, part.position, part.size, fallback=False)
-        except asyncio.SendfileNotAvailableError:
-            # A transport without a native sendfile: read and write.
-            transport.write(_read_slice(part))
-            return
-        except RuntimeError as e:  # asyncio: the transport is closing
-            raise ConnectionResetError(str(e)) from e
+        sent = await loop.sendfile(transport, file, part.position, part.size, fallback=False)
+    except asyncio.SendfileNotAvailableError:
+        # A transport without a native sendfile: read and write.
+        transport.write(_read_slice(part, file))
+        return
+    except RuntimeError as e:  # asyncio: the transport is closing
+        raise ConnectionResetError(str(e)) from e
     if sent != part.size:
         raise TruncatedRecordsError(
             f"{part.records.path} had {sent} of the {part.size} bytes at position "

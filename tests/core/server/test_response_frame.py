@@ -202,3 +202,46 @@ def test_a_slice_truncated_before_it_is_sent_closes_the_connection(
     # reconnects, never a frame with other bytes in place of the records.
     (size,) = SIZE.unpack(received[:4])
     assert len(received) - 4 < size
+
+
+def test_a_segment_deleted_while_the_response_goes_out_is_still_sent(
+    segment: FileRecords, tmp_path: Path
+) -> None:
+    later = FileRecords(tmp_path / "00000000000000001000.log")
+    later.append(os.urandom(50_000))
+    first, second = FileSlice(segment, 0, 200_000), FileSlice(later, 10, 40_000)
+    copied = fetch_response(12, [first.read_bytes(), second.read_bytes()])
+    expected = CODEC.encode_response(context(12), copied)
+
+    async def scenario() -> bytes:
+        loop = asyncio.get_running_loop()
+        native = loop.sendfile
+
+        async def deleting(
+            transport: Any, file: Any, offset: int = 0, count: Any = None, **kw: Any
+        ):
+            # Retention deletes the second segment while the first slice is on its way.
+            later.delete_if_exists()
+            return await native(transport, file, offset, count, **kw)
+
+        loop.sendfile = deleting  # type: ignore[method-assign]
+
+        async def handler(ctx: RequestContext, request: Any) -> Any:
+            return fetch_response(ctx.api_version, [first, second])
+
+        server = SocketServer(CODEC, handler, lambda ctx: None)
+        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
+            writer.write(fetch_request_frame())
+            async with asyncio.timeout(DEADLINE_S):
+                (size,) = SIZE.unpack(await reader.readexactly(4))
+                body = await reader.readexactly(size)
+            writer.close()
+            return body
+        finally:
+            await server.stop()
+
+    body = asyncio.run(scenario())
+    assert not (tmp_path / "00000000000000001000.log").exists()
+    assert body == SIZE.pack(9) + expected[8:]  # the request's correlation id
