@@ -1,15 +1,17 @@
 """The socket server: listeners, connections, framing, one request at a time.
 
 A connection is served as Kafka's socket server serves it: one request at a time, in
-arrival order. Its loop reads one size-prefixed frame (``readexactly``), decodes it, runs its
-handler to the end, writes the answer, and only then reads the next frame (Kafka mutes a
-channel once a request has arrived and unmutes it when the response has been sent, or at once
-for a produce with acks=0, which has none). So a client may pipeline requests on one
+arrival order. Its loop reads one size-prefixed frame (into buffers of its own:
+core.server.frame_protocol), decodes it, runs its handler to the end, writes the answer (a
+Fetch answer's records from the segment files with ``sendfile``: core.server.response_frame),
+and only then reads the next frame (Kafka mutes a channel once a request has arrived and
+unmutes it when the response has been sent, or at once for a produce with acks=0, which has
+none). So a client may pipeline requests on one
 connection and rely on their order: a read behind a change sees the change, and answers go
 out in request order. Concurrency comes from the connections: while one waits (a long-poll
 fetch, an fsync, a topic being created), the others are served. Frames a client pipelines
-wait in the socket meanwhile (the kernel's buffers and asyncio's read buffer hold them, and
-TCP pushes back on the client beyond that).
+wait in the socket meanwhile (the kernel's buffers and the connection's 64 KiB read-ahead
+buffer hold them, and TCP pushes back on the client beyond that).
 
 A frame that cannot be parsed, an unknown api key, a size out of bounds or a handler crash
 closes that one connection; nothing else is affected.
