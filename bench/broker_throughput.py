@@ -54,7 +54,7 @@ PHASE_TIMEOUT_S = 600.0
 
 # Targets (the issue): tierlog / null broker ratio, absolute produce rate at 1 KiB, and the
 # broker's CPU per GiB moved.
-TARGET_RATIO = 0.8
+TARGET_RATIO = 0.9
 TARGET_PRODUCE_MB_S_1K = 100.0
 TARGET_PRODUCE_CPU_S_PER_GB = 2.0
 TARGET_FETCH_CPU_S_PER_GB = 1.0

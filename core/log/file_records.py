@@ -104,6 +104,19 @@ class FileRecords:
             self._size = size
         return removed
 
+    def duplicate_fd(self) -> int:
+        """A new descriptor of the same open file, owned by the caller, for a ``sendfile``
+        that outlives this call: it keeps reading the file if the segment is closed or
+        deleted meanwhile (taken under the lock ``close`` takes, so the descriptor number
+        cannot have been reused by another file).
+
+        Raises:
+            KafkaStorageError: the file is closed.
+        """
+        with self._lock:
+            self._check_open()
+            return os.dup(self._fd)
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:
@@ -213,6 +226,9 @@ class FileSlice:
     records: FileRecords
     position: int
     size: int
+
+    def __len__(self) -> int:
+        return self.size
 
     def read_bytes(self) -> bytes:
         return self.records.read(self.position, self.size)

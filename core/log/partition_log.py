@@ -561,7 +561,9 @@ class PartitionLog:
             OutOfOrderSequenceError, InvalidProducerEpochError: idempotence violations.
             KafkaStorageError: the disk write failed.
         """
-        buf = records if isinstance(records, bytearray) else bytearray(records)
+        # A writable view (a produce request's records inside its frame) is patched in place.
+        writable = isinstance(records, bytearray) or not memoryview(records).readonly
+        buf = records if writable else bytearray(records)
         batches = scan_client_batches(buf, self.config.max_message_bytes)
         validate_records(buf, batches, self.config, f"{self.topic}-{self.partition}", self.clock())
         with self.lock:

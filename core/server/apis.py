@@ -299,7 +299,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     error = error_code(code)
                     message = verification_message(code)
                 else:
-                    info = broker.replica_manager.append(partition, bytearray(pdata.records), acks)
+                    info = broker.replica_manager.append(partition, _writable(pdata.records), acks)
                     base_offset, start = info.first_offset, info.log_start_offset
                     waits.append((partition, results, len(results), info.last_offset + 1))
                     if info.log_append_time >= 0:
@@ -389,6 +389,14 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
         throttle_time=datetime.timedelta(milliseconds=throttle_ms),
         node_endpoints=hints.node_endpoints(),
     )
+
+
+def _writable(records: bytes | bytearray | memoryview) -> bytearray | memoryview:
+    """The records as the log patches them in place: the view into the request frame the
+    network layer decoded them as (core.server.produce_request), else a copy."""
+    if isinstance(records, memoryview) and not records.readonly:
+        return records
+    return bytearray(records)
 
 
 # -- Fetch ------------------------------------------------------------------------------------

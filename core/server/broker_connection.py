@@ -4,8 +4,9 @@ Requests are kio message classes (``core.server.interbroker_schema`` for the con
 APIs). Each is framed as Kafka's clients frame it: a 4-byte size, the request header (v2
 for flexible versions, v1 otherwise) with a fresh correlation id and the client id, the
 body. Several requests may be in flight; the peer answers in order, and every response is
-matched to the oldest request waiting (its correlation id must agree). A response is read
-with ``readexactly`` behind a size bounded by ``max_response_bytes``, walked by
+matched to the oldest request waiting (its correlation id must agree). A response is received
+into a buffer of its own (core.server.frame_protocol, as the broker's own connections)
+behind a size bounded by ``max_response_bytes``, walked by
 ``frame_guard`` (a size the frame cannot hold would make kio's native reader abort the
 process) and decoded with kio: response header v1 for flexible versions, v0 otherwise and
 always for ApiVersions.
@@ -46,6 +47,7 @@ from core.errors import CoreError
 from core.server.api_keys import ApiKey
 from core.server.errors import InvalidRequestError
 from core.server.frame_guard import check_frame
+from core.server.frame_protocol import FrameProtocol
 from core.server.kio_build import make
 from core.server.protocol import load_request_schema, load_response_schema
 from core.server.sasl import SaslAuthenticationError
@@ -57,6 +59,8 @@ _SIZE = struct.Struct(">i")
 _ERROR_CODE = struct.Struct(">h")
 INT32_MAX = 2**31 - 1
 DEFAULT_MAX_RESPONSE_BYTES = 104_857_600  # as socket.request.max.bytes
+# Read ahead per connection; a larger response is received straight into its own buffer.
+READ_AHEAD_BYTES = 64 * 1024
 API_VERSIONS_VERSION = 3
 SASL_HANDSHAKE_VERSION = 1
 SASL_AUTHENTICATE_VERSIONS = (0, 2)
@@ -148,7 +152,7 @@ def encode_request(request: Any, correlation_id: int, client_id: str | None) -> 
     return out.getvalue()
 
 
-def decode_response(response_type: type, frame: bytes) -> Any:
+def decode_response(response_type: type, frame: bytes | memoryview) -> Any:
     """The body of a response frame (without its size prefix) of ``response_type``.
 
     Raises:
@@ -189,8 +193,7 @@ class BrokerConnection:
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        protocol: FrameProtocol,
         *,
         address: str,
         client_id: str,
@@ -201,8 +204,9 @@ class BrokerConnection:
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.max_response_bytes = max_response_bytes
-        self._reader = reader
-        self._writer = writer
+        self._protocol = protocol
+        assert protocol.transport is not None
+        self._transport = protocol.transport
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._next_correlation_id = 0
         self._api_versions: dict[int, tuple[int, int]] = {}
@@ -236,12 +240,12 @@ class BrokerConnection:
         context = security.ssl_context if security is not None else None
         try:
             async with asyncio.timeout(connect_timeout_ms / 1000):
-                reader, writer = await asyncio.open_connection(
+                _, protocol = await asyncio.get_running_loop().create_connection(
+                    lambda: FrameProtocol(READ_AHEAD_BYTES, lambda _: None),
                     host,
                     port,
                     ssl=context,
                     server_hostname=host if context is not None else None,
-                    limit=1 << 20,
                 )
         except ssl.SSLError as e:
             raise AuthenticationFailedError(f"TLS handshake with {address} failed: {e}") from e
@@ -252,8 +256,7 @@ class BrokerConnection:
         except OSError as e:
             raise ConnectFailedError(f"cannot connect to {address}: {e}") from e
         connection = cls(
-            reader,
-            writer,
+            protocol,
             address=address,
             client_id=client_id,
             request_timeout_ms=request_timeout_ms,
@@ -419,9 +422,9 @@ class BrokerConnection:
                 timeout / 1000, self._expire, in_flight, api_key, timeout
             )
             self._in_flight.append(in_flight)
-        self._writer.write(frame)
+        self._transport.write(frame)
         try:
-            await self._writer.drain()
+            await self._protocol.drain()
         except (ConnectionError, OSError) as e:
             self._shutdown(e)
             if not expects_response:
@@ -443,14 +446,14 @@ class BrokerConnection:
     async def _read_loop(self) -> None:
         try:
             while True:
-                head = await self._reader.readexactly(4)
+                head = await self._protocol.read_exactly(4)
                 size = _SIZE.unpack(head)[0]
                 if size < 4 or size > self.max_response_bytes:
                     raise ProtocolViolationError(
                         f"response of {size} bytes from {self.address} is outside "
                         f"4..{self.max_response_bytes}"
                     )
-                self._complete(await self._reader.readexactly(size))
+                self._complete(await self._protocol.read_body(size))
         except asyncio.CancelledError:
             raise
         except asyncio.IncompleteReadError:
@@ -461,7 +464,7 @@ class BrokerConnection:
             log.exception("reading from %s failed", self.address)
             self._shutdown(e)
 
-    def _complete(self, frame: bytes) -> None:
+    def _complete(self, frame: bytearray) -> None:
         correlation_id = _SIZE.unpack_from(frame, 0)[0]
         if not self._in_flight:
             raise ProtocolViolationError(
@@ -487,7 +490,9 @@ class BrokerConnection:
         ):
             response_type = _response_type(ApiKey.API_VERSIONS, 0)
         try:
-            in_flight.future.set_result(decode_response(response_type, frame))
+            # kio reads from read-only buffers: a view, not a copy, of the frame.
+            readable = memoryview(frame).toreadonly()
+            in_flight.future.set_result(decode_response(response_type, readable))
         except ProtocolViolationError as e:
             in_flight.future.set_exception(e)
             raise
@@ -517,7 +522,7 @@ class BrokerConnection:
         self.closed_at = asyncio.get_running_loop().time()
         if cause is not None:
             log.info("connection %s to %s closed: %s", self.client_id, self.address, cause)
-        self._writer.transport.abort()
+        self._transport.abort()
         if asyncio.current_task() is not self._read_task:
             self._read_task.cancel()
         in_flight, self._in_flight = self._in_flight, collections.deque()

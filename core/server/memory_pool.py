@@ -36,7 +36,7 @@ class Reservation:
 
     pool: RequestMemoryPool | None
     size: int
-    frame: bytes | None = None
+    frame: bytes | bytearray | None = None
     _released: bool = field(default=False)
 
     def release(self, _: object = None) -> None:

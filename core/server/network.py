@@ -1,15 +1,17 @@
 """The socket server: listeners, connections, framing, one request at a time.
 
 A connection is served as Kafka's socket server serves it: one request at a time, in
-arrival order. Its loop reads one size-prefixed frame (``readexactly``), decodes it, runs its
-handler to the end, writes the answer, and only then reads the next frame (Kafka mutes a
-channel once a request has arrived and unmutes it when the response has been sent, or at once
-for a produce with acks=0, which has none). So a client may pipeline requests on one
+arrival order. Its loop reads one size-prefixed frame (into buffers of its own:
+core.server.frame_protocol), decodes it, runs its handler to the end, writes the answer (a
+Fetch answer's records from the segment files with ``sendfile``: core.server.response_frame),
+and only then reads the next frame (Kafka mutes a channel once a request has arrived and
+unmutes it when the response has been sent, or at once for a produce with acks=0, which has
+none). So a client may pipeline requests on one
 connection and rely on their order: a read behind a change sees the change, and answers go
 out in request order. Concurrency comes from the connections: while one waits (a long-poll
 fetch, an fsync, a topic being created), the others are served. Frames a client pipelines
-wait in the socket meanwhile (the kernel's buffers and asyncio's read buffer hold them, and
-TCP pushes back on the client beyond that).
+wait in the socket meanwhile (the kernel's buffers and the connection's 64 KiB read-ahead
+buffer hold them, and TCP pushes back on the client beyond that).
 
 A frame that cannot be parsed, an unknown api key, a size out of bounds or a handler crash
 closes that one connection; nothing else is affected.
@@ -50,8 +52,10 @@ from typing import Any
 
 from core.server.api_keys import ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
+from core.server.frame_protocol import FrameProtocol
 from core.server.memory_pool import RequestMemoryPool, Reservation
 from core.server.protocol import ProtocolCodec, RequestContext
+from core.server.response_frame import ResponseFrame, TruncatedRecordsError, send_response
 from core.server.sasl_session import SaslSession
 from core.server.security import ANONYMOUS, ListenerSecurity, principal_of_certificate
 from core.server.socket_buffers import set_receive_buffer, set_send_buffer
@@ -61,12 +65,14 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 
-# asyncio reads a connection ahead into its buffer up to twice this, then pauses it. Kept
-# small: those bytes are not in the memory pool, and every stalled connection holds them.
-READ_BUFFER_BYTES = 256 * 1024
+# Each connection reads ahead into a buffer of this size (core.server.frame_protocol), then
+# pauses. Kept small: those bytes are not in the memory pool, and every connection holds
+# them; a larger frame's body is received straight into a buffer of its own.
+READ_AHEAD_BYTES = 64 * 1024
 # Frames up to this size are admitted by the memory pool even when it is full (see
-# core.server.memory_pool): they are no bigger than what the read buffer holds anyway.
-SMALL_FRAME_BYTES = READ_BUFFER_BYTES
+# core.server.memory_pool): small requests (metadata, fetches, small produce requests) must
+# not queue behind the large bodies slow or hostile clients announce.
+SMALL_FRAME_BYTES = 256 * 1024
 # Kept from a frame for the debug log of a connection closed on it.
 _FRAME_HEAD_LOGGED = 256
 _HANDLER_FAILED = "handler of %s v%d from %s failed; closing the connection"
@@ -151,6 +157,7 @@ class SocketServer:
         self.listen_backlog = listen_backlog
         self._servers: list[asyncio.base_events.Server] = []
         self._connections: set[Connection] = set()
+        self._accepting: set[asyncio.Task[None]] = set()
         self.bound: list[BoundListener] = []
 
     async def start(self, listeners: list[ListenerSpec]) -> list[BoundListener]:
@@ -158,15 +165,12 @@ class SocketServer:
         for spec in listeners:
             security = spec.security
 
-            # asyncio.start_server's factory, with a protocol that says when the peer goes.
             def factory(
                 name: str = spec.name, sec: ListenerSecurity | None = security
-            ) -> _StreamProtocol:
-                reader = asyncio.StreamReader(limit=READ_BUFFER_BYTES, loop=loop)
-                protocol = _StreamProtocol(
-                    reader, lambda r, w: self._accept(r, w, protocol, name, sec), loop
+            ) -> FrameProtocol:
+                return FrameProtocol(
+                    READ_AHEAD_BYTES, lambda protocol: self._connected(protocol, name, sec)
                 )
-                return protocol
 
             server = await loop.create_server(
                 factory,
@@ -192,8 +196,7 @@ class SocketServer:
         for server in self._servers:
             server.close()
         # Aborting the transports cancels each connection's request in progress and ends its
-        # loop. Cancelling the connection tasks instead would make asyncio's stream machinery
-        # log the CancelledError.
+        # loop.
         for connection in list(self._connections):
             connection.abort()
         if self._connections:
@@ -201,26 +204,33 @@ class SocketServer:
         for server in self._servers:
             await server.wait_closed()
 
+    def _connected(
+        self, protocol: FrameProtocol, listener: str, security: ListenerSecurity | None
+    ) -> None:
+        task = asyncio.get_running_loop().create_task(self._accept(protocol, listener, security))
+        self._accepting.add(task)
+        task.add_done_callback(self._accepting.discard)
+
     async def _accept(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        protocol: _StreamProtocol,
+        protocol: FrameProtocol,
         listener: str,
         security: ListenerSecurity | None = None,
     ) -> None:
+        transport = protocol.transport
+        assert transport is not None
         if len(self._connections) >= self.max_connections:
             log.warning(
                 "refusing a connection on %s: max.connections=%d reached",
                 listener,
                 self.max_connections,
             )
-            writer.close()
+            transport.close()
             return
-        set_send_buffer(writer, self.send_buffer_bytes)
-        peer = writer.get_extra_info("peername")
+        set_send_buffer(transport, self.send_buffer_bytes)
+        peer = transport.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        connection = Connection(self, reader, writer, listener, address, security)
+        connection = Connection(self, protocol, listener, address, security)
         self._connections.add(connection)
         protocol.watch(connection.peer_gone)
         try:
@@ -230,62 +240,27 @@ class SocketServer:
             connection.finished.set_result(None)
 
 
-class _StreamProtocol(asyncio.StreamReaderProtocol):
-    """asyncio's stream protocol, also telling the connection when its peer has gone: end
-    of stream, or the connection lost. A connection does not read while it serves a request,
-    so its reader alone would not notice."""
-
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        super().__init__(reader, connected, loop=loop)
-        self._gone = False
-        self._on_gone: Callable[[], None] | None = None
-
-    def watch(self, on_gone: Callable[[], None]) -> None:
-        """Call ``on_gone`` once the peer has gone (at once if it already has)."""
-        self._on_gone = on_gone
-        if self._gone:
-            on_gone()
-
-    def eof_received(self) -> bool:
-        keep_open = super().eof_received()
-        self._peer_gone()
-        return keep_open
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self._peer_gone()
-
-    def _peer_gone(self) -> None:
-        if self._gone:
-            return
-        self._gone = True
-        if self._on_gone is not None:
-            self._on_gone()
-
-
 class Connection:
     """One client connection, served one request at a time."""
 
     def __init__(
         self,
         server: SocketServer,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        protocol: FrameProtocol,
         listener: str,
         address: str,
         security: ListenerSecurity | None = None,
     ) -> None:
         self.server = server
-        self.reader = reader
-        self.writer = writer
+        self.protocol = protocol
+        assert protocol.transport is not None
+        self.transport: asyncio.Transport = protocol.transport
         self.listener = listener
         self.address = address
-        ssl_object = writer.get_extra_info("ssl_object")
+        ssl_object = self.transport.get_extra_info("ssl_object")
+        # TLS encrypts in user space: record bytes cannot go from the file to the socket
+        # with sendfile there, they are read and written (see core.server.response_frame).
+        self._sendfile = ssl_object is None
         certificate = ssl_object.getpeercert() if ssl_object is not None else None
         self.principal = principal_of_certificate(certificate) or ANONYMOUS
         self.sasl: SaslSession | None = None
@@ -315,7 +290,7 @@ class Connection:
         """Close the connection now: the request in progress is cancelled, no other frame
         is served."""
         self._aborted = True
-        self.writer.transport.abort()
+        self.transport.abort()
         self.peer_gone()  # asyncio reports the lost connection later; stop waiting now
 
     def peer_gone(self) -> None:
@@ -345,16 +320,18 @@ class Connection:
         except AuthenticationEndedError:
             pass  # logged by the SASL session, answered before closing
         except HandlerFailedError:
-            self.writer.transport.abort()  # logged where the handler failed
+            self.transport.abort()  # logged where the handler failed
+        except TruncatedRecordsError as e:
+            log.warning("closing connection %s on %s: %s", self.address, self.listener, e)
+            self.transport.abort()  # the frame announced more bytes than it carries
         except InvalidRequestError as e:
             log.warning("closing connection %s on %s: %s", self.address, self.listener, e)
             if self._last_frame_head is not None and log.isEnabledFor(logging.DEBUG):
                 log.debug("the frame began %s", self._last_frame_head.hex())
         finally:
             # close() sends what is still buffered first (a SASL failure's answer).
-            self.writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await self.writer.wait_closed()
+            self.transport.close()
+            await self.protocol.closed
 
     async def _read_loop(self) -> None:
         server = self.server
@@ -363,7 +340,7 @@ class Connection:
             await self._throttle_ends()
             # Waiting for a request is the only time a connection is idle.
             async with asyncio.timeout(server.idle_timeout_s):
-                head = await self.reader.readexactly(4)
+                head = await self.protocol.read_exactly(4)
             size = _SIZE.unpack(head)[0]
             if size < 0 or size > server.max_request_bytes:
                 raise InvalidRequestError(
@@ -419,11 +396,14 @@ class Connection:
             await self._throttle_ends()
             if self._gone:
                 return
-        if answer is not None:
-            self.writer.write(answer)
+        if isinstance(answer, ResponseFrame):
+            # Like Kafka, the next request waits until this answer is on its way.
+            await send_response(self.transport, self.protocol, answer, sendfile=self._sendfile)
+        elif answer is not None:
+            self.transport.write(answer)
             # Like Kafka, the next request waits until this answer is on its way: drain()
             # holds the loop while asyncio's write buffer is over its high-water mark.
-            await self.writer.drain()
+            await self.protocol.drain()
 
     async def _reserve(self, size: int) -> Reservation:
         """Room for a frame of ``size`` bytes in the broker-wide memory pool; while it
@@ -445,23 +425,25 @@ class Connection:
         finally:
             self._pool_wait = None
 
-    async def _read_and_handle(self, size: int, reservation: Reservation) -> bytes | None:
+    async def _read_and_handle(
+        self, size: int, reservation: Reservation
+    ) -> bytes | ResponseFrame | None:
         """Read one frame's body into ``reservation`` and serve it: the encoded answer to
         write, or None when there is none (acks=0 produce, a request cut short because the
         client went away)."""
         server = self.server
         try:
             async with asyncio.timeout(server.idle_timeout_s):
-                frame = await self.reader.readexactly(size)
+                frame = await self.protocol.read_body(size)
         except TimeoutError:
             raise BodyTimeoutError(
                 f"the body of a {size}-byte request did not arrive within "
                 f"connections.max.idle.ms={int((server.idle_timeout_s or 0) * 1000)}"
             ) from None
         reservation.frame = frame
-        self._last_frame_head = frame[:_FRAME_HEAD_LOGGED]
+        self._last_frame_head = bytes(frame[:_FRAME_HEAD_LOGGED])
         if self.sasl is not None and self.sasl.raw_tokens:
-            return self._raw_token(frame)
+            return self._raw_token(bytes(frame))
         try:
             context, request = server.codec.decode_request(
                 frame, self.listener, self.address, self.principal
@@ -477,7 +459,7 @@ class Connection:
             return await self._authenticate(context, request)
         return await self._handle(context, request)
 
-    async def _handle(self, context: RequestContext, request: Any) -> bytes | None:
+    async def _handle(self, context: RequestContext, request: Any) -> bytes | ResponseFrame | None:
         """Run the request's handler to its end (in this connection's task, so that it
         starts at once: what it does before its first ``await`` is done even if the client
         goes away right after sending it) and encode its response."""
@@ -519,9 +501,11 @@ class Connection:
             response = self._throttled(response)
         if response is None:
             return None
-        return self.server.codec.encode_response(context, response)
+        return self.server.codec.encode_response_frame(context, response)
 
-    async def _authenticate(self, context: RequestContext, request: Any) -> bytes | None:
+    async def _authenticate(
+        self, context: RequestContext, request: Any
+    ) -> bytes | ResponseFrame | None:
         """A request before the SASL exchange has completed (Kafka's
         SaslServerAuthenticator): ApiVersions is served, SaslHandshake and
         SaslAuthenticate drive the exchange, anything else closes the connection.
@@ -543,7 +527,7 @@ class Connection:
         response, close = session.answer(context, request)
         answer = self.server.codec.encode_response(context, response)
         if close:
-            self.writer.write(answer)  # sent by the close that follows
+            self.transport.write(answer)  # sent by the close that follows
             raise AuthenticationEndedError
         if session.complete and session.principal is not None:
             self.principal = session.principal

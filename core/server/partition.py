@@ -364,7 +364,9 @@ class Partition:
                 f"leader epoch {current_leader_epoch} is newer than {self.leader_epoch}"
             )
 
-    def append_as_leader(self, records: bytearray, required_acks: int = 1) -> LogAppendInfo:
+    def append_as_leader(
+        self, records: bytearray | memoryview, required_acks: int = 1
+    ) -> LogAppendInfo:
         """Append clients' batches with this leader's epoch, then move the high watermark
         if the ISR allows (with ISR = [self] it reaches the new log end at once).
 

@@ -3,7 +3,9 @@
 A request frame (after the 4-byte size) starts with the api key and version (int16 each),
 which select the request schema and, through it, the header version (v1 plain, v2
 flexible). Responses are the response header (v0, or v1 for flexible versions; ApiVersions
-always v0) followed by the body, behind a 4-byte size. Record data stays ``bytes``.
+always v0) followed by the body, behind a 4-byte size. A Fetch response's records may be
+segment file slices, kept out of the encoded bytes and sent from the file
+(``encode_response_frame``, core.server.response_frame).
 
 Message classes come from kio, except for the ZooKeeper-mode controller APIs that Kafka 4
 (and so kio) dropped: ``load_request_schema`` / ``load_response_schema`` here fall back to
@@ -26,6 +28,8 @@ from core.server.api_keys import INTER_BROKER_VERSIONS, ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
 from core.server.frame_guard import check_frame
 from core.server.interbroker_schema import SCHEMAS as INTER_BROKER_SCHEMAS
+from core.server.produce_request import decode_produce_request
+from core.server.response_frame import ResponseFrame, SplicingBuffer
 
 _KEY_AND_VERSION = struct.Struct(">hh")
 _SIZE = struct.Struct(">i")
@@ -112,12 +116,13 @@ class ProtocolCodec:
 
     def decode_request(
         self,
-        frame: bytes | memoryview,
+        frame: bytes | bytearray | memoryview,
         listener: str,
         client_address: str,
         principal: str = "User:ANONYMOUS",
     ) -> tuple[RequestContext, Any]:
-        """Parse one request frame (without its size prefix).
+        """Parse one request frame (without its size prefix). A Produce request read from
+        a writable frame (``bytearray``) has its records as ``memoryview``s into the frame.
 
         Raises:
             UnsupportedVersionRequestError: a known api key at an unserved version (the
@@ -138,9 +143,16 @@ class ProtocolCodec:
             check_frame(codec.request_type, codec.request_header_type, frame)
         except InvalidRequestError as e:
             raise InvalidRequestError(f"{ApiKey(api_key).name} v{api_version}: {e}") from e
+        # kio's readers take read-only buffers; a frame is a bytearray (read in place).
+        readable = frame if isinstance(frame, bytes) else memoryview(frame).toreadonly()
         try:
-            header, used = codec.read_header(frame, 0)
-            request, _ = codec.read_request(frame, used)
+            header, used = codec.read_header(readable, 0)
+            if api_key == ApiKey.PRODUCE and not isinstance(frame, bytes):
+                # The records as views into the frame: patched and written to the log in
+                # place, no copy (kio would copy them into bytes).
+                request = decode_produce_request(codec.request_type, memoryview(frame), used)
+            else:
+                request, _ = codec.read_request(readable, used)
         except Exception as e:  # kio raises assorted errors for malformed input
             raise InvalidRequestError(
                 f"malformed {ApiKey(api_key).name} v{api_version} request: {e}"
@@ -158,17 +170,34 @@ class ProtocolCodec:
         return context, request
 
     def encode_response(self, context: RequestContext, response: Any) -> bytes:
-        """The response frame, size prefix included."""
+        """The response frame, size prefix included, in memory (a Fetch response's records
+        read from their segment files)."""
+        frame = self.encode_response_frame(context, response)
+        return frame if isinstance(frame, bytes) else frame.to_bytes()
+
+    def encode_response_frame(
+        self, context: RequestContext, response: Any
+    ) -> bytes | ResponseFrame:
+        """The response frame, size prefix included: ``bytes``, or for a Fetch response
+        whose records are segment file slices a ``ResponseFrame`` that keeps them as slices
+        (sent with ``sendfile``, core.server.response_frame)."""
         codec = self._codecs[(context.api_key, context.api_version)]
+        header = codec.response_header_type(correlation_id=context.correlation_id)
+        if context.api_key == ApiKey.FETCH:
+            # Only Fetch carries slices; other responses keep the plain BytesIO, whose
+            # C write is cheaper than a Python buffer for kio's many small writes.
+            spliced = SplicingBuffer()
+            codec.write_response_header(spliced, header)
+            codec.write_response(spliced, response)
+            # The size prefix as a part of its own: prepending it would copy the records
+            # a remote read put in the response.
+            return ResponseFrame((_SIZE.pack(spliced.size), *spliced.parts()))
         out = io.BytesIO()
         out.write(b"\0\0\0\0")
-        codec.write_response_header(
-            out, codec.response_header_type(correlation_id=context.correlation_id)
-        )
+        codec.write_response_header(out, header)
         codec.write_response(out, response)
         size = out.tell() - 4
         out.seek(0)
         out.write(_SIZE.pack(size))
-        # getvalue() hands over the buffer without the copy bytes(getbuffer()) makes: a
-        # Fetch response is megabytes of records.
+        # getvalue() hands over the buffer without the copy bytes(getbuffer()) makes.
         return out.getvalue()

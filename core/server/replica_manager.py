@@ -37,6 +37,7 @@ from core.errors import (
     UnexpectedAppendOffsetError,
 )
 from core.log.divergence import EpochEndOffset
+from core.log.file_records import FileSlice
 from core.log.leader_epoch import EpochEntry
 from core.log.log_manager import LogManager
 from core.log.partition_log import (
@@ -150,7 +151,8 @@ class FetchPartitionResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes | None = None
+    # A local read's slice of a segment file (sent from the file), or a remote read's bytes.
+    records: bytes | FileSlice | None = None
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
     remote: bool = False  # to be read from the remote tier
     diverging_epoch: EpochEndOffset | None = None  # a follower must truncate first
@@ -764,7 +766,7 @@ class ReplicaManager:
 
     # -- produce ---------------------------------------------------------------------------
     def append(
-        self, partition: Partition, records: bytearray, required_acks: int = 1
+        self, partition: Partition, records: bytearray | memoryview, required_acks: int = 1
     ) -> LogAppendInfo:
         """Append client batches to a leader partition and wake fetches waiting on it.
 
@@ -908,13 +910,14 @@ class ReplicaManager:
                 result.error = e.error_code
                 continue
             if info.records is not None and info.records.size > 0:
-                data = info.records.read_bytes()
+                # The slice itself: the network layer sends it from the file (sendfile).
+                data = info.records
                 result.records = data
-                remaining -= len(data)
-                gathered += len(data)
+                remaining -= data.size
+                gathered += data.size
                 min_one_message = False
                 if params.isolation_level == READ_COMMITTED:
-                    upper = req.fetch_offset + len(data)  # a bound: offsets <= bytes
+                    upper = req.fetch_offset + data.size  # a bound: offsets <= bytes
                     txns = plog.collect_aborted_txns(req.fetch_offset, max(upper, lso))
                     result.aborted = [(t.producer_id, t.first_offset) for t in txns]
             elif params.isolation_level == READ_COMMITTED:

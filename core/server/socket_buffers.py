@@ -29,7 +29,7 @@ def set_receive_buffer(listening: Iterable[Any], size: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
 
 
-def set_send_buffer(writer: asyncio.StreamWriter, size: int) -> None:
+def set_send_buffer(writer: asyncio.BaseTransport | asyncio.StreamWriter, size: int) -> None:
     """``SO_SNDBUF`` of an accepted connection."""
     if size == USE_OS_DEFAULT:
         return

@@ -510,3 +510,24 @@ def test_file_names_are_twenty_digit_offsets(tmp_path, batch):
     assert "00000000000000000000.timeindex" in names
     assert "leader-epoch-checkpoint" in names
     assert any(n.endswith(".snapshot") for n in names)
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_a_writable_view_is_patched_and_written_in_place(tmp_path, batch, timestamp_type):
+    # The network layer hands a produce request's records as a view into the request frame.
+    config = LogConfig(message_timestamp_type=timestamp_type)
+    by_view = open_log(tmp_path / "view-0", config, clock=lambda: 1_800_000_000_000)
+    by_copy = open_log(tmp_path / "copy-0", config, clock=lambda: 1_800_000_000_000)
+    for values in ([b"a", b"b"], [b"c"]):
+        records = bytes(batch(values, timestamp=5))
+        frame = bytearray(b"HEAD" + records + b"TAIL")
+        view = memoryview(frame)[4 : 4 + len(records)]
+        by_view.append_as_leader(view, 3)
+        by_copy.append_as_leader(bytearray(records), 3)
+        assert frame[:4] == b"HEAD" and frame[-4:] == b"TAIL"
+        assert bytes(view) != records  # patched where it arrived: no copy was made
+    written = by_view.read(0, 1 << 20).records.read_bytes()
+    assert written == by_copy.read(0, 1 << 20).records.read_bytes()
+    for header in iter_batches(written):
+        header.validate()
+    assert read_all(by_view) == [(0, b"a"), (1, b"b"), (2, b"c")]

@@ -55,7 +55,7 @@ async def _accepted_socket(**options: int) -> tuple[SocketServer, socket.socket,
         assert loop.time() < deadline, "the server did not accept the connection"
         await asyncio.sleep(0.01)
     (connection,) = server._connections
-    return server, client, connection.writer.get_extra_info("socket")
+    return server, client, connection.transport.get_extra_info("socket")
 
 
 def test_accepted_connections_get_the_configured_buffer_sizes():

@@ -1,0 +1,125 @@
+"""Decoding a Produce request body with its records left in the request frame.
+
+kio decodes a ``records`` field into a new ``bytes``, and the log, which patches base
+offsets and the leader epoch in place, would then copy that again into a ``bytearray``: two
+copies of every produced byte. This decoder reads the body of the Produce versions tierlog
+serves (3-11) and gives each partition's records as a writable ``memoryview`` into the frame
+(a ``bytearray`` the connection received the request into), so the log validates, patches and
+writes the client's bytes where they arrived. Everything else becomes kio's own Produce
+classes, so the handler cannot tell the two decoders apart.
+
+Layout (Kafka's ProduceRequest.json): ``transactional_id`` (nullable string), ``acks``
+(int16), ``timeout_ms`` (int32), ``topic_data`` [``name`` (string), ``partition_data``
+[``index`` (int32), ``records`` (nullable bytes)]]. From v9 (flexible) strings, bytes and
+arrays have unsigned-varint lengths plus one and every struct ends with tagged fields, none
+of which Produce defines: they are skipped. The frame guard (core.server.frame_guard) has
+walked the frame before this runs; the bounds are checked here too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import sys
+from typing import Any
+
+from core.server.errors import InvalidRequestError
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class _Reader:
+    __slots__ = ("buf", "flexible", "pos")
+
+    def __init__(self, buf: memoryview, pos: int, flexible: bool) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.flexible = flexible
+
+    def int16(self) -> int:
+        value = _I16.unpack_from(self.buf, self.pos)[0]
+        self.pos += 2
+        return int(value)
+
+    def int32(self) -> int:
+        value = _I32.unpack_from(self.buf, self.pos)[0]
+        self.pos += 4
+        return int(value)
+
+    def uvarint(self) -> int:
+        buf, pos = self.buf, self.pos
+        value = shift = 0
+        while True:
+            if pos >= len(buf) or shift > 28:
+                raise InvalidRequestError("malformed unsigned varint in Produce request")
+            byte = buf[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                break
+            shift += 7
+        self.pos = pos
+        return value
+
+    def length(self, wide: bool) -> int:
+        """A string/bytes/array length; -1 for null."""
+        if self.flexible:
+            return self.uvarint() - 1
+        return self.int32() if wide else self.int16()
+
+    def span(self, size: int) -> memoryview:
+        end = self.pos + size
+        if size < 0 or end > len(self.buf):
+            raise InvalidRequestError("a Produce request field runs past the frame")
+        view = self.buf[self.pos : end]
+        self.pos = end
+        return view
+
+    def string(self) -> str | None:
+        size = self.length(wide=False)
+        return None if size < 0 else str(self.span(size), "utf-8")
+
+    def skip_tagged_fields(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()  # tag
+                self.span(self.uvarint())
+
+
+def decode_produce_request(request_type: type, frame: memoryview, offset: int) -> Any:
+    """The Produce request body at ``offset`` of ``frame`` (writable), as an instance of
+    ``request_type`` (kio's ProduceRequest of the version) with memoryview records.
+
+    Raises:
+        InvalidRequestError: the body does not fit the frame.
+        struct.error, UnicodeDecodeError: malformed fields (the caller turns every error
+            into InvalidRequestError).
+    """
+    module = sys.modules[request_type.__module__]
+    topic_cls = module.TopicProduceData
+    partition_cls = module.PartitionProduceData
+    r = _Reader(frame, offset, bool(request_type.__flexible__))
+    transactional_id = r.string()
+    acks = r.int16()
+    timeout_ms = r.int32()
+    topics = []
+    for _ in range(r.length(wide=True)):
+        name = r.string()
+        partitions = []
+        for _ in range(r.length(wide=True)):
+            index = r.int32()
+            size = r.length(wide=True)
+            records = None if size < 0 else r.span(size)
+            r.skip_tagged_fields()
+            partitions.append(partition_cls(index=index, records=records))
+        r.skip_tagged_fields()
+        topics.append(topic_cls(name=name, partition_data=tuple(partitions)))
+    r.skip_tagged_fields()
+    # Bytes after the body are ignored, as Kafka (and kio's decoder here) ignores them.
+    return request_type(
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout=datetime.timedelta(milliseconds=timeout_ms),
+        topic_data=tuple(topics),
+    )

@@ -1,0 +1,165 @@
+"""A response whose record bytes stay in the segment files until they are sent.
+
+A Fetch answer is mostly record bytes that are already in a segment file. Kafka writes them
+from the file to the socket (``FileRecords.writeTo``, a ``sendfile``) and encodes only what is
+around them. So does tierlog: the Fetch handler puts the log's ``FileSlice`` itself in the
+response's records field; ``SplicingBuffer`` takes kio's writes of the response, and when
+kio writes a slice (after its length, which ``len`` of the slice gives) it ends the current
+chunk of encoded bytes there and keeps the slice as a part of its own. The response is sent
+part by part: the encoded chunks with the transport's ``write``, each slice with
+``loop.sendfile`` (``os.sendfile`` on a plain TCP socket: no copy in user space, no ``pread``).
+
+TLS encrypts in user space, so there is no ``sendfile`` on a TLS connection: the slice is
+read (``pread``) and written, one copy, as before.
+
+A slice is sent from a duplicate of the segment's descriptor taken just before the response
+is written, so a segment deleted by retention while the response goes out still sends its
+bytes (as Kafka's channel of a deleted file does). If the file has fewer bytes than the
+frame announced (a follower truncated its log meanwhile, or the segment was closed in the
+moment between the handler's answer and the send),
+the frame cannot be completed: the connection is closed, as Kafka closes it on a
+``FileRecords`` truncated during a write, and the client fetches again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.errors import CoreError
+from core.log.file_records import FileSlice
+
+
+class TruncatedRecordsError(CoreError):
+    """A slice of a segment could not be sent whole; the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFrame:
+    """A response frame in parts: encoded bytes (the size prefix first) and file slices."""
+
+    parts: tuple[bytes | FileSlice, ...]
+
+    @property
+    def size(self) -> int:
+        """The frame's bytes, size prefix included."""
+        return sum(len(p) for p in self.parts)
+
+    def to_bytes(self) -> bytes:
+        """The whole frame in memory (slices read with ``pread``)."""
+        return b"".join(p.read_bytes() if isinstance(p, FileSlice) else p for p in self.parts)
+
+
+class SplicingBuffer:
+    """A write-only buffer for kio's writers that keeps ``FileSlice`` values as parts of
+    their own instead of copying their bytes in."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes | FileSlice] = []
+        self._out = io.BytesIO()
+        self.size = 0
+
+    def write(self, data: bytes | bytearray | memoryview | FileSlice) -> int:
+        n = len(data)
+        self.size += n
+        if isinstance(data, FileSlice):
+            if self._out.tell():
+                self._parts.append(self._out.getvalue())
+                self._out = io.BytesIO()
+            self._parts.append(data)
+            return n
+        return self._out.write(data)
+
+    def parts(self) -> list[bytes | FileSlice]:
+        """What was written, in order; the encoded chunks as ``bytes``."""
+        if self._out.tell():
+            self._parts.append(self._out.getvalue())
+            self._out = io.BytesIO()
+        return self._parts
+
+
+class _Drainable(Protocol):
+    """What ``send_response`` needs of the connection's protocol."""
+
+    async def drain(self) -> None: ...
+
+
+async def send_response(
+    transport: asyncio.Transport, protocol: _Drainable, frame: ResponseFrame, *, sendfile: bool
+) -> None:
+    """Write ``frame`` to ``transport`` in order; returns once the last part is on its way.
+
+    Every slice's file is opened (a duplicate descriptor) before the first byte is written,
+    so a segment deleted while an earlier part is still going out to a slow client is sent
+    all the same.
+
+    Args:
+        sendfile: slices go with ``loop.sendfile`` (plain TCP); False: read and written
+            (TLS).
+
+    Raises:
+        TruncatedRecordsError: a slice could not be sent whole.
+        ConnectionResetError: the connection closed meanwhile.
+    """
+    loop = asyncio.get_running_loop()
+    with contextlib.ExitStack() as files:
+        opened = [
+            files.enter_context(_open(part)) if isinstance(part, FileSlice) else None
+            for part in frame.parts
+        ]
+        for part, file in zip(frame.parts, opened, strict=True):
+            if not isinstance(part, FileSlice):
+                transport.write(part)
+            elif file is None:
+                raise AssertionError("a slice without its file")
+            elif sendfile:
+                await _send_slice(loop, transport, part, file)
+                continue
+            else:
+                transport.write(_read_slice(part, file))
+            await protocol.drain()
+
+
+def _open(part: FileSlice) -> io.FileIO:
+    try:
+        fd = part.records.duplicate_fd()
+    except CoreError as e:
+        raise TruncatedRecordsError(f"records of a fetch response cannot be sent: {e}") from e
+    return io.FileIO(fd, "rb", closefd=True)
+
+
+def _read_slice(part: FileSlice, file: io.FileIO) -> bytes:
+    try:
+        data = os.pread(file.fileno(), part.size, part.position)
+    except OSError as e:
+        raise TruncatedRecordsError(f"records of a fetch response cannot be read: {e}") from e
+    if len(data) != part.size:
+        raise TruncatedRecordsError(
+            f"{part.records.path} has {len(data)} of the {part.size} bytes at position "
+            f"{part.position} that the fetch response announced (truncated meanwhile)"
+        )
+    return data
+
+
+async def _send_slice(
+    loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, part: FileSlice, file: io.FileIO
+) -> None:
+    if transport.is_closing():
+        raise ConnectionResetError("connection closed")
+    try:
+        sent = await loop.sendfile(transport, file, part.position, part.size, fallback=False)
+    except asyncio.SendfileNotAvailableError:
+        # A transport without a native sendfile: read and write.
+        transport.write(_read_slice(part, file))
+        return
+    except RuntimeError as e:  # asyncio: the transport is closing
+        raise ConnectionResetError(str(e)) from e
+    if sent != part.size:
+        raise TruncatedRecordsError(
+            f"{part.records.path} had {sent} of the {part.size} bytes at position "
+            f"{part.position} that the fetch response announced (truncated meanwhile)"
+        )

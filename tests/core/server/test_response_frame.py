@@ -1,0 +1,247 @@
+"""Fetch responses whose records stay in the segment file: the same bytes as a copied
+response, sent with sendfile, and a connection closed when the file came up short."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import io
+import os
+import struct
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
+
+from core.log.file_records import FileRecords, FileSlice
+from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.kio_build import make, nested
+from core.server.network import ListenerSpec, SocketServer
+from core.server.protocol import ProtocolCodec, RequestContext, load_request_schema
+from core.server.response_frame import ResponseFrame
+
+CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
+LOW, HIGH = SUPPORTED_VERSIONS[ApiKey.FETCH]
+SIZE = struct.Struct(">i")
+DEADLINE_S = 10.0
+
+
+def fetch_response(version: int, records: list[bytes | FileSlice]) -> Any:
+    """A Fetch response of one topic with a partition per entry of ``records``."""
+    response_type = CODEC.response_type(ApiKey.FETCH, version)
+    partitions = tuple(
+        make(
+            nested(response_type, "PartitionData"),
+            partition_index=i,
+            error_code=ErrorCode.none,
+            high_watermark=1000 + i,
+            last_stable_offset=1000 + i,
+            log_start_offset=0,
+            aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=r,
+        )
+        for i, r in enumerate(records)
+    )
+    topic = make(
+        nested(response_type, "FetchableTopicResponse"),
+        topic="topic",
+        topic_id=uuid.UUID(int=7),
+        partitions=partitions,
+    )
+    return make(
+        response_type,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=(topic,),
+        node_endpoints=(),
+    )
+
+
+def context(version: int) -> RequestContext:
+    return RequestContext(ApiKey.FETCH, version, 42, "c", "PLAINTEXT", "x")
+
+
+@pytest.fixture
+def segment(tmp_path: Path) -> FileRecords:
+    records = FileRecords(tmp_path / "00000000000000000000.log")
+    records.append(os.urandom(300_000))
+    yield records
+    records.close()
+
+
+@pytest.mark.parametrize("version", range(LOW, HIGH + 1))
+def test_a_spliced_fetch_response_is_the_copied_one(segment: FileRecords, version: int) -> None:
+    first, second = FileSlice(segment, 100, 5000), FileSlice(segment, 200_000, 90_000)
+    spliced = CODEC.encode_response_frame(
+        context(version), fetch_response(version, [first, b"", second, b"inline"])
+    )
+    copied = CODEC.encode_response(
+        context(version),
+        fetch_response(version, [first.read_bytes(), b"", second.read_bytes(), b"inline"]),
+    )
+    assert isinstance(spliced, ResponseFrame)
+    # The slices are parts of their own, not copied into the encoded bytes.
+    assert [p for p in spliced.parts if isinstance(p, FileSlice)] == [first, second]
+    assert spliced.size == len(copied)
+    assert spliced.to_bytes() == copied
+
+
+def fetch_request_frame(version: int = 12, correlation_id: int = 9) -> bytes:
+    cls = load_request_schema(ApiKey.FETCH, version)
+    request = make(
+        cls,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    header_cls = cls.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(
+        out,
+        header_cls(
+            request_api_key=i16(ApiKey.FETCH),
+            request_api_version=i16(version),
+            correlation_id=i32(correlation_id),
+            client_id="test",
+        ),
+    )
+    entity_writer(cls)(out, request)
+    body = out.getvalue()
+    return SIZE.pack(len(body)) + body
+
+
+async def exchange(handler: Any, request: bytes) -> tuple[bytes, bool]:
+    """Serve one Fetch with ``handler``; the bytes the client got and whether the server
+    closed the connection after them."""
+    server = SocketServer(CODEC, handler, lambda ctx: None)
+    (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
+        writer.write(request)
+        async with asyncio.timeout(DEADLINE_S):
+            received = await reader.read(-1)  # until the server closes or we time out
+        writer.close()
+        return received, True
+    except TimeoutError:
+        return b"", False
+    finally:
+        await server.stop()
+
+
+def test_fetch_records_are_sent_from_the_file_with_sendfile(segment: FileRecords) -> None:
+    piece = FileSlice(segment, 1000, 250_000)
+    calls: list[tuple[int, int]] = []
+
+    async def scenario() -> bytes:
+        loop = asyncio.get_running_loop()
+        native = loop.sendfile
+
+        async def spy(
+            transport: Any, file: Any, offset: int = 0, count: int | None = None, **kw: Any
+        ) -> int:
+            calls.append((offset, count or 0))
+            return await native(transport, file, offset, count, **kw)
+
+        loop.sendfile = spy  # type: ignore[method-assign]
+        answered = asyncio.get_running_loop().create_future()
+
+        async def handler(ctx: RequestContext, request: Any) -> Any:
+            answered.set_result(None)
+            return fetch_response(ctx.api_version, [piece])
+
+        server = SocketServer(CODEC, handler, lambda ctx: None)
+        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
+            writer.write(fetch_request_frame())
+            async with asyncio.timeout(DEADLINE_S):
+                (size,) = SIZE.unpack(await reader.readexactly(4))
+                body = await reader.readexactly(size)
+            writer.close()
+            return SIZE.pack(size) + body
+        finally:
+            await server.stop()
+
+    received = asyncio.run(scenario())
+    expected = CODEC.encode_response(context(12), fetch_response(12, [piece.read_bytes()]))
+    expected = expected[:4] + SIZE.pack(9) + expected[8:]  # the request's correlation id
+    assert received == expected
+    assert calls == [(1000, 250_000)]
+
+
+def test_a_slice_truncated_before_it_is_sent_closes_the_connection(
+    segment: FileRecords,
+) -> None:
+    piece = FileSlice(segment, 0, 300_000)
+
+    async def scenario() -> bytes:
+        async def handler(ctx: RequestContext, request: Any) -> Any:
+            response = fetch_response(ctx.api_version, [piece])
+            segment.truncate_to(100_000)  # a follower truncating its log meanwhile
+            return response
+
+        received, closed = await exchange(handler, fetch_request_frame())
+        assert closed, "the server kept the connection of a frame it cannot complete"
+        return received
+
+    received = asyncio.run(scenario())
+    # Whatever went out is less than the frame announced: the client sees a cut frame and
+    # reconnects, never a frame with other bytes in place of the records.
+    (size,) = SIZE.unpack(received[:4])
+    assert len(received) - 4 < size
+
+
+def test_a_segment_deleted_while_the_response_goes_out_is_still_sent(
+    segment: FileRecords, tmp_path: Path
+) -> None:
+    later = FileRecords(tmp_path / "00000000000000001000.log")
+    later.append(os.urandom(50_000))
+    first, second = FileSlice(segment, 0, 200_000), FileSlice(later, 10, 40_000)
+    copied = fetch_response(12, [first.read_bytes(), second.read_bytes()])
+    expected = CODEC.encode_response(context(12), copied)
+
+    async def scenario() -> bytes:
+        loop = asyncio.get_running_loop()
+        native = loop.sendfile
+
+        async def deleting(
+            transport: Any, file: Any, offset: int = 0, count: Any = None, **kw: Any
+        ):
+            # Retention deletes the second segment while the first slice is on its way.
+            later.delete_if_exists()
+            return await native(transport, file, offset, count, **kw)
+
+        loop.sendfile = deleting  # type: ignore[method-assign]
+
+        async def handler(ctx: RequestContext, request: Any) -> Any:
+            return fetch_response(ctx.api_version, [first, second])
+
+        server = SocketServer(CODEC, handler, lambda ctx: None)
+        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
+            writer.write(fetch_request_frame())
+            async with asyncio.timeout(DEADLINE_S):
+                (size,) = SIZE.unpack(await reader.readexactly(4))
+                body = await reader.readexactly(size)
+            writer.close()
+            return body
+        finally:
+            await server.stop()
+
+    body = asyncio.run(scenario())
+    assert not (tmp_path / "00000000000000001000.log").exists()
+    assert body == SIZE.pack(9) + expected[8:]  # the request's correlation id
