@@ -311,6 +311,12 @@ class RemoteStorageSystem:
         cache = self.broker.replica_manager.metadata_cache
         tps = []
         for topic, index in stopped:
+            # The remote tier's own record first: a topic deletion's UpdateMetadata has
+            # removed the topic from the metadata cache before its StopReplica arrives.
+            hosted = rlm.hosted_partition(topic, index)
+            if hosted is not None:
+                tps.append(hosted)
+                continue
             topic_id = cache.topic_id(topic)
             if topic_id is None:
                 info = self.broker.topics.get(topic)
