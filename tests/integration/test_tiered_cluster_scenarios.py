@@ -125,11 +125,13 @@ class Scenario:
 
     def wait_state(self, leader: int, epoch: int, isr: Sequence[int], timeout: float = 60) -> None:
         want = (leader, epoch, sorted(isr))
-        self.cluster.wait(
-            lambda: self.state() == want,
-            f"leader, epoch, ISR {want} (now {self.state()})",
-            timeout,
-        )
+        seen: list[tuple[int, int, list[int]]] = []
+
+        def reached() -> bool:
+            seen[:] = [self.state()]
+            return seen[0] == want
+
+        self.cluster.wait(reached, f"leader, epoch, ISR {want} (last seen {seen})", timeout)
 
     def elect(self, kind: str) -> dict[str, Any]:
         """``tierlog cluster elect-leaders --preferred|--unclean`` for the partition."""
@@ -248,10 +250,14 @@ class Scenario:
         return sorted(int(f.name.split(".")[0]) for f in directory.glob("*.log"))
 
     def wait_local_start(self, broker: int, offset: int) -> None:
+        seen: list[int] = []
+
+        def reached() -> bool:
+            seen[:] = self.local_bases(broker)
+            return bool(seen) and seen[0] == offset
+
         self.cluster.wait(
-            lambda: (self.local_bases(broker) or [None])[0] == offset,
-            f"broker {broker}'s local log from {offset} (now {self.local_bases(broker)})",
-            90,
+            reached, f"broker {broker}'s local log from {offset} (last seen {seen})", 90
         )
 
 
