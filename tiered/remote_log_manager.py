@@ -145,6 +145,15 @@ class RemoteLogManager:
         # task is never scheduled again.
         self._lock = threading.Lock()
         self._tasks: dict[TopicIdPartition, tuple[RLMTask, ...]] = {}
+        # The topic ids of the partitions this broker hosts (Kafka's topicIdByPartitionMap):
+        # a StopReplica names partitions by topic name only, and by the time a topic
+        # deletion's StopReplica arrives the controller's UpdateMetadata has already
+        # removed the topic from the broker's metadata.
+        self._hosted: dict[tuple[str, int], TopicIdPartition] = {}
+        # Partitions this broker led when a StopReplica without deletion stopped them (a
+        # topic deletion's first step): the StopReplica with deletion that follows marks
+        # them, and their metadata stays loaded until then.
+        self._stopped_leaders: set[TopicIdPartition] = set()
         self._started = False
         self._closed = False
 
@@ -188,6 +197,9 @@ class RemoteLogManager:
             return
         self.rlmm.on_partition_leadership_changes(set(leaders), set(followers))
         with self._lock:
+            for tp in (*leaders, *followers):
+                self._hosted[(tp.topic, tp.partition)] = tp
+                self._stopped_leaders.discard(tp)
             for tp, plog in followers.items():
                 self._assign(tp, plog, FOLLOWER_TASKS)
             for tp, plog in leaders.items():
@@ -203,32 +215,47 @@ class RemoteLogManager:
         """This broker leads these partitions (a single broker leads every partition)."""
         self.on_leadership_change(dict(partitions), {})
 
+    def hosted_partition(self, topic: str, partition: int) -> TopicIdPartition | None:
+        """The topic id partition of a partition this broker hosts or has stopped hosting
+        without a deletion yet; None if unknown."""
+        with self._lock:
+            return self._hosted.get((topic, partition))
+
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition], *, delete: bool) -> None:
         """This broker no longer hosts these partitions (Kafka's stopPartitions).
 
         Their tasks are cancelled (a run in progress finishes its current segment) and
-        their metrics dropped. Without ``delete`` (the partition moved away) the RLMM drops
-        their metadata now. With ``delete`` (the topic was deleted), each partition this
-        broker led is marked DELETE_PARTITION_MARKED, so that the deletion of its remote
-        data happens once, on its leader (a topic is deleted only once every replica is
-        online, as in Kafka, so its leader hears of it): the RLMM keeps its metadata until
-        the partition remover (``rlmm.remover``) has deleted the remote data (KIP-405).
-        The followers drop theirs as for a move. Blocking.
+        their metrics dropped. Without ``delete`` the followers' metadata is dropped from
+        the RLMM now; a partition this broker led keeps it, because a topic deletion stops
+        replicas without deletion first (Kafka's TopicDeletionManager: StopReplica
+        delete=false, then delete=true). With ``delete`` (the topic was deleted), each
+        partition this broker led (up to now or to that first stop) is marked
+        DELETE_PARTITION_MARKED, so that the deletion of its remote data happens once, on
+        its leader (a topic is deleted only once every replica is online, as in Kafka, so
+        its leader hears of it): the RLMM keeps its metadata until the partition remover
+        (``rlmm.remover``) has deleted the remote data (KIP-405). The followers drop theirs
+        as for a move. Blocking.
         """
         tps = set(partitions)
         with self._lock:
             stopped = {tp: self._tasks.pop(tp) for tp in tps if tp in self._tasks}
             for tasks in stopped.values():
                 self._cancel(tasks)
+            leading = {
+                tp for tp, tasks in stopped.items() if any(isinstance(t, CopyTask) for t in tasks)
+            }
+            if delete:
+                leading |= tps & self._stopped_leaders
+                self._stopped_leaders -= tps
+                for tp in tps:
+                    self._hosted.pop((tp.topic, tp.partition), None)
+            else:
+                self._stopped_leaders |= leading
         for tp in stopped:
             self.metrics.remove(tp)
             log.info("remote log manager: stopped %s%s", tp, " (deleted)" if delete else "")
-        led = [
-            tp
-            for tp, tasks in stopped.items()
-            if delete and any(isinstance(t, CopyTask) for t in tasks)
-        ]
-        dropped = set(stopped) - set(led)
+        led = sorted(leading, key=str) if delete else []
+        dropped = set(stopped) - leading
         if dropped:
             self.rlmm.on_stop_partitions(dropped)
         for tp in led:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import CoreError, KafkaStorageError
 from core.server.config import REMOTE_TIER_PREFIXES
-from rlmm.manager import BOOTSTRAP_KEY, TopicBasedRemoteLogMetadataManager
+from rlmm.manager import BOOTSTRAP_KEY, CLIENT_PREFIX, TopicBasedRemoteLogMetadataManager
 from rlmm.remover import RemotePartitionRemover
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
 from tiered.api import (
@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from core.server.remote_seam import RemoteFetchResult, RemoteLogAuxState
     from core.server.topics import TopicInfo
 
+# Kafka's key: the listener whose endpoint the RLMM's Kafka client uses.
+LISTENER_KEY = "remote.log.metadata.manager.listener.name"
 log = logging.getLogger(__name__)
 
 LEADERSHIP_ATTEMPTS = 30  # about 30 s of retries of one leadership change
@@ -149,8 +151,12 @@ class RemoteStorageSystem:
         if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
             if not in_cluster:
                 rlmm.attach_client(InProcessMetadataTopicClient(self.broker, loop))
-            elif not rlmm_settings.get(BOOTSTRAP_KEY):
-                rlmm_settings[BOOTSTRAP_KEY] = self._inter_broker_bootstrap()
+            elif config.get(LISTENER_KEY) or not rlmm_settings.get(BOOTSTRAP_KEY):
+                # Kafka's configureRLMM: the listener's endpoint first, the operator's
+                # remote.log.metadata.common.client.* settings over it. Without a listener
+                # named, an operator's bootstrap.servers (another cluster) stands alone.
+                for key, value in self._metadata_client_endpoint().items():
+                    rlmm_settings.setdefault(key, value)
         try:
             await loop.run_in_executor(None, rsm.configure, rsm_settings)
         except RemoteStorageError as e:
@@ -169,14 +175,21 @@ class RemoteStorageSystem:
             raise RemoteTierStartError(f"{RLMM_CLASS_NAME}={rlmm_class}: {e}") from e
         await self._start_tiering(rsm, rlmm, rsm_class, rlmm_class, rlm_config)
 
-    def _inter_broker_bootstrap(self) -> str:
+    def _metadata_client_endpoint(self) -> dict[str, str]:
+        """``bootstrap.servers`` and ``security.protocol`` (under Kafka's
+        ``remote.log.metadata.common.client.`` prefix) of the listener named by
+        ``remote.log.metadata.manager.listener.name``, else of the inter-broker listener."""
         config = self.broker.config
-        name = config.inter_broker_listener_name
+        name = config.get(LISTENER_KEY) or config.inter_broker_listener_name
         for bound in self.broker.bound:
             if bound.name == name:
                 host = bound.host if bound.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
-                return f"{host}:{bound.port}"
-        raise RemoteTierStartError(f"inter-broker listener {name} is not bound")
+                protocol = config.listener_security_protocol_map.get(name, "PLAINTEXT")
+                return {
+                    BOOTSTRAP_KEY: f"{host}:{bound.port}",
+                    CLIENT_PREFIX + "security.protocol": protocol,
+                }
+        raise RemoteTierStartError(f"{LISTENER_KEY}: listener {name} is not one of this broker's")
 
     async def _configure_until_done(
         self,
@@ -311,6 +324,12 @@ class RemoteStorageSystem:
         cache = self.broker.replica_manager.metadata_cache
         tps = []
         for topic, index in stopped:
+            # The remote tier's own record first: a topic deletion's UpdateMetadata has
+            # removed the topic from the metadata cache before its StopReplica arrives.
+            hosted = rlm.hosted_partition(topic, index)
+            if hosted is not None:
+                tps.append(hosted)
+                continue
             topic_id = cache.topic_id(topic)
             if topic_id is None:
                 info = self.broker.topics.get(topic)

@@ -479,9 +479,13 @@ _BROKER_KEYS = [
               "rsm_plugins.local.LocalDirRemoteStorageManager",
               "The RemoteStorageManager plugin (dotted path)."),
     ConfigKey("remote.log.metadata.manager.listener.name", S, "",
-              "Kafka: the listener the default RLMM's producer and consumer connect to. "
-              "tierlog's default RLMM reaches the broker in-process, through no listener.",
-              inert=True),
+              "In a cluster, the listener whose endpoint the default RLMM's Kafka client "
+              "connects to: its bootstrap.servers and security.protocol, as Kafka sets "
+              "them (empty: the inter-broker listener, unless "
+              "rlmm.config.remote.log.metadata.common.client.bootstrap.servers names "
+              "other brokers). Credentials (sasl.*, ssl.*) go in "
+              "rlmm.config.remote.log.metadata.common.client.*, which also override these. "
+              "Alone, the default RLMM reaches the broker in-process."),
 ]
 # Plugin settings travel under these prefixes and reach the plugin with the prefix
 # stripped, as in Kafka (remote.log.storage.manager.impl.prefix and its RLMM twin).

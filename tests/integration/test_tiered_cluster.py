@@ -119,3 +119,49 @@ def test_a_follower_back_after_the_leader_tiered_rejoins_from_the_remote_tier_an
         assert start == end + 1, lineage
     assert {by for _, _, by in lineage} == {a, b}
     assert read_all(cluster) == values + more
+
+
+def test_the_remote_tier_reaches_its_metadata_over_a_sasl_inter_broker_listener(
+    cluster_factory, tmp_path: Path
+) -> None:
+    """Brokers talk on a dedicated SASL listener, clients on a PLAINTEXT one. The remote
+    tier's metadata client connects to the inter-broker listener with its security protocol
+    (as Kafka's RLMM takes ``bootstrap.servers`` and ``security.protocol`` from
+    ``remote.log.metadata.manager.listener.name``'s endpoint) and the credentials given
+    under ``rlmm.config.remote.log.metadata.common.client.``: the metadata topic is created
+    and segments are tiered."""
+    password = "broker-secret"
+    prefix = "rlmm.config.remote.log.metadata.common.client."
+    settings = {
+        **tiered_settings(tmp_path / "bucket"),
+        "listeners": "PLAINTEXT://127.0.0.1:0,BROKER://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,BROKER:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "BROKER",
+        "remote.log.metadata.manager.listener.name": "BROKER",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.broker.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="broker" password="{password}" user_broker="{password}";'
+        ),
+        f"{prefix}sasl.mechanism": "PLAIN",
+        f"{prefix}sasl.username": "broker",
+        f"{prefix}sasl.password": password,
+    }
+    cluster = cluster_factory(3, settings)
+    cluster.wait_topic("__remote_log_metadata", 3, 3, timeout=2 * DEADLINE_S)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    configs = {
+        "remote.storage.enable": "true",
+        "segment.bytes": "4096",
+        "local.retention.bytes": "4096",
+        "retention.ms": "-1",
+    }
+    new = NewTopic(TOPIC, 1, 3, config=configs)
+    for future in admin.create_topics([new], operation_timeout=DEADLINE_S).values():
+        future.result(DEADLINE_S)
+    cluster.wait_topic(TOPIC, 1, 3)
+    values = [f"record-{i:05d}-".encode() * 8 for i in range(100)]
+    assert len(produce(cluster, TOPIC, values, **SMALL_BATCHES)) == 100
+    cluster.wait(lambda: len(finished(cluster)) >= 2, "segments tiered", 120)
+    assert read_all(cluster) == values

@@ -557,16 +557,38 @@ def test_leading_again_with_the_same_log_keeps_the_tasks(env):
     assert not any(task.cancelled for task in before)
 
 
-def test_stopping_a_partition_cancels_its_tasks_and_releases_its_metadata(env, memory_rsm):
+def test_stopping_a_partition_cancels_its_tasks_and_releases_a_followers_metadata(env, memory_rsm):
     produce(env.plog, 20)
     tasks = env.rlm.tasks(env.tp)
     env.rlm.on_stop_partitions({env.tp}, delete=False)
     assert env.rlm.tasks(env.tp) == ()
     assert all(task.cancelled for task in tasks)
-    assert not env.rlmm.is_ready(env.tp)
     for task in tasks:  # a run the scheduler had already planned does nothing
         task.run()
     assert memory_rsm.copies == 0
+    # A leader stopped without deletion keeps its metadata (a topic deletion's first step);
+    # a follower releases it.
+    assert env.rlmm.is_ready(env.tp)
+    env.rlm.on_leadership_change({}, {env.tp: env.plog})
+    env.rlm.on_stop_partitions({env.tp}, delete=False)
+    assert not env.rlmm.is_ready(env.tp)
+
+
+def test_a_topic_deletion_stopping_its_leader_twice_marks_the_partition(env, memory_rsm):
+    """Kafka's TopicDeletionManager stops each replica without deletion, then with it; the
+    controller's UpdateMetadata has removed the topic by then, so the remote tier finds the
+    partition's topic id in its own record."""
+    produce(env.plog, 20)
+    env.copy()
+    assert env.rlm.hosted_partition(env.tp.topic, env.tp.partition) == env.tp
+    env.rlm.on_stop_partitions({env.tp}, delete=False)
+    assert env.rlm.hosted_partition(env.tp.topic, env.tp.partition) == env.tp
+    env.rlm.on_stop_partitions({env.tp}, delete=True)
+    marked = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
+    assert env.rlmm.store.partition_delete_state(env.tp) == marked
+    assert env.rlm.hosted_partition(env.tp.topic, env.tp.partition) is None
+    assert RemotePartitionRemover(env.rlmm, memory_rsm, 1).run_once() == 1
+    assert memory_rsm.segment_ids() == set()
 
 
 def test_deleting_a_partition_marks_it_and_the_remover_releases_it(env, memory_rsm):
