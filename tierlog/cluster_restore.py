@@ -12,7 +12,9 @@ only what a Kafka cluster shares, in the order that keeps a run cut short harmle
    (``topic_restore.publish_segments`` through the RLMM's Kafka client, as a super user or
    the broker principal: only they may produce there), in the name of the config's
    ``node.id``; a run cut short records each segment once when run again;
-3. last, the commit, as Kafka's ZooKeeper-mode admin creates a topic (``ZkClusterAdmin``,
+3. the producer ids of the restored producer state reserved in
+   ``/latest_producer_id_block`` (a ZooKeeper built again would hand them out anew);
+4. last, the commit, as Kafka's ZooKeeper-mode admin creates a topic (``ZkClusterAdmin``,
    reused): ``/config/topics/<t>`` with the manifest's configs, then ``/brokers/topics/<t>``
    with the original topic id, the partition count and Kafka's rack-unaware assignment over
    the live brokers, and in the same ZooKeeper transaction each partition's state znode at
@@ -20,10 +22,11 @@ only what a Kafka cluster shares, in the order that keeps a run cut short harmle
    controller adopts those states and tells the replicas.
 
 The replicas' local logs are not written by the tool (they are on the brokers' disks): each
-replica must start its log after the last remote offset, with the lineage's leader epochs
-and the last segment's producer state, before it serves the partition. That is the
-broker's side of a cluster restore (``BROKERS_START_RESTORED_LOGS``), see
-docs/OPERATIONS.md.
+broker that becomes a replica (leader or follower) of a restored partition finds its local
+log empty while its RLMM holds finished segments, and starts the log after the newest one
+of the newest leader epoch, with that segment's leader epochs and producer state, before it
+serves or fetches the partition (the remote start of ``core.server.replica_manager``;
+Apache Kafka has no topic restore and no such step). See docs/OPERATIONS.md.
 """
 
 from __future__ import annotations
@@ -44,14 +47,8 @@ from tierlog.topic_restore import REMOTE_STORAGE_ENABLE, RestoreError, TopicPlan
 
 REMOTE_LOG_STORAGE_SYSTEM_ENABLE = "remote.log.storage.system.enable"
 RLMM_CLASS_NAME_KEY = "remote.log.metadata.manager.class.name"
-
-# Whether a cluster broker that becomes a replica of a restored partition (an empty local
-# log, finished segments in the RLMM) starts its log after the remote tier before serving
-# it, as ``topic_restore._restart_log`` does offline (Kafka's follower
-# ``buildRemoteLogAuxState``, done by the leader too). Brokers on main do not yet: they would
-# create the partitions empty at offset 0 and append over the remote offsets. Until they
-# do, a cluster restore stops after its checks, having written nothing.
-BROKERS_START_RESTORED_LOGS = False
+# The "broker" a producer-id block reserved by the tool names (no broker claimed it).
+RESTORE_TOOL_BROKER_ID = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +202,13 @@ async def register_topics(
     # The admin's MetadataCache is only where a broker finds live brokers and waits for
     # leaders; the tool passes the brokers and does not wait (timeout 0).
     admin = ZkClusterAdmin(zk, MetadataWaiters(MetadataCache(-1)), broker_defaults)
+    # The restored producer state names producer ids that a newer ZooKeeper (a cluster built
+    # again) would hand out again: a new producer given one would meet another's sequences.
+    highest_pid = max(
+        (p.max_producer_id for plan in plans for p in plan.partition_plans), default=-1
+    )
+    if highest_pid >= 0:
+        await zk.reserve_producer_ids_through(RESTORE_TOOL_BROKER_ID, highest_pid)
     created = []
     for plan in plans:
         try:
