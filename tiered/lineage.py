@@ -189,7 +189,7 @@ def remote_log_tip(
     """The newest COPY_SEGMENT_FINISHED segment of the partition without a local log to
     follow: the one whose last leader epoch is the newest (a later epoch supersedes what an
     unclean election left on a former leader's branch), ending highest; None when no
-    segment is finished. Where a replica with an empty log starts the partition."""
+    segment is finished. Where a leader with an empty log starts the partition."""
     tip: RemoteLogSegmentMetadata | None = None
     for md in rlmm.list_remote_log_segments(tp):
         if md.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:

@@ -330,7 +330,7 @@ class RemoteLogManager:
         return self.rlmm.is_ready(tp)
 
     def remote_log_start(self, tp: TopicIdPartition) -> RemoteLogStart | None:
-        """Where a replica whose local log is empty starts the partition: the state after
+        """Where a leader whose local log is empty starts the partition: the state after
         the newest finished segment of the newest leader epoch (``lineage.remote_log_tip``,
         read as ``remote_log_aux_state`` reads a follower's), with the first remote offset
         as log start; None when no segment is finished (a new topic). Kafka has no such

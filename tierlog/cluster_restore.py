@@ -22,11 +22,12 @@ only what a Kafka cluster shares, in the order that keeps a run cut short harmle
    controller adopts those states and tells the replicas.
 
 The replicas' local logs are not written by the tool (they are on the brokers' disks): each
-broker that becomes a replica (leader or follower) of a restored partition finds its local
-log empty while its RLMM holds finished segments, and starts the log after the newest one
-of the newest leader epoch, with that segment's leader epochs and producer state, before it
-serves or fetches the partition (the remote start of ``core.server.replica_manager``;
-Apache Kafka has no topic restore and no such step). See docs/OPERATIONS.md.
+broker that becomes the leader of a restored partition finds its local log empty while its
+RLMM holds finished segments, and starts the log after the newest one of the newest leader
+epoch, with that segment's leader epochs and producer state, before it serves the partition
+(the remote start of ``core.server.replica_manager``; Apache Kafka has no topic restore and
+no such step). Its followers, empty too, then take KIP-405's path: OFFSET_MOVED_TO_TIERED_STORAGE
+at offset 0, their state built from the remote tier. See docs/OPERATIONS.md.
 """
 
 from __future__ import annotations

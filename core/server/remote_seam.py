@@ -56,9 +56,9 @@ class RemoteLogAuxState:
 
 @dataclass(frozen=True, slots=True)
 class RemoteLogStart:
-    """Where a replica whose local log is empty starts a tiered partition that already has
-    remote segments (a topic restored from the bucket into a cluster, or a replica that lost
-    its disk): after the newest remote segment of the newest leader epoch.
+    """Where a leader whose local log is empty starts a tiered partition that already has
+    remote segments (a topic restored from the bucket into a cluster, or every replica's
+    disk lost): after the newest remote segment of the newest leader epoch.
 
     Attributes:
         log_start_offset: the first offset the remote tier holds (the log start offset;
@@ -137,7 +137,7 @@ class RemoteTier(Protocol):
     async def remote_log_start(
         self, topic_id: object, topic: str, partition: int, timeout_s: float
     ) -> RemoteLogStart | None:
-        """Where a replica with an empty local log must start the partition: after the
+        """Where a leader with an empty local log must start the partition: after the
         newest COPY_SEGMENT_FINISHED segment of the newest leader epoch, or None when the
         remote tier holds no finished segment of it (a new topic). Waits up to
         ``timeout_s`` for this broker's metadata of the partition to have caught up.

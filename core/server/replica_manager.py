@@ -100,9 +100,9 @@ from core.server.topics import TopicInfo, write_partition_metadata
 
 log = logging.getLogger(__name__)
 
-# How long a replica waiting to start after the remote tier waits for this broker's remote
-# tier and its metadata of the partition before it logs a warning and asks again (it stays
-# unserved: serving the empty log would append over the remote offsets).
+# How long a leader waiting to start its empty log after the remote tier waits for this
+# broker's remote tier and its metadata of the partition before it logs a warning and asks
+# again (it stays unserved: serving the empty log would append over the remote offsets).
 REMOTE_START_WAIT_S = 30.0
 REMOTE_START_RETRY_S = 1.0
 
@@ -217,7 +217,7 @@ class ReplicaManager:
     ) -> None:
         self._remote: RemoteTier | None = None  # plugged in by the composition root
         self._remote_plugged = asyncio.Event()
-        # Replicas waiting to start after the remote tier (see the module docstring).
+        # Leaders waiting to start after the remote tier (see the module docstring).
         self._remote_starts: dict[TopicPartition, asyncio.Task[None]] = {}
         self.log_manager = log_manager
         self.timer = timer

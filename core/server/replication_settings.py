@@ -28,7 +28,7 @@ class ReplicationSettings:
             bytes/s (core/server/replication_quota.py); the default is no throttle.
         quota_window_num, quota_window_size_ms: how the throttled rates are measured.
         remote_log_storage_system_enable: this broker tiers
-            (``remote.log.storage.system.enable``): a replica of a tiered partition whose
+            (``remote.log.storage.system.enable``): a leader of a tiered partition whose
             log is empty waits for the remote tier to start it (see ReplicaManager).
     """
 
