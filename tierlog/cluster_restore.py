@@ -8,12 +8,14 @@ only what a Kafka cluster shares, in the order that keeps a run cut short harmle
    are registered for the replication factor, the topic's configs are valid and tiered, and
    every live broker tiers (``remote.log.storage.system.enable=true`` with the default
    metadata manager, asked over the protocol with DescribeConfigs);
-2. ``__remote_log_metadata``: the canonical segments published over the Kafka protocol
+2. the producer ids of the restored producer state reserved in
+   ``/latest_producer_id_block`` (``reserve_producer_ids``: a ZooKeeper built again would
+   hand them out anew), before anything else makes a broker claim a block (the tool's own
+   idempotent producer below does);
+3. ``__remote_log_metadata``: the canonical segments published over the Kafka protocol
    (``topic_restore.publish_segments`` through the RLMM's Kafka client, as a super user or
    the broker principal: only they may produce there), in the name of the config's
    ``node.id``; a run cut short records each segment once when run again;
-3. the producer ids of the restored producer state reserved in
-   ``/latest_producer_id_block`` (a ZooKeeper built again would hand them out anew);
 4. last, the commit, as Kafka's ZooKeeper-mode admin creates a topic (``ZkClusterAdmin``,
    reused): ``/config/topics/<t>`` with the manifest's configs, then ``/brokers/topics/<t>``
    with the original topic id, the partition count and Kafka's rack-unaware assignment over
@@ -134,6 +136,25 @@ async def check_cluster(
     return ClusterView(brokers)
 
 
+async def reserve_producer_ids(zk: KafkaZkClient, plans: Sequence[TopicPlan]) -> str | None:
+    """Reserve in ZooKeeper the producer ids the restored producer state names: a cluster
+    built again would hand them out anew, and a new producer given one would meet another's
+    sequences (OUT_OF_ORDER_SEQUENCE_NUMBER). Returns a warning when the cluster had handed
+    out producer ids already: its producers may hold ids the restored state names too."""
+    highest = max((p.max_producer_id for plan in plans for p in plan.partition_plans), default=-1)
+    if highest < 0:
+        return None
+    previous = await zk.reserve_producer_ids_through(RESTORE_TOOL_BROKER_ID, highest)
+    if previous < 0:
+        return None
+    return (
+        f"this cluster has handed out producer ids already (up to {previous}); the restored "
+        f"producer state names ids up to {highest}: a producer of this cluster holding one "
+        "of them would be refused (OUT_OF_ORDER_SEQUENCE_NUMBER) writing to a restored "
+        "partition until it starts again with a new id"
+    )
+
+
 def brokers_not_tiering(
     broker_configs: Mapping[int, Mapping[str, str]], default_rlmm: str
 ) -> list[str]:
@@ -203,13 +224,6 @@ async def register_topics(
     # The admin's MetadataCache is only where a broker finds live brokers and waits for
     # leaders; the tool passes the brokers and does not wait (timeout 0).
     admin = ZkClusterAdmin(zk, MetadataWaiters(MetadataCache(-1)), broker_defaults)
-    # The restored producer state names producer ids that a newer ZooKeeper (a cluster built
-    # again) would hand out again: a new producer given one would meet another's sequences.
-    highest_pid = max(
-        (p.max_producer_id for plan in plans for p in plan.partition_plans), default=-1
-    )
-    if highest_pid >= 0:
-        await zk.reserve_producer_ids_through(RESTORE_TOOL_BROKER_ID, highest_pid)
     created = []
     for plan in plans:
         try:

@@ -312,6 +312,10 @@ def _restore_into_cluster(
                     + "; ".join(problems)
                     + ". Nothing was written"
                 )
+            # First: the tool's own idempotent producer below makes a broker claim a block.
+            warning = await cluster_restore.reserve_producer_ids(zk, plans)
+            if warning is not None:
+                progress(f"warning: {warning}")
             from rlmm.kafka_client import KafkaMetadataTopicClient
 
             try:

@@ -104,7 +104,7 @@ def test_registration_keeps_id_partitions_and_configs_over_the_live_brokers(
     run(scenario())
 
 
-def test_registration_reserves_the_restored_producer_ids_in_a_new_zookeeper(
+def test_the_restored_producer_ids_are_reserved_in_zookeeper(
     zk_chroot: str, bucket: tuple[dict[str, str], TopicPlan]
 ) -> None:
     _, plan = bucket
@@ -121,12 +121,20 @@ def test_registration_reserves_the_restored_producer_ids_in_a_new_zookeeper(
     async def scenario() -> None:
         zk = await brokers(zk_chroot, [1, 2])
         try:
-            await cluster_restore.register_topics(
-                zk, [old_ids], live_brokers=[1, 2], replication_factor=2,
-                broker_defaults=DEFAULTS,
-            )  # fmt: skip
+            # A new cluster: nothing handed out yet, so no producer can hold a restored id.
+            assert await cluster_restore.reserve_producer_ids(zk, [old_ids]) is None
             block = await zk.allocate_producer_id_block(1)
             assert block.first_producer_id == 5001
+            # A cluster that handed out ids already is warned: its producers may hold some.
+            again = dataclasses.replace(
+                old_ids,
+                partition_plans=tuple(
+                    dataclasses.replace(p, max_producer_id=9000) for p in plan.partition_plans
+                ),
+            )
+            warning = await cluster_restore.reserve_producer_ids(zk, [again])
+            assert warning is not None and "up to 6000" in warning and "9000" in warning
+            assert (await zk.allocate_producer_id_block(2)).first_producer_id == 9001
         finally:
             await zk.close()
 
