@@ -181,3 +181,32 @@ def _served_up_to(
     seg_end = md.end_offset if seg_next is None else seg_next - 1
     _, lineage_next = cache.end_offset_for(epoch, plog.log_end_offset)
     return min(seg_end, lineage_next - 1) if lineage_next >= 0 else seg_end
+
+
+def remote_log_tip(
+    rlmm: RemoteLogMetadataManager, tp: TopicIdPartition
+) -> RemoteLogSegmentMetadata | None:
+    """The newest COPY_SEGMENT_FINISHED segment of the partition without a local log to
+    follow: the one whose last leader epoch is the newest (a later epoch supersedes what an
+    unclean election left on a former leader's branch), ending highest; None when no
+    segment is finished. Where a leader with an empty log starts the partition."""
+    tip: RemoteLogSegmentMetadata | None = None
+    for md in rlmm.list_remote_log_segments(tp):
+        if md.state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            continue
+        key = (max(md.segment_leader_epochs), md.end_offset)
+        if tip is None or key > (max(tip.segment_leader_epochs), tip.end_offset):
+            tip = md
+    return tip
+
+
+def remote_log_start_offset(rlmm: RemoteLogMetadataManager, tp: TopicIdPartition) -> int | None:
+    """The first offset a COPY_SEGMENT_FINISHED segment of the partition holds, or None."""
+    return min(
+        (
+            md.start_offset
+            for md in rlmm.list_remote_log_segments(tp)
+            if md.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+        ),
+        default=None,
+    )

@@ -37,6 +37,7 @@ from core.server.remote_seam import (
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     RemoteFetchResult,
     RemoteLogAuxState,
+    RemoteLogStart,
 )
 from tiered.api import (
     IndexType,
@@ -47,7 +48,7 @@ from tiered.api import (
     RemoteStorageManager,
     TopicIdPartition,
 )
-from tiered.lineage import highest_remote_offset
+from tiered.lineage import highest_remote_offset, remote_log_start_offset, remote_log_tip
 from tiered.metrics import TieringMetrics
 from tiered.quota import TokenBucket
 from tiered.remote_index_cache import RemoteIndexCache
@@ -350,6 +351,35 @@ class RemoteLogManager:
             leader_epochs=tuple((e.epoch, e.start_offset) for e in entries),
             producer_snapshot=snapshot,
         )
+
+    def is_ready(self, tp: TopicIdPartition) -> bool:
+        """Whether the RLMM has caught up on the partition's metadata. Never blocks."""
+        return self.rlmm.is_ready(tp)
+
+    def remote_log_start(self, tp: TopicIdPartition) -> RemoteLogStart | None:
+        """Where a leader whose local log is empty starts the partition: the state after
+        the newest finished segment of the newest leader epoch (``lineage.remote_log_tip``,
+        read as ``remote_log_aux_state`` reads a follower's), with the first remote offset
+        as log start; None when no segment is finished (a new topic). Kafka has no such
+        step (it has no topic restore); tierlog needs it for a topic restored from the
+        bucket into a cluster, whose replicas all start empty. Blocking.
+
+        Raises:
+            KafkaStorageError: the RLMM has not caught up on the partition's metadata (an
+                answer from a cache still loading would take a restored partition for a
+                new one), or a remote failure.
+        """
+        if not self.rlmm.is_ready(tp):
+            raise KafkaStorageError(f"{tp}: the remote log metadata is still loading")
+        try:
+            tip = remote_log_tip(self.rlmm, tp)
+            first = remote_log_start_offset(self.rlmm, tp)
+        except RemoteStorageError as e:
+            raise KafkaStorageError(f"{tp}: cannot read the remote log metadata: {e}") from e
+        if tip is None or first is None:
+            return None
+        state = self.remote_log_aux_state(tp, max(tip.segment_leader_epochs), tip.end_offset)
+        return RemoteLogStart(min(first, state.next_offset), state)
 
     def find_offset_by_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int

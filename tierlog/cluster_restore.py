@@ -8,11 +8,15 @@ only what a Kafka cluster shares, in the order that keeps a run cut short harmle
    are registered for the replication factor, the topic's configs are valid and tiered, and
    every live broker tiers (``remote.log.storage.system.enable=true`` with the default
    metadata manager, asked over the protocol with DescribeConfigs);
-2. ``__remote_log_metadata``: the canonical segments published over the Kafka protocol
+2. the producer ids of the restored producer state reserved in
+   ``/latest_producer_id_block`` (``reserve_producer_ids``: a ZooKeeper built again would
+   hand them out anew), before anything else makes a broker claim a block (the tool's own
+   idempotent producer below does);
+3. ``__remote_log_metadata``: the canonical segments published over the Kafka protocol
    (``topic_restore.publish_segments`` through the RLMM's Kafka client, as a super user or
    the broker principal: only they may produce there), in the name of the config's
    ``node.id``; a run cut short records each segment once when run again;
-3. last, the commit, as Kafka's ZooKeeper-mode admin creates a topic (``ZkClusterAdmin``,
+4. last, the commit, as Kafka's ZooKeeper-mode admin creates a topic (``ZkClusterAdmin``,
    reused): ``/config/topics/<t>`` with the manifest's configs, then ``/brokers/topics/<t>``
    with the original topic id, the partition count and Kafka's rack-unaware assignment over
    the live brokers, and in the same ZooKeeper transaction each partition's state znode at
@@ -20,10 +24,12 @@ only what a Kafka cluster shares, in the order that keeps a run cut short harmle
    controller adopts those states and tells the replicas.
 
 The replicas' local logs are not written by the tool (they are on the brokers' disks): each
-replica must start its log after the last remote offset, with the lineage's leader epochs
-and the last segment's producer state, before it serves the partition. That is the
-broker's side of a cluster restore (``BROKERS_START_RESTORED_LOGS``), see
-docs/OPERATIONS.md.
+broker that becomes the leader of a restored partition finds its local log empty while its
+RLMM holds finished segments, and starts the log after the newest one of the newest leader
+epoch, with that segment's leader epochs and producer state, before it serves the partition
+(the remote start of ``core.server.replica_manager``; Apache Kafka has no topic restore and
+no such step). Its followers, empty too, then take KIP-405's path: OFFSET_MOVED_TO_TIERED_STORAGE
+at offset 0, their state built from the remote tier. See docs/OPERATIONS.md.
 """
 
 from __future__ import annotations
@@ -44,14 +50,8 @@ from tierlog.topic_restore import REMOTE_STORAGE_ENABLE, RestoreError, TopicPlan
 
 REMOTE_LOG_STORAGE_SYSTEM_ENABLE = "remote.log.storage.system.enable"
 RLMM_CLASS_NAME_KEY = "remote.log.metadata.manager.class.name"
-
-# Whether a cluster broker that becomes a replica of a restored partition (an empty local
-# log, finished segments in the RLMM) starts its log after the remote tier before serving
-# it, as ``topic_restore._restart_log`` does offline (Kafka's follower
-# ``buildRemoteLogAuxState``, done by the leader too). Brokers on main do not yet: they would
-# create the partitions empty at offset 0 and append over the remote offsets. Until they
-# do, a cluster restore stops after its checks, having written nothing.
-BROKERS_START_RESTORED_LOGS = False
+# The "broker" a producer-id block reserved by the tool names (no broker claimed it).
+RESTORE_TOOL_BROKER_ID = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +134,25 @@ async def check_cluster(
                 "brokers would not read its remote data"
             )
     return ClusterView(brokers)
+
+
+async def reserve_producer_ids(zk: KafkaZkClient, plans: Sequence[TopicPlan]) -> str | None:
+    """Reserve in ZooKeeper the producer ids the restored producer state names: a cluster
+    built again would hand them out anew, and a new producer given one would meet another's
+    sequences (OUT_OF_ORDER_SEQUENCE_NUMBER). Returns a warning when the cluster had handed
+    out producer ids already: its producers may hold ids the restored state names too."""
+    highest = max((p.max_producer_id for plan in plans for p in plan.partition_plans), default=-1)
+    if highest < 0:
+        return None
+    previous = await zk.reserve_producer_ids_through(RESTORE_TOOL_BROKER_ID, highest)
+    if previous < 0:
+        return None
+    return (
+        f"this cluster has handed out producer ids already (up to {previous}); the restored "
+        f"producer state names ids up to {highest}: a producer of this cluster holding one "
+        "of them would be refused (OUT_OF_ORDER_SEQUENCE_NUMBER) writing to a restored "
+        "partition until it starts again with a new id"
+    )
 
 
 def brokers_not_tiering(

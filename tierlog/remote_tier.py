@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from core.server.broker import Broker
     from core.server.cluster_types import TopicPartition
     from core.server.partition import Partition
-    from core.server.remote_seam import RemoteFetchResult, RemoteLogAuxState
+    from core.server.remote_seam import RemoteFetchResult, RemoteLogAuxState, RemoteLogStart
     from core.server.topics import TopicInfo
 
 # Kafka's key: the listener whose endpoint the RLMM's Kafka client uses.
@@ -391,6 +391,25 @@ class RemoteStorageSystem:
         rlm = self._running()
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, rlm.remote_log_aux_state, tp, epoch, offset)
+
+    async def remote_log_start(
+        self, topic_id: object, topic: str, partition: int, timeout_s: float
+    ) -> RemoteLogStart | None:
+        tp = TopicIdPartition(topic_id, topic, partition)  # type: ignore[arg-type]
+        rlm = self._running()
+        loop = asyncio.get_running_loop()
+        # The RLMM loads the partition's metadata once the leadership thread assigns it:
+        # wait on the loop (no executor thread held per waiting partition).
+        deadline = loop.time() + timeout_s
+        pause = 0.01
+        while not rlm.is_ready(tp):
+            if loop.time() >= deadline or self.rlm is not rlm:
+                raise KafkaStorageError(
+                    f"{tp}: the remote log metadata did not catch up within {timeout_s:g} s"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        return await loop.run_in_executor(None, rlm.remote_log_start, tp)
 
     def on_topic_created(self, topic: TopicInfo) -> None:
         """A topic was created or reconfigured (tiering may begin on partitions already

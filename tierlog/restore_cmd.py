@@ -16,9 +16,9 @@ are locked); a bucket without the topic's ``topic-manifest.json`` unless ``--par
 With ``zookeeper.connect`` in FILE the topic is restored into the cluster
 (``tierlog.cluster_restore``): checked against ZooKeeper and the live brokers' configs, its
 segments published to ``__remote_log_metadata`` over the protocol, then registered in
-ZooKeeper with its id, configs and an assignment over the live brokers. Brokers do not yet
-start a restored partition's log after the remote tier, so today the cluster path stops,
-having written nothing, once its checks pass (``BROKERS_START_RESTORED_LOGS``).
+ZooKeeper with its id, configs and an assignment over the live brokers. Each broker that
+becomes a replica of a restored partition starts its empty log after the remote tier before
+serving it (``core.server.replica_manager``'s remote start).
 """
 
 from __future__ import annotations
@@ -34,11 +34,6 @@ from tierlog.cli import EXIT_OK, EXIT_USAGE, CommandError, Subparsers, positive_
 
 # Below the S3 plugin's connection pool (10): more threads would open and drop connections.
 DEFAULT_READ_THREADS = 8
-CLUSTER_BROKERS_NOT_READY = (
-    "the cluster's brokers cannot serve a restored topic yet: a broker becoming a replica of "
-    "a restored partition would start its log empty at offset 0 instead of after the remote "
-    "tier. Nothing was written (not ZooKeeper, not __remote_log_metadata)"
-)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -317,8 +312,10 @@ def _restore_into_cluster(
                     + "; ".join(problems)
                     + ". Nothing was written"
                 )
-            if not cluster_restore.BROKERS_START_RESTORED_LOGS:
-                raise CommandError(CLUSTER_BROKERS_NOT_READY)
+            # First: the tool's own idempotent producer below makes a broker claim a block.
+            warning = await cluster_restore.reserve_producer_ids(zk, plans)
+            if warning is not None:
+                progress(f"warning: {warning}")
             from rlmm.kafka_client import KafkaMetadataTopicClient
 
             try:

@@ -202,6 +202,9 @@ class Partition:
         self.remote_replicas: dict[int, ReplicaState] = {}
         # Where the current leader epoch starts in the log (leaders only).
         self.leader_epoch_start_offset: int | None = None
+        # The leader's empty local log waits to start after the partition's remote tier
+        # (ReplicaManager's remote start): until then it serves nobody.
+        self.awaiting_remote_start = False
         # The partition epoch at which an ISR change was refused: none is proposed again
         # until the controller's LeaderAndIsr brings a newer state.
         self._isr_refused_at: int | None = None
@@ -293,6 +296,18 @@ class Partition:
         self.maybe_increment_high_watermark(now)
         return new_epoch
 
+    def restart_epoch_at_log_end(self) -> None:
+        """The leader's log was restarted (after the remote tier): its epoch starts at the
+        new log end, and the followers' positions, taken before, are forgotten. The caller
+        records the start with ``assign_epoch_start_offset``."""
+        if not self.is_leader:
+            return
+        now = self.host.clock_ms()
+        start = self.log.log_end_offset
+        self.leader_epoch_start_offset = start
+        for replica in self.remote_replicas.values():
+            replica.reset(now, start, new_leader=True, in_sync=replica.broker_id in self.isr)
+
     def assign_epoch_start_offset(self) -> None:
         """Record where the leader's epoch starts in the log's epoch cache (blocking: it
         writes the leader-epoch checkpoint). A no-op once a batch of the epoch is in."""
@@ -344,11 +359,17 @@ class Partition:
 
     # -- requests ------------------------------------------------------------------------------
     def check_leader(self) -> None:
-        """Raises NotLeaderError unless this broker leads the partition."""
+        """Raises NotLeaderError unless this broker leads the partition and serves it (a
+        leader whose empty log still waits to start after the remote tier does not)."""
         if not self.is_leader:
             raise NotLeaderError(
                 f"broker {self.host.broker_id} is not the leader of {self.topic}-{self.index}"
                 f" (leader: {self.leader_id}, epoch {self.leader_epoch})"
+            )
+        if self.awaiting_remote_start:
+            raise NotLeaderError(
+                f"broker {self.host.broker_id} leads {self.topic}-{self.index} but its log "
+                "is still being started after the remote tier"
             )
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:

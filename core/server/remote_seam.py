@@ -54,6 +54,22 @@ class RemoteLogAuxState:
     producer_snapshot: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteLogStart:
+    """Where a leader whose local log is empty starts a tiered partition that already has
+    remote segments (a topic restored from the bucket into a cluster, or every replica's
+    disk lost): after the newest remote segment of the newest leader epoch.
+
+    Attributes:
+        log_start_offset: the first offset the remote tier holds (the log start offset;
+            the remote tier serves [log_start_offset, state.next_offset)).
+        state: that newest segment's end + 1, leader epochs and producer state.
+    """
+
+    log_start_offset: int
+    state: RemoteLogAuxState
+
+
 class RemoteTier(Protocol):
     """What the broker asks of the remote tier."""
 
@@ -116,4 +132,17 @@ class RemoteTier(Protocol):
             CoreError: no remote segment holds the offset (yet: the leader's metadata may
                 not have reached this broker), or the remote tier failed
                 (KAFKA_STORAGE_ERROR); the follower retries after its backoff.
+        """
+
+    async def remote_log_start(
+        self, topic_id: object, topic: str, partition: int, timeout_s: float
+    ) -> RemoteLogStart | None:
+        """Where a leader with an empty local log must start the partition: after the
+        newest COPY_SEGMENT_FINISHED segment of the newest leader epoch, or None when the
+        remote tier holds no finished segment of it (a new topic). Waits up to
+        ``timeout_s`` for this broker's metadata of the partition to have caught up.
+
+        Raises:
+            CoreError: the metadata did not catch up in time, or the remote tier failed
+                (KAFKA_STORAGE_ERROR); the caller asks again.
         """

@@ -19,6 +19,21 @@ and ``stop_replicas``; everything else reads the hosted ``Partition`` objects
   added to its leader's fetcher once its role is set. Listeners (the group coordinator, the
   remote tier) hear of the changes afterwards, on the loop.
 - Every ``replica.lag.time.max.ms / 2`` the leaders drop the followers that fell behind.
+- **Remote start.** A leader of a tiered partition whose local log is empty, at a leader
+  epoch above 0, on a broker that tiers, first asks the remote tier where the partition
+  ends there (``RemoteTier.remote_log_start``, once this broker's metadata of the partition
+  has caught up): if finished remote segments exist, the log restarts after the newest one
+  of the newest leader epoch, with that segment's leader epochs and producer state (the
+  state a follower builds on OFFSET_MOVED_TO_TIERED_STORAGE, ``build_remote_log_aux_state``,
+  read by the same remote-tier code), and only then is the partition served; meanwhile it
+  answers NOT_LEADER_OR_FOLLOWER (produce, fetch, ListOffsets), followers' fetches
+  included. Apache Kafka has no such step (it has no topic restore, and a leader whose log
+  is empty starts at offset 0): tierlog needs it for a topic restored from the bucket into a
+  cluster (``tierlog restore``), whose replicas all start empty and must not append over
+  the remote offsets. A follower with an empty log needs nothing more than Kafka's path:
+  its fetch at 0 is answered OFFSET_MOVED_TO_TIERED_STORAGE by the started leader, and it
+  builds its state below the leader's local log start (KIP-405). A new topic (leader epoch
+  0) and any leader with local data are never held.
 """
 
 from __future__ import annotations
@@ -74,6 +89,7 @@ from core.server.purgatory import DelayedOperation, DelayedOperationPurgatory
 from core.server.remote_seam import (
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     RemoteFetchResult,
+    RemoteLogStart,
     RemoteTier,
 )
 from core.server.replica_fetcher import (
@@ -87,6 +103,12 @@ from core.server.timing_wheel import Timer
 from core.server.topics import TopicInfo, write_partition_metadata
 
 log = logging.getLogger(__name__)
+
+# How long a leader waiting to start its empty log after the remote tier waits for this
+# broker's remote tier and its metadata of the partition before it logs a warning and asks
+# again (it stays unserved: serving the empty log would append over the remote offsets).
+REMOTE_START_WAIT_S = 30.0
+REMOTE_START_RETRY_S = 1.0
 
 # Partitions whose logs one executor step opens or deletes when roles change while the
 # broker serves (the event loop registers each step's partitions in between).
@@ -198,7 +220,10 @@ class ReplicaManager:
         max_fetch_version: int = FETCH_MAX_VERSION,
         clock: Callable[[], int] = monotonic_ms,
     ) -> None:
-        self.remote: RemoteTier | None = None  # plugged in by the composition root
+        self._remote: RemoteTier | None = None  # plugged in by the composition root
+        self._remote_plugged = asyncio.Event()
+        # Leaders waiting to start after the remote tier (see the module docstring).
+        self._remote_starts: dict[TopicPartition, asyncio.Task[None]] = {}
         self.log_manager = log_manager
         self.timer = timer
         self.metadata_cache = metadata_cache
@@ -227,6 +252,19 @@ class ReplicaManager:
         self.remote_fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = (
             DelayedOperationPurgatory("RemoteFetch", timer)
         )
+
+    @property
+    def remote(self) -> RemoteTier | None:
+        """The remote tier, once the composition root plugged it in (None: not tiering)."""
+        return self._remote
+
+    @remote.setter
+    def remote(self, tier: RemoteTier | None) -> None:
+        self._remote = tier
+        if tier is None:
+            self._remote_plugged.clear()
+        else:
+            self._remote_plugged.set()
 
     # -- what partitions and fetchers see (ReplicaHost, FollowerTarget) ----------------------
     @property
@@ -290,12 +328,15 @@ class ReplicaManager:
         self._schedule_isr_check()
         now = self.clock_ms()
         for partition in list(self.partitions.values()):
-            if partition.is_leader:
+            # A leader waiting to start after the remote tier is fetched by nobody yet.
+            if partition.is_leader and not partition.awaiting_remote_start:
                 partition.maybe_shrink_isr(now)
 
     async def shutdown(self) -> None:
         """Stop the fetchers and the ISR check; waiting operations are dropped."""
         self.stopping = True
+        for task in list(self._remote_starts.values()):
+            task.cancel()
         if self._shrink_handle is not None:
             self._shrink_handle.cancel()
             self._shrink_handle = None
@@ -372,8 +413,15 @@ class ReplicaManager:
                 leaders += led
                 followers += followed
             if leaders or followers:
+                # The remote tier hears of them first: its metadata of the partitions
+                # loads from here, and the remote starts below wait for it.
                 for listener in self._listeners:
                     listener.on_partitions_changed(leaders, followers)
+            for partition in [*leaders, *followers]:
+                if partition.awaiting_remote_start and partition.tp not in self._remote_starts:
+                    self._remote_starts[partition.tp] = asyncio.ensure_future(
+                        self._start_from_remote(partition.tp)
+                    )
             return errors
 
     def _accepts(self, state: PartitionState, errors: dict[TopicPartition, int]) -> bool:
@@ -430,6 +478,8 @@ class ReplicaManager:
                     continue  # could not be opened
                 plog.inline_flush = False  # fsyncs go to a thread: see wait_durable()
                 partition = Partition(state.topic, state.topic_id, state.partition, plog, self)
+            # Held before the role is visible: no produce may reach the empty log first.
+            partition.awaiting_remote_start = self._needs_remote_start(partition, state)
             if state.leader == self.broker_id:
                 to_lead.append((partition, state))
             else:
@@ -437,6 +487,105 @@ class ReplicaManager:
         leaders = await self._make_leaders(to_lead)
         followers = await self._make_followers(to_follow)
         return leaders, followers
+
+    def _needs_remote_start(self, partition: Partition, state: PartitionState) -> bool:
+        """Whether the partition, led here as ``state`` says, must start its log after the
+        remote tier before serving (see the module docstring). Leader epoch 0 is a new
+        partition: no leader before this one can have tiered anything, so a new topic is
+        never held. A follower never is: Kafka's follower path builds its state."""
+        if state.leader != self.broker_id:
+            return False
+        if partition.awaiting_remote_start:
+            return True
+        plog = partition.log
+        return (
+            self.settings.remote_log_storage_system_enable
+            and plog.config.remote_storage_enable
+            and state.leader_epoch > 0
+            and plog.log_end_offset == 0
+        )
+
+    async def _start_from_remote(self, tp: TopicPartition) -> None:
+        """Start a held leader's log after the remote tier, then serve it; asks again until
+        it is done, the partition is no longer held here (led by another broker, stopped),
+        or the broker stops."""
+        try:
+            attempt = 0
+            while not self.stopping:
+                partition = self.partitions.get(tp)
+                if partition is None or not partition.awaiting_remote_start:
+                    return
+                try:
+                    start = await self._ask_remote_start(partition)
+                except CoreError as e:
+                    attempt += 1
+                    log.warning(
+                        "%s-%d: the leader's empty log waits to start after the remote tier "
+                        "(attempt %d), answering NOT_LEADER_OR_FOLLOWER meanwhile: %s",
+                        *tp,
+                        attempt,
+                        e,
+                    )
+                    await asyncio.sleep(REMOTE_START_RETRY_S)
+                    continue
+                async with self._state_change_lock:
+                    if self.partitions.get(tp) is partition and partition.awaiting_remote_start:
+                        await self._finish_remote_start(partition, start)
+                return
+        finally:
+            self._remote_starts.pop(tp, None)
+
+    async def _ask_remote_start(self, partition: Partition) -> RemoteLogStart | None:
+        """Raises CoreError: the remote tier has not started, or had no answer in time."""
+        if self._remote is None:
+            # In a cluster the remote tier starts once __remote_log_metadata is reachable,
+            # after the broker has taken its roles.
+            try:
+                await asyncio.wait_for(self._remote_plugged.wait(), REMOTE_START_WAIT_S)
+            except TimeoutError:
+                raise KafkaStorageError(
+                    f"the remote tier has not started within {REMOTE_START_WAIT_S:g} s"
+                ) from None
+        remote = self._remote
+        if remote is None:
+            raise KafkaStorageError("the remote tier stopped")
+        return await remote.remote_log_start(
+            partition.topic_id, partition.topic, partition.index, REMOTE_START_WAIT_S
+        )
+
+    async def _finish_remote_start(
+        self, partition: Partition, start: RemoteLogStart | None
+    ) -> None:
+        """Under the state-change lock: restart the held leader's empty log after the remote
+        tier (as a follower rebuilding its BuildingRemoteLogAux state does), then serve."""
+        plog = partition.log
+        loop = asyncio.get_running_loop()
+        if start is not None and plog.log_end_offset == 0:
+            state = start.state
+            await loop.run_in_executor(
+                None,
+                self.log_manager.restore_from_remote,
+                partition.topic,
+                partition.index,
+                state.next_offset,
+                start.log_start_offset,
+                [EpochEntry(e, offset) for e, offset in state.leader_epochs],
+                state.producer_snapshot,
+            )
+            log.info(
+                "%s-%d: the empty log starts after the remote tier: log start %d, local log "
+                "at %d, leader epochs %s",
+                *partition.tp,
+                plog.log_start_offset,
+                plog.log_end_offset,
+                [(e.epoch, e.start_offset) for e in plog.leader_epoch_cache.entries()],
+            )
+            # The leader's epoch starts where the log now ends, not at 0.
+            partition.restart_epoch_at_log_end()
+            await loop.run_in_executor(None, self._assign_epoch_starts, [partition])
+        elif start is None:
+            log.info("%s-%d: no remote segment: the log starts empty", *partition.tp)
+        partition.awaiting_remote_start = False
 
     def _open_logs(
         self, states: list[PartitionState]

@@ -27,6 +27,9 @@ class ReplicationSettings:
         leader_throttled_rate, follower_throttled_rate: the replication throttles in
             bytes/s (core/server/replication_quota.py); the default is no throttle.
         quota_window_num, quota_window_size_ms: how the throttled rates are measured.
+        remote_log_storage_system_enable: this broker tiers
+            (``remote.log.storage.system.enable``): a leader of a tiered partition whose
+            log is empty waits for the remote tier to start it (see ReplicaManager).
     """
 
     replica_lag_time_max_ms: int = 30_000
@@ -42,6 +45,7 @@ class ReplicationSettings:
     follower_throttled_rate: int = UNLIMITED
     quota_window_num: int = 11
     quota_window_size_ms: int = 1000
+    remote_log_storage_system_enable: bool = False
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ReplicationSettings:
@@ -59,6 +63,7 @@ class ReplicationSettings:
             follower_throttled_rate=config.get("follower.replication.throttled.rate"),
             quota_window_num=config.get("replication.quota.window.num"),
             quota_window_size_ms=config.get("replication.quota.window.size.seconds") * 1000,
+            remote_log_storage_system_enable=config.remote_log_storage_system_enable,
         )
 
     def leader_quota(self) -> ReplicationQuota:

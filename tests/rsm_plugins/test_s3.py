@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from rsm_plugins.s3 import S3RemoteStorageManager
+from rsm_plugins.s3 import S3RemoteStorageManager, _parse_timestamp
 from tiered.api import IndexType, RetriableRemoteStorageError, TopicIdPartition
 
 from .contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
@@ -187,3 +187,20 @@ class TestS3(RemoteStorageManagerContract):
             rsm.copy_log_segment_data(md, big_segment.data)
         assert len(started) == 1  # the failure came mid-upload
         assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-24T10:00:00.000Z",  # a listing's LastModified
+        "2026-11-24T10:00:00Z",
+        "2026-11-24T10:00:00.123456+02:00",
+        "Tue, 24 Nov 2026 10:00:00 GMT",  # a response header's Last-Modified
+        "1795568117",  # epoch seconds: botocore's parser
+    ],
+)
+def test_answer_timestamps_parse_as_botocore_parses_them(text: str) -> None:
+    import botocore.utils
+
+    parsed, expected = _parse_timestamp(text), botocore.utils.parse_timestamp(text)
+    assert parsed == expected and parsed.utcoffset() == expected.utcoffset()

@@ -104,6 +104,43 @@ def test_registration_keeps_id_partitions_and_configs_over_the_live_brokers(
     run(scenario())
 
 
+def test_the_restored_producer_ids_are_reserved_in_zookeeper(
+    zk_chroot: str, bucket: tuple[dict[str, str], TopicPlan]
+) -> None:
+    _, plan = bucket
+    # The lost cluster had handed out producer ids up to 5000; the restored producer state
+    # names them. A ZooKeeper built again must not hand them out to new producers.
+    old_ids = dataclasses.replace(
+        plan,
+        partition_plans=tuple(
+            dataclasses.replace(p, max_producer_id=5000 if p.partition == 1 else 17)
+            for p in plan.partition_plans
+        ),
+    )
+
+    async def scenario() -> None:
+        zk = await brokers(zk_chroot, [1, 2])
+        try:
+            # A new cluster: nothing handed out yet, so no producer can hold a restored id.
+            assert await cluster_restore.reserve_producer_ids(zk, [old_ids]) is None
+            block = await zk.allocate_producer_id_block(1)
+            assert block.first_producer_id == 5001
+            # A cluster that handed out ids already is warned: its producers may hold some.
+            again = dataclasses.replace(
+                old_ids,
+                partition_plans=tuple(
+                    dataclasses.replace(p, max_producer_id=9000) for p in plan.partition_plans
+                ),
+            )
+            warning = await cluster_restore.reserve_producer_ids(zk, [again])
+            assert warning is not None and "up to 6000" in warning and "9000" in warning
+            assert (await zk.allocate_producer_id_block(2)).first_producer_id == 9001
+        finally:
+            await zk.close()
+
+    run(scenario())
+
+
 def test_the_checks_refuse_what_the_cluster_cannot_take(
     zk_chroot: str, bucket: tuple[dict[str, str], TopicPlan]
 ) -> None:
@@ -349,7 +386,7 @@ def test_registered_partitions_are_led_by_live_brokers_after_the_restored_epoch(
         consumer.close()
 
 
-def test_the_command_stops_before_writing_while_brokers_cannot_serve_a_restored_topic(
+def test_the_command_publishes_the_segments_then_registers_the_topic(
     tmp_path: Path,
     bucket: tuple[dict[str, str], TopicPlan],
     zk_chroot: str,
@@ -360,8 +397,8 @@ def test_the_command_stops_before_writing_while_brokers_cannot_serve_a_restored_
     broker = start_broker(tmp_path / "broker", super_user.settings())
     command_config = tmp_path / "admin.properties"
     command_config.write_text("".join(f"{k}={v}\n" for k, v in super_user.client_config().items()))
-    # The cluster's brokers as ZooKeeper shows them, all tiering (DescribeConfigs answered
-    # for them: brokers with zookeeper.connect refuse tiering today).
+    # The cluster's brokers as ZooKeeper shows them (registrations only: no broker answers
+    # for them), all tiering; the broker started here serves __remote_log_metadata.
     monkeypatch.setattr(
         cluster_restore,
         "describe_broker_configs",
@@ -387,21 +424,6 @@ def test_the_command_stops_before_writing_while_brokers_cannot_serve_a_restored_
     try:
         config = write_config(tmp_path / "restore.properties", props, zk_chroot)
         results: list[tuple[int, str, str, Any]] = []
-        run(with_brokers())
-        code, _, err, assignment = results[-1]
-        assert code == 1 and "cannot serve a restored topic yet" in err
-        assert assignment is None
-        reader = KafkaMetadataTopicClient(
-            super_user.sasl_bootstrap(broker), timeout_s=15, **super_user.client_config()
-        )
-        try:
-            with pytest.raises(MetadataTopicError):
-                reader.partition_count()  # __remote_log_metadata was not even created
-        finally:
-            reader.close()
-
-        # Once brokers build restored logs, the same command publishes and registers.
-        monkeypatch.setattr(cluster_restore, "BROKERS_START_RESTORED_LOGS", True)
         run(with_brokers())
         code, out, err, assignment = results[-1]
         assert code == 0, err

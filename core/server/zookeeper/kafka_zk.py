@@ -376,6 +376,37 @@ class KafkaZkClient(TopicZnodes, NotificationZnodes):
             except (ZkBadVersionError, ZkNodeExistsError):
                 continue  # another broker claimed a block first: read again
 
+    async def reserve_producer_ids_through(self, broker_id: int, producer_id: int) -> int:
+        """Hand out no block holding ``producer_id`` or any id below it from now on: when
+        the latest block ends below it, write a block ending at it (conditionally, as
+        ``allocate_producer_id_block``), so that the next block starts above. For producer
+        state restored into a cluster whose ZooKeeper is newer than the state (Kafka has no
+        topic restore; this is tierlog's). Blocks brokers claimed before keep their ids.
+
+        Returns:
+            The last id of the blocks claimed before (-1: none was).
+        """
+        while True:
+            node = await self._get_or_none(paths.PRODUCER_ID_BLOCK)
+            first = 0
+            previous = -1
+            if node is not None and node.data:
+                current = decode_producer_id_block(node.data)
+                previous = current.last_producer_id
+                if previous >= producer_id:
+                    return previous
+                first = current.next_block_first_id
+            block = ProducerIdBlock(broker_id, first, producer_id - first + 1)
+            data = encode_producer_id_block(block)
+            try:
+                if node is None:
+                    await self.zookeeper.create_recursive(paths.PRODUCER_ID_BLOCK, data)
+                else:
+                    await self.zookeeper.set(paths.PRODUCER_ID_BLOCK, data, node.stat.version)
+                return previous
+            except (ZkBadVersionError, ZkNodeExistsError):
+                continue  # a broker claimed a block meanwhile: read again
+
 
 def _random_cluster_id() -> str:
     # Kafka's Uuid.randomUuid avoids ids starting with '-' (they read as command-line options).
