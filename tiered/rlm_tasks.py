@@ -239,16 +239,22 @@ class CopyTask(RLMTask):
         if plog.config.remote_log_copy_disable:
             return 0
         copied = 0
-        for segment, next_base in candidates:
-            if self.cancelled:
-                break  # no longer the leader: the next leader copies the rest
-            if ctx.copy_quota is not None and ctx.copy_quota.is_exceeded():
-                log.info("%s: copy quota exceeded; the next run continues", tp)
-                break
-            if self._copy_segment(segment, next_base):
+        while candidates:
+            for segment, next_base in candidates:
+                if self.cancelled:
+                    return copied  # no longer the leader: the next leader copies the rest
+                if ctx.copy_quota is not None and ctx.copy_quota.is_exceeded():
+                    log.info("%s: copy quota exceeded; the next run continues", tp)
+                    return copied
+                if not self._copy_segment(segment, next_base):
+                    return copied
                 copied += 1
-        if copied:
-            self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
+            # Segments rolled while this pass copied are copied now rather than a task
+            # interval later: a partition produced faster than one segment per interval
+            # would otherwise keep up to an interval's worth of data local beyond
+            # local.retention.*, and with Kafka's 30 s default that is most of it.
+            candidates = self.candidates(plog, plog.highest_offset_in_remote_storage)
+            self._update_copy_lag(candidates)
         return copied
 
     @staticmethod
@@ -334,7 +340,7 @@ class CopyTask(RLMTask):
             log.info(
                 "%s: no longer the leader; segment %d..%d left to the next leader", tp, start, end
             )
-            return
+            return False
         self.wait(
             ctx.rlmm.update_remote_log_segment_metadata(
                 RemoteLogSegmentMetadataUpdate(
