@@ -282,17 +282,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     mb, rounds = (32, 2) if args.quick else (args.mb, args.rounds)
     print(describe_machine(args.dir))
-    r = run(args.dir, mb, rounds, args.produce_mb)
+    print(summary(run(args.dir, mb, rounds, args.produce_mb)), flush=True)
+    return 0
+
+
+def summary(r: dict[str, float]) -> str:
+    """One line: both sides, the ratio, the target and PASS/MISS."""
     verdict = "PASS" if r["ratio"] >= TARGET else "MISS"
-    print(
+    return (
         f"copy {r['segments']:.0f} segments of 1 MiB ({r['MiB']:.0f} MiB with indexes) to the "
         f"local-dir tier while producing {r['produced MB/s']:.1f} MB/s: tierlog "
         f"{r['tierlog']:.1f} MB/s ({1000 * r['MiB'] / r['tierlog'] / r['segments']:.1f} "
         f"ms/segment), shutil.copyfile {r['copyfile']:.1f} MB/s, ratio {r['ratio']:.2f} "
-        f"(target >= {TARGET}) {verdict}",
-        flush=True,
+        f"(target >= {TARGET}) {verdict}"
     )
-    return 0
 
 
 if __name__ == "__main__":
