@@ -238,23 +238,37 @@ class CopyTask(RLMTask):
         self._update_copy_lag(candidates)
         if plog.config.remote_log_copy_disable:
             return 0
+        # Segments rolled while a pass copied are copied in further passes rather than a
+        # task interval later (a partition produced faster than one segment per interval
+        # would otherwise keep that interval's data local beyond local.retention.*). The
+        # further passes stop after one task interval, so that a partition produced faster
+        # than it can be copied does not hold a copier thread forever.
+        until = time.monotonic() + ctx.config.remote_log_manager_task_interval_ms / 1000
         copied = 0
         while candidates:
-            for segment, next_base in candidates:
-                if self.cancelled:
-                    return copied  # no longer the leader: the next leader copies the rest
-                if ctx.copy_quota is not None and ctx.copy_quota.is_exceeded():
-                    log.info("%s: copy quota exceeded; the next run continues", tp)
-                    return copied
-                if not self._copy_segment(segment, next_base):
-                    return copied
-                copied += 1
-            # Segments rolled while this pass copied are copied now rather than a task
-            # interval later: a partition produced faster than one segment per interval
-            # would otherwise keep up to an interval's worth of data local beyond
-            # local.retention.*, and with Kafka's 30 s default that is most of it.
+            done = self._copy_all(candidates)
+            copied += done
+            if done < len(candidates) or time.monotonic() >= until:
+                break  # stopped (leadership, quota), or the next run continues
             candidates = self.candidates(plog, plog.highest_offset_in_remote_storage)
-            self._update_copy_lag(candidates)
+        if copied:
+            self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
+        return copied
+
+    def _copy_all(self, candidates: list[tuple[LogSegment, int]]) -> int:
+        """Copy ``candidates`` in order; the number copied, fewer when the task was
+        cancelled, the copy quota is exceeded or leadership was lost during a copy."""
+        copied = 0
+        for segment, next_base in candidates:
+            if self.cancelled:
+                break  # no longer the leader: the next leader copies the rest
+            quota = self.ctx.copy_quota
+            if quota is not None and quota.is_exceeded():
+                log.info("%s: copy quota exceeded; the next run continues", self.tp)
+                break
+            if not self._copy_segment(segment, next_base):
+                break
+            copied += 1
         return copied
 
     @staticmethod
