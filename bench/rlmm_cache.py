@@ -203,7 +203,7 @@ def run_side(side: str, n: int, lookups: int, page: int, snapshot_n: int) -> dic
 
 def _restart(cache: RemoteLogMetadataCache, n: int, snapshot_n: int) -> dict[str, float]:
     from rlmm.serde import RemoteLogSegmentMetadataSnapshot
-    from rlmm.snapshot import Snapshot, read_snapshot, write_snapshot
+    from rlmm.snapshot import Snapshot, read_snapshot_rows, write_snapshot
 
     entries = list(cache.entries())
     t0 = time.perf_counter()
@@ -223,12 +223,13 @@ def _restart(cache: RemoteLogMetadataCache, n: int, snapshot_n: int) -> dict[str
         out["snapshot_bytes"] = path.stat().st_size
         del records
         gc.collect()
+        # What the broker does at start-up (TopicBasedRemoteLogMetadataManager._load_snapshot).
         t0 = time.perf_counter()
-        snap = read_snapshot(path)
+        snap = read_snapshot_rows(path)
         out["snapshot_read_s"] = time.perf_counter() - t0
         assert snap is not None
         t0 = time.perf_counter()
-        rebuilt = RemoteLogMetadataCache.from_entries(TP, snap.segments)
+        rebuilt = RemoteLogMetadataCache.from_entries(TP, snap[2])
         out["snapshot_rebuild_s"] = time.perf_counter() - t0
         if len(rebuilt) != n:
             raise AssertionError("snapshot rebuild lost segments")
@@ -304,6 +305,9 @@ def main(argv: list[str] | None = None) -> None:
              f"{col['snapshot_bytes'] * k / MiB:.0f} MiB file"),
             (f"restart: from_entries(snapshot){note}", f"{col['snapshot_rebuild_s'] * k:.1f} s",
              "", "", ""),
+            (f"restart from the file: read + rebuild{note}",
+             f"{(col['snapshot_read_s'] + col['snapshot_rebuild_s']) * k:.1f} s", "", "",
+             "<= 10 s"),
         ]  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     head = ("", "columnar", "naive", "ratio", "target")

@@ -1,7 +1,9 @@
 """Run every log benchmark and print one table (``make bench``).
 
-Defaults take about 20 s on a 2-core VM and write at most ~1.1 GiB to ``bench-data/``
-(deleted afterwards); ``--quick`` shrinks every size for a smoke run of a few seconds.
+Defaults take about 40 s on a 2-core VM and write at most ~1.1 GiB to ``bench-data/``
+(deleted afterwards); ``--quick`` shrinks every size for a smoke run of a few seconds. They
+include ``bench.tiering_local`` (tiering to the local-dir tier vs ``shutil.copyfile`` while
+producing, 64 MiB x 3 rounds; 32 MiB x 2 with ``--quick``).
 
 ``--broker`` adds the broker benchmarks (tierlog and the null broker as child processes,
 driven by confluent-kafka): throughput with 1,000,000 messages of 100 B and of 1 KiB per
@@ -10,11 +12,15 @@ server (about 1 minute, ~2 GiB of scratch space), acks=1 latency at 10 MB/s for 
 minute); with ``--quick``, 100,000 messages, 3 s and 20 records (about 45 s in all). They
 are opt-in so that the default ``make bench`` stays short.
 
+``--restart`` adds ``bench.restart`` (restart after a crash with 1,000 and 250 segments of
+1 MiB behind the recovery point; about 1.5 minutes and 1.3 GiB of scratch space, most of it
+building the logs, which is why it is not in the default run).
+
 ``--tiering`` adds the tiered-storage benchmarks of ``bench.tiering`` (copy to S3 vs boto3,
 consumers from the remote tier vs local, produce latency with tiering on vs off; about
 8 minutes, 3 with ``--quick``).
 
-    python -m bench.run_all [--quick] [--broker] [--tiering] [--dir bench-data]
+    python -m bench.run_all [--quick] [--broker] [--restart] [--tiering] [--dir bench-data]
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from bench import (
     log_read,
     log_recovery,
     long_poll,
+    restart,
     tiering,
+    tiering_local,
 )
 from bench._common import DEFAULT_DIR, Result, describe_machine, print_table
 
@@ -43,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         "--broker",
         action="store_true",
         help="also run the broker throughput and latency benchmarks (about 1.5 min)",
+    )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="also run the restart-after-a-crash benchmark (about 1.5 min)",
     )
     parser.add_argument(
         "--tiering",
@@ -65,9 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     results.append(log_read.run(read_mb, 3 * rounds, args.dir))
     print(f"recovery: {recovery_mb} MiB x 3 rounds ...", flush=True)
     results.extend(log_recovery.run(recovery_mb, 3, args.dir))
+    tl_mb, tl_rounds = (32, 2) if args.quick else (64, 3)
+    print(f"tiering to the local-dir tier: {tl_mb} MiB x {tl_rounds} rounds ...", flush=True)
+    tiered_copy = tiering_local.summary(tiering_local.run(args.dir, tl_mb, tl_rounds, 20.0))
     print_table(results, [("elapsed", f"{time.perf_counter() - start:.0f} s")])
+    print(tiered_copy, flush=True)
     if args.broker:
         run_broker(args.quick, args.dir)
+    if args.restart:
+        restart.main(["--dir", str(args.dir)] + (["--rounds", "2"] if args.quick else []))
     if args.tiering:
         tiering.main(["--dir", str(args.dir)] + (["--quick"] if args.quick else []))
     # A miss is a finding to report, not a failure: benchmarks never gate the build.

@@ -14,18 +14,27 @@ Both run while another thread appends 16 KiB batches to another partition at ``-
 MB/s (20 by default), alternating which side goes first, median of the rounds. Target
 (issue 19): tierlog >= 0.7 x the baseline.
 
+With ``--broker`` it measures the broker instead (the second target of issue 19): a tierlog
+broker with the local-dir tier and ``log.retention.check.interval.ms=1000``, one partition
+(``segment.bytes`` 1 MiB, ``local.retention.bytes`` 16 MiB) produced by confluent-kafka
+(acks=all) at ``--produce-mb`` MB/s for ``--seconds`` s; the partition's local ``.log`` bytes
+are sampled each second. Target: at most 2 x ``local.retention.bytes`` + 2 segments.
+
     python -m bench.tiering_local [--mb 128] [--rounds 3] [--produce-mb 20] [--quick]
+    python -m bench.tiering_local --broker [--seconds 60] [--produce-mb 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from bench._common import DEFAULT_DIR, LEADER_EPOCH, MiB, build_pool, describe_machine
 from bench.tiering import _segments
@@ -146,6 +155,106 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
         shutil.rmtree(work, ignore_errors=True)
 
 
+SEGMENT = MiB
+LOCAL_RETENTION = 16 * MiB
+VALUE_SIZE = 4096
+
+
+def local_log_bytes(partition_dir: Path) -> int:
+    total = 0
+    for p in partition_dir.glob("*.log"):
+        with contextlib.suppress(FileNotFoundError):  # deleted by retention meanwhile
+            total += p.stat().st_size
+    return total
+
+
+def run_broker(base: Path, seconds: float, produce_mb: float) -> dict[str, Any]:
+    """Produce at a fixed rate to a tiered partition; sample its local bytes each second."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from bench.broker_throughput import running
+
+    work = base / "tiering-broker"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    overrides = [
+        "remote.log.storage.system.enable=true",
+        f"rsm.config.storage.root={work / 'bucket'}",
+        "log.retention.check.interval.ms=1000",
+        "remote.log.manager.task.interval.ms=1000",
+    ]
+    topic = "tiered"
+    try:
+        with running("tierlog", work, overrides) as server:
+            admin = AdminClient({"bootstrap.servers": server.bootstrap})
+            config = {
+                "segment.bytes": str(SEGMENT),
+                "local.retention.bytes": str(LOCAL_RETENTION),
+                "remote.storage.enable": "true",
+                "retention.ms": "-1",
+            }
+            for future in admin.create_topics([NewTopic(topic, 1, 1, config=config)]).values():
+                future.result(30)
+            failures: list[str] = []
+
+            def on_delivery(err: object, _msg: object) -> None:
+                if err is not None:
+                    failures.append(str(err))
+
+            producer = Producer(
+                {
+                    "bootstrap.servers": server.bootstrap,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "delivery.report.only.error": True,
+                    "on_delivery": on_delivery,
+                }
+            )
+            value = b"v" * VALUE_SIZE
+            per_tick = max(1, round(produce_mb * MiB / VALUE_SIZE / 10))  # 100 ms ticks
+            partition_dir = server.data_dir / f"{topic}-0"
+            samples: list[int] = []
+            sent = 0
+            start = time.monotonic()
+            next_sample = start + 1.0
+            tick = start
+            while time.monotonic() - start < seconds:
+                for _ in range(per_tick):
+                    while True:
+                        try:
+                            producer.produce(topic, value, partition=0)
+                            break
+                        except BufferError:
+                            producer.poll(0.01)
+                sent += per_tick
+                producer.poll(0)
+                tick += 0.1
+                now = time.monotonic()
+                if now >= next_sample:
+                    samples.append(local_log_bytes(partition_dir))
+                    next_sample += 1.0
+                if tick > now:
+                    time.sleep(tick - now)
+            left = producer.flush(120)
+            elapsed = time.monotonic() - start
+            remote = sum(1 for _ in (work / "bucket").rglob("*.log"))
+            local = sum(1 for _ in partition_dir.glob("*.log"))
+            del producer, admin  # their connections close before the broker stops
+            if left or failures:
+                raise RuntimeError(f"{left} unflushed, {len(failures)} failed: {failures[:3]}")
+            return {
+                "series": samples,
+                "local segments": local,
+                "produced MB/s": sent * VALUE_SIZE / MiB / elapsed,
+                "max local MiB": max(samples) / MiB,
+                "final local MiB": samples[-1] / MiB,
+                "remote segments": remote,
+            }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=128)
@@ -153,20 +262,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--produce-mb", type=float, default=20.0)
     parser.add_argument("--quick", action="store_true", help="32 MiB, 2 rounds")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--broker", action="store_true", help="local bytes of a broker")
+    parser.add_argument("--seconds", type=float, default=60.0, help="with --broker")
     args = parser.parse_args(argv)
+    if args.broker:
+        print(describe_machine(args.dir))
+        b = run_broker(args.dir, args.seconds, args.produce_mb)
+        bound = (2 * LOCAL_RETENTION + 2 * SEGMENT) / MiB
+        verdict = "PASS" if b["max local MiB"] <= bound else "MISS"
+        print(
+            f"broker, one partition at {b['produced MB/s']:.1f} MB/s for {args.seconds:.0f} s: "
+            f"local bytes max {b['max local MiB']:.0f} MiB, at the end "
+            f"{b['final local MiB']:.0f} MiB; {b['remote segments']} segments tiered, "
+            f"{b['local segments']} local (target <= {bound:.0f} MiB) {verdict}",
+            flush=True,
+        )
+        series = " ".join(f"{v / MiB:.0f}" for v in b["series"])
+        print(f"local MiB each second: {series}")
+        return 0
     mb, rounds = (32, 2) if args.quick else (args.mb, args.rounds)
     print(describe_machine(args.dir))
-    r = run(args.dir, mb, rounds, args.produce_mb)
+    print(summary(run(args.dir, mb, rounds, args.produce_mb)), flush=True)
+    return 0
+
+
+def summary(r: dict[str, float]) -> str:
+    """One line: both sides, the ratio, the target and PASS/MISS."""
     verdict = "PASS" if r["ratio"] >= TARGET else "MISS"
-    print(
+    return (
         f"copy {r['segments']:.0f} segments of 1 MiB ({r['MiB']:.0f} MiB with indexes) to the "
         f"local-dir tier while producing {r['produced MB/s']:.1f} MB/s: tierlog "
         f"{r['tierlog']:.1f} MB/s ({1000 * r['MiB'] / r['tierlog'] / r['segments']:.1f} "
         f"ms/segment), shutil.copyfile {r['copyfile']:.1f} MB/s, ratio {r['ratio']:.2f} "
-        f"(target >= {TARGET}) {verdict}",
-        flush=True,
+        f"(target >= {TARGET}) {verdict}"
     )
-    return 0
 
 
 if __name__ == "__main__":

@@ -92,6 +92,14 @@ class RecordTooLargeError(CoreError):
     error_code = 10
 
 
+class RecordBatchTooLargeError(CoreError):
+    """A produce request's records for one partition larger than ``segment.bytes``
+    (RECORD_BATCH_TOO_LARGE): they could never fit in a segment, so Kafka refuses them
+    (UnifiedLog.append) rather than giving each such append a segment of its own."""
+
+    error_code = 18
+
+
 class UnsupportedCompressionTypeError(CoreError):
     """A compression codec id that Kafka does not define (UNSUPPORTED_COMPRESSION_TYPE)."""
 

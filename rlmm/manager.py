@@ -51,7 +51,7 @@ from rlmm.serde import RemoteLogSegmentMetadataSnapshot, deserialize, serialize
 from rlmm.snapshot import (
     CorruptSnapshotError,
     Snapshot,
-    read_snapshot,
+    read_snapshot_rows,
     snapshot_path,
     write_committed_offsets,
     write_snapshot,
@@ -511,19 +511,20 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return None
         path = snapshot_path(self.rlmm_dir, tp)
         try:
-            snapshot = read_snapshot(path)
+            snapshot = read_snapshot_rows(path)
         except CorruptSnapshotError as e:
             log.warning("discarding damaged RLMM snapshot %s (%s): replaying %s", path, e, tp)
             path.unlink(missing_ok=True)
             return None
-        if snapshot is None or snapshot.metadata_partition != mp:
+        if snapshot is None or snapshot[0] != mp:
             return None
-        # The snapshot records go in as they are: building validated metadata objects first
-        # would cost seconds for millions of segments.
-        cache = RemoteLogMetadataCache.from_entries(tp, snapshot.segments)
+        # The snapshot's entries go in as they were read (tuples of the file's fields for
+        # the usual ones): building record or metadata objects first would cost tens of
+        # seconds for millions of segments.
+        cache = RemoteLogMetadataCache.from_entries(tp, snapshot[2])
         with self._lock:
             self.store.install(cache)
-        return snapshot.metadata_partition_offset
+        return snapshot[1]
 
     def write_snapshots(self) -> None:
         """Snapshot every assigned partition's cache and the offsets they reach."""

@@ -45,6 +45,7 @@ from collections.abc import Iterable, Iterator
 from rlmm.epoch_map import EpochMap
 from rlmm.segment_rows import Renumbering, SegmentLike, SegmentRows
 from rlmm.segment_store import SegmentStore
+from rlmm.snapshot import SnapshotRow
 from tiered.api import (
     InvalidStateTransitionError,
     RemoteLogSegmentMetadata,
@@ -169,9 +170,10 @@ class RemoteLogMetadataCache:
 
     @classmethod
     def from_entries(
-        cls, topic_id_partition: TopicIdPartition, entries: Iterable[SegmentLike]
+        cls, topic_id_partition: TopicIdPartition, entries: Iterable[SegmentLike | SnapshotRow]
     ) -> RemoteLogMetadataCache:
-        """A cache holding ``entries`` (as returned by ``entries()``), in their order.
+        """A cache holding ``entries`` (as returned by ``entries()``, or a snapshot file's
+        ``rlmm.snapshot.decode_snapshot_rows``), in their order.
 
         Each entry is applied as Kafka restores a snapshot: a COPY_SEGMENT_STARTED or
         DELETE_SEGMENT_STARTED segment is unreferenced, a COPY_SEGMENT_FINISHED one goes
@@ -188,7 +190,7 @@ class RemoteLogMetadataCache:
         cache._restore(entries)
         return cache
 
-    def _restore(self, entries: Iterable[SegmentLike]) -> None:
+    def _restore(self, entries: Iterable[SegmentLike | SnapshotRow]) -> None:
         """``_restore_one`` each entry. Runs of the usual ones (COPY_SEGMENT_FINISHED, one
         epoch starting at the start offset, no custom metadata, a new id, after every key
         mapped in their epoch and every row's key) go to the store in one call: same
@@ -207,12 +209,22 @@ class RemoteLogMetadataCache:
             tail.clear()
             run_ids.clear()
 
-        for md in entries:
-            epochs = md.segment_leader_epochs
+        for entry in entries:
+            md = entry
+            if type(entry) is SnapshotRow:  # a snapshot file's usual entry: one epoch
+                usual = entry.state == finished
+                if usual:
+                    epoch, s, idb = entry.epoch, entry.epoch_start, entry.idb
+                else:
+                    md = entry.to_snapshot()
+            else:
+                epochs = md.segment_leader_epochs
+                usual = md.state == finished and len(epochs) == 1 and md.custom_metadata is None
+                if usual:
+                    ((epoch, s),) = epochs.items()
+                    idb = md.segment_id.bytes
             start = md.start_offset
-            if md.state == finished and len(epochs) == 1 and md.custom_metadata is None:
-                ((epoch, s),) = epochs.items()
-                idb = md.segment_id.bytes
+            if usual:
                 key = (start, idb)
                 if s == start and (last_key is None or key > last_key):
                     top = tail.get(epoch)
@@ -228,7 +240,7 @@ class RemoteLogMetadataCache:
                             flush()
                         continue
             flush()
-            self._restore_one(md)
+            self._restore_one(md.to_snapshot() if type(md) is SnapshotRow else md)
             last_key = rows.last_key
         flush()
 

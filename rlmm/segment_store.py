@@ -36,8 +36,10 @@ import uuid
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from operator import sub
 
 from rlmm.segment_rows import Renumbering, RowKey, SegmentLike
+from rlmm.snapshot import SnapshotRow
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -59,6 +61,12 @@ _TXN_EMPTY = 0x08
 _MULTI = 0x10  # leader epochs in _multi, not (epoch column, start offset)
 _CUSTOM = 0x20  # custom metadata in _custom
 
+# Columns of SnapshotRow used by _Block.extend.
+_R_START, _R_END, _R_BROKER, _R_TS, _R_EVT, _R_SIZE, _R_STATE, _R_TXN = map(
+    SnapshotRow._fields.index,
+    ("start_offset", "end_offset", "broker_id", "max_timestamp_ms", "event_timestamp_ms",
+     "segment_size_in_bytes", "state", "txn_tag"),
+)  # fmt: skip
 _EMPTY = -1  # id table slot never used
 _GONE = -2  # id table slot whose id was deleted
 
@@ -180,43 +188,46 @@ class _Block:
         if self.n == _BLOCK:
             self.seal()
 
-    def extend(self, run: Sequence[tuple[SegmentLike, bytes, int]]) -> None:
+    def extend(self, run: Sequence[tuple[SegmentLike | SnapshotRow, bytes, int]]) -> None:
         """Append rows ``(segment, id bytes, epoch)``: one leader epoch each, starting at
         the start offset, and no custom metadata."""
         s0, t0 = self.s0, self.t0
-        starts, ends, tss, evts, sizes, flags, brokers, epochs = ([] for _ in range(8))
-        ids = bytearray()
-        for md, idb, epoch in run:
-            start = md.start_offset
-            ts = md.max_timestamp_ms
-            ids += idb
-            starts.append(start - s0)
-            ends.append(md.end_offset - start)
-            tss.append(ts - t0)
-            evts.append(md.event_timestamp_ms - ts)
-            sizes.append(md.segment_size_in_bytes)
-            flags.append(int(md.state) | (_TXN_EMPTY if md.txn_index_empty else 0))
-            brokers.append(md.broker_id)
-            epochs.append(epoch)
+        mds = [md for md, _, _ in run]
+        if all(type(md) is SnapshotRow for md in mds):
+            # A snapshot file's rows are tuples: their columns come out in C.
+            cols = tuple(zip(*mds, strict=True))
+            start_c, end_c, broker_c = cols[_R_START], cols[_R_END], cols[_R_BROKER]
+            ts_c, evt_c, size_c = cols[_R_TS], cols[_R_EVT], cols[_R_SIZE]
+            flags = [
+                st | (_TXN_EMPTY if t else 0)
+                for st, t in zip(cols[_R_STATE], cols[_R_TXN], strict=True)
+            ]
+        else:
+            start_c = tuple(md.start_offset for md in mds)
+            end_c = tuple(md.end_offset for md in mds)
+            broker_c = tuple(md.broker_id for md in mds)
+            ts_c = tuple(md.max_timestamp_ms for md in mds)
+            evt_c = tuple(md.event_timestamp_ms for md in mds)
+            size_c = tuple(md.segment_size_in_bytes for md in mds)
+            flags = [int(md.state) | (_TXN_EMPTY if md.txn_index_empty else 0) for md in mds]
+        starts = [x - s0 for x in start_c]
+        ends = list(map(sub, end_c, start_c))
+        tss = [x - t0 for x in ts_c]
+        evts = list(map(sub, evt_c, ts_c))
+        sizes = list(size_c)
+        brokers = list(broker_c)
+        epochs = [epoch for _, _, epoch in run]
         if self.n == 0:
             self.broker_c, self.epoch_c = brokers[0], epochs[0]
-        self.ids += ids
+        self.ids += b"".join([idb for _, idb, _ in run])
         self.start = _extend(self.start, starts)
         if self.end is None:
-            prev = self.end_last
-            contiguous = True
-            for (md, _, _), e in zip(run, ends, strict=True):
-                if self.n and md.start_offset != prev + 1:
-                    contiguous = False
-                    break
-                prev = md.start_offset + e
-            if contiguous and self.n == 0:
-                contiguous = all(
-                    run[k + 1][0].start_offset == run[k][0].end_offset + 1
-                    for k in range(len(run) - 1)
-                )
-            if contiguous:
-                self.end_last = run[-1][0].end_offset
+            # Contiguous: each row starts right after the previous one ends (the block's
+            # last row before this run included).
+            follows = [self.end_last + 1] if self.n else [start_c[0]]
+            follows += [e + 1 for e in end_c[:-1]]
+            if list(start_c) == follows:
+                self.end_last = end_c[-1]
             else:
                 self.end = self._explicit_ends()
         if self.end is not None:

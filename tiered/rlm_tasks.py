@@ -238,17 +238,37 @@ class CopyTask(RLMTask):
         self._update_copy_lag(candidates)
         if plog.config.remote_log_copy_disable:
             return 0
+        # Segments rolled while a pass copied are copied in further passes rather than a
+        # task interval later (a partition produced faster than one segment per interval
+        # would otherwise keep that interval's data local beyond local.retention.*). The
+        # further passes stop after one task interval, so that a partition produced faster
+        # than it can be copied does not hold a copier thread forever.
+        until = time.monotonic() + ctx.config.remote_log_manager_task_interval_ms / 1000
+        copied = 0
+        while candidates:
+            done = self._copy_all(candidates)
+            copied += done
+            if done < len(candidates) or time.monotonic() >= until:
+                break  # stopped (leadership, quota), or the next run continues
+            candidates = self.candidates(plog, plog.highest_offset_in_remote_storage)
+        if copied:
+            self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
+        return copied
+
+    def _copy_all(self, candidates: list[tuple[LogSegment, int]]) -> int:
+        """Copy ``candidates`` in order; the number copied, fewer when the task was
+        cancelled, the copy quota is exceeded or leadership was lost during a copy."""
         copied = 0
         for segment, next_base in candidates:
             if self.cancelled:
                 break  # no longer the leader: the next leader copies the rest
-            if ctx.copy_quota is not None and ctx.copy_quota.is_exceeded():
-                log.info("%s: copy quota exceeded; the next run continues", tp)
+            quota = self.ctx.copy_quota
+            if quota is not None and quota.is_exceeded():
+                log.info("%s: copy quota exceeded; the next run continues", self.tp)
                 break
-            if self._copy_segment(segment, next_base):
-                copied += 1
-        if copied:
-            self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
+            if not self._copy_segment(segment, next_base):
+                break
+            copied += 1
         return copied
 
     @staticmethod
@@ -334,7 +354,7 @@ class CopyTask(RLMTask):
             log.info(
                 "%s: no longer the leader; segment %d..%d left to the next leader", tp, start, end
             )
-            return
+            return False
         self.wait(
             ctx.rlmm.update_remote_log_segment_metadata(
                 RemoteLogSegmentMetadataUpdate(

@@ -29,6 +29,7 @@ from core.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
 )
 from core.fs import TMP_SUFFIX, atomic_write, fsync_dir
@@ -558,6 +559,7 @@ class PartitionLog:
                 single records, which it names (core.log.record_validation).
             UnsupportedVersionError: a magic other than 2.
             RecordTooLargeError: a batch above ``max.message.bytes``.
+            RecordBatchTooLargeError: the records together larger than ``segment.bytes``.
             OutOfOrderSequenceError, InvalidProducerEpochError: idempotence violations.
             KafkaStorageError: the disk write failed.
         """
@@ -566,6 +568,13 @@ class PartitionLog:
         buf = records if writable else bytearray(records)
         batches = scan_client_batches(buf, self.config.max_message_bytes)
         validate_records(buf, batches, self.config, f"{self.topic}-{self.partition}", self.clock())
+        if len(buf) > self.config.segment_bytes:
+            # Kafka's rule (UnifiedLog.append): the whole append must fit in one segment.
+            raise RecordBatchTooLargeError(
+                f"message batch size is {len(buf)} bytes in append to partition "
+                f"{self.topic}-{self.partition}, which exceeds the maximum configured segment "
+                f"size of {self.config.segment_bytes}"
+            )
         with self.lock:
             if self._closed:
                 raise KafkaStorageError(f"log {self.dir} is closed")

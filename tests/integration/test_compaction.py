@@ -71,11 +71,20 @@ def produce(
 ) -> None:
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    # batch.size below the 4 KiB segments of the compaction test: a larger produce is
+    # refused with RECORD_BATCH_TOO_LARGE, as in Kafka.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.size": 2048})
+    failures: list[str] = []
     for key, value in records:
-        producer.produce(topic, key=key, value=value)
+        producer.produce(
+            topic,
+            key=key,
+            value=value,
+            on_delivery=lambda err, _m: err is not None and failures.append(str(err)),
+        )
         producer.poll(0)
     assert producer.flush(30) == 0
+    assert failures == []
 
 
 def latest(rows: list[tuple[int, bytes | None, bytes | None]]) -> dict[bytes, bytes | None]:

@@ -110,3 +110,43 @@ def test_kip_405_key_names_start_a_tiered_broker_with_warnings(tmp_path: Path):
         )
     finally:
         assert broker.stop() == 0, broker.log_tail()
+
+
+def test_a_batch_larger_than_segment_bytes_is_refused_and_the_partition_goes_on(broker):
+    """Kafka's rule: a produce whose records exceed the topic's segment.bytes is answered
+    RECORD_BATCH_TOO_LARGE (18); nothing of it is stored and the next produce works."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "small-segments"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    config = {"segment.bytes": "65536"}
+    for future in admin.create_topics([NewTopic(topic, 1, 1, config=config)]).values():
+        future.result(30)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    errors: list[KafkaError | None] = []
+
+    def report(err, _msg) -> None:
+        errors.append(err)
+
+    producer.produce(topic, value=b"x" * 100_000, callback=report)  # one 100 kB batch
+    assert producer.flush(30) == 0
+    producer.produce(topic, value=b"small", callback=report)
+    assert producer.flush(30) == 0
+    assert errors[0] is not None and errors[0].code() == KafkaError.RECORD_LIST_TOO_LARGE
+    assert errors[1] is None
+
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "g", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append((msg.offset(), msg.value()))
+        assert got == [(0, b"small")]
+    finally:
+        consumer.close()

@@ -52,14 +52,28 @@ def create_and_fill(broker: BrokerProcess) -> None:
     }
     for future in admin.create_topics([NewTopic(TOPIC, 1, 1, config=config)]).values():
         future.result(30)
+    # Batches must fit in a segment (the broker refuses a produce larger than segment.bytes
+    # with RECORD_BATCH_TOO_LARGE, as Kafka does); librdkafka's default batch.size is 1 MB.
     producer = Producer(
-        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "linger.ms": 5,
+            "enable.idempotence": True,
+            "batch.size": 100_000,
+        }
     )
+    failures: list[str] = []
     for i in range(N):
-        producer.produce(TOPIC, key=str(i).encode(), value=value(i))
+        producer.produce(
+            TOPIC,
+            key=str(i).encode(),
+            value=value(i),
+            on_delivery=lambda err, _m: err is not None and failures.append(str(err)),
+        )
         if i % 2000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
+    assert failures == []
 
 
 def local_start(broker: BrokerProcess, topic: str = TOPIC) -> int:

@@ -70,6 +70,26 @@ def test_copy_picks_rolled_segments_up_to_the_high_watermark(env):
     assert env.rlm.metrics.get(REMOTE_COPY_REQUESTS) == len(segments) - 1
 
 
+def test_a_copy_run_also_copies_segments_rolled_while_it_ran(env, memory_rsm):
+    """A partition produced while its copy task runs: what rolled meanwhile is copied in
+    the same run, not a task interval later (local bytes would grow by that interval)."""
+    produce(env.plog, 20)
+    before = len(env.plog.segments())
+    copy = memory_rsm.copy_log_segment_data
+    produced = []
+
+    def copy_while_producing(md, data):
+        if not produced:
+            produced.append(produce(env.plog, 20))
+        return copy(md, data)
+
+    memory_rsm.copy_log_segment_data = copy_while_producing
+    copied = env.copy()
+    assert len(env.plog.segments()) > before
+    assert copied == len(env.plog.segments()) - 1  # every rolled segment, old and new
+    assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
+
+
 def test_copy_stops_at_the_last_stable_offset(env):
     """An open transaction bounds the copy (Kafka copies up to the LSO): a segment whose
     transaction is still undecided is not shipped with an incomplete transaction index."""

@@ -13,6 +13,7 @@ from core.errors import (
     InvalidRecordError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
     UnsupportedVersionError,
 )
@@ -260,6 +261,18 @@ def test_batch_above_max_message_bytes_is_too_large(tmp_path, batch):
     with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes=200"):
         plog.append_as_leader(batch([b"x" * 300]), 0)
     assert plog.log_end_offset == 0
+
+
+def test_append_larger_than_segment_bytes_is_refused(tmp_path, batch):
+    # Kafka's rule: the records of one append (all its batches) must fit in a segment.
+    plog = open_log(tmp_path / "t-0", LogConfig(segment_bytes=1000))
+    plog.append_as_leader(batch([b"a"]), 0)
+    with pytest.raises(RecordBatchTooLargeError, match=r"segment size of 1000"):
+        plog.append_as_leader(batch([b"x" * 600]) + batch([b"y" * 600]), 0)
+    assert plog.log_end_offset == 1
+    assert len(plog.segments()) == 1
+    plog.append_as_leader(batch([b"x" * 600]), 0)
+    assert [v for _, v in read_all(plog)] == [b"a", b"x" * 600]
 
 
 def test_idempotent_retry_returns_original_offsets(tmp_path, batch):
