@@ -354,13 +354,8 @@ def read_snapshot_rows(
         CorruptSnapshotError: the file is damaged; discard it and replay the topic.
         OSError: the file exists but cannot be read.
     """
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return None
-    if not data:
-        return None
-    return decode_snapshot_rows(data)
+    data = _snapshot_bytes(path)
+    return None if data is None else decode_snapshot_rows(data)
 
 
 def read_snapshot(path: str | os.PathLike[str]) -> Snapshot | None:
@@ -370,10 +365,14 @@ def read_snapshot(path: str | os.PathLike[str]) -> Snapshot | None:
         CorruptSnapshotError: the file is damaged; discard it and replay the topic.
         OSError: the file exists but cannot be read.
     """
+    data = _snapshot_bytes(path)
+    return None if data is None else decode_snapshot(data)
+
+
+def _snapshot_bytes(path: str | os.PathLike[str]) -> bytes | None:
+    """The file's bytes, or None when it is missing or empty."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         return None
-    if not data:
-        return None
-    return decode_snapshot(data)
+    return data or None

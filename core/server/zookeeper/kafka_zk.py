@@ -366,15 +366,9 @@ class KafkaZkClient(TopicZnodes, NotificationZnodes):
                     )
                 first = current.next_block_first_id
             block = ProducerIdBlock(broker_id, first, block_size)
-            data = encode_producer_id_block(block)
-            try:
-                if node is None:
-                    await self.zookeeper.create_recursive(paths.PRODUCER_ID_BLOCK, data)
-                else:
-                    await self.zookeeper.set(paths.PRODUCER_ID_BLOCK, data, node.stat.version)
+            if await self._write_producer_id_block(node, block):
                 return block
-            except (ZkBadVersionError, ZkNodeExistsError):
-                continue  # another broker claimed a block first: read again
+            # another broker claimed a block first: read again
 
     async def reserve_producer_ids_through(self, broker_id: int, producer_id: int) -> int:
         """Hand out no block holding ``producer_id`` or any id below it from now on: when
@@ -397,15 +391,24 @@ class KafkaZkClient(TopicZnodes, NotificationZnodes):
                     return previous
                 first = current.next_block_first_id
             block = ProducerIdBlock(broker_id, first, producer_id - first + 1)
-            data = encode_producer_id_block(block)
-            try:
-                if node is None:
-                    await self.zookeeper.create_recursive(paths.PRODUCER_ID_BLOCK, data)
-                else:
-                    await self.zookeeper.set(paths.PRODUCER_ID_BLOCK, data, node.stat.version)
+            if await self._write_producer_id_block(node, block):
                 return previous
-            except (ZkBadVersionError, ZkNodeExistsError):
-                continue  # a broker claimed a block meanwhile: read again
+            # a broker claimed a block meanwhile: read again
+
+    async def _write_producer_id_block(
+        self, read: ZnodeData | None, block: ProducerIdBlock
+    ) -> bool:
+        """Write ``block`` to ``/latest_producer_id_block`` if it is still as ``read`` (None:
+        absent); False when another write came first."""
+        data = encode_producer_id_block(block)
+        try:
+            if read is None:
+                await self.zookeeper.create_recursive(paths.PRODUCER_ID_BLOCK, data)
+            else:
+                await self.zookeeper.set(paths.PRODUCER_ID_BLOCK, data, read.stat.version)
+        except (ZkBadVersionError, ZkNodeExistsError):
+            return False
+        return True
 
 
 def _random_cluster_id() -> str:
