@@ -32,6 +32,11 @@ from collections.abc import Callable
 _COMPACT_BELOW = 4096
 
 
+class WriteStalledError(Exception):
+    """The peer read nothing of an answer for the connection's idle time (Kafka closes a
+    connection without activity for ``connections.max.idle.ms``, a stalled send included)."""
+
+
 class FrameProtocol(asyncio.BufferedProtocol):
     """One connection's receive buffers, its write flow control and its end.
 
@@ -165,19 +170,36 @@ class FrameProtocol(asyncio.BufferedProtocol):
             self._body = None
         return body
 
-    async def drain(self) -> None:
+    async def drain(self, stall_timeout_s: float | None = None) -> None:
         """Wait while the transport's write buffer is over its high-water mark.
+
+        Args:
+            stall_timeout_s: how long the buffer may go without shrinking (the peer reads
+                nothing) before ``WriteStalledError``; None: no limit.
 
         Raises:
             ConnectionResetError: the connection is lost.
+            WriteStalledError: no progress for ``stall_timeout_s``.
         """
         if self._lost:
             raise ConnectionResetError("connection lost")
         if not self._writing_paused:
             return
-        waiter = asyncio.get_running_loop().create_future()
-        self._drain_waiter = waiter
-        await waiter
+        waiter = self._drain_waiter
+        if waiter is None or waiter.done():
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiter = waiter
+        assert self.transport is not None
+        while True:
+            pending = self.transport.get_write_buffer_size()
+            done, _ = await asyncio.wait({waiter}, timeout=stall_timeout_s)
+            if done:
+                waiter.result()  # raises ConnectionResetError if the connection was lost
+                return
+            if self.transport.get_write_buffer_size() >= pending:
+                raise WriteStalledError(
+                    f"{pending} bytes of an answer not read for {stall_timeout_s:g} s"
+                )
 
     # -- internals -----------------------------------------------------------------------
     async def _wait_for_data(self, have: int, want: int) -> None:

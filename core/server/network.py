@@ -37,7 +37,10 @@ completed, a frame larger than ``sasl.server.max.receive.size`` closes the conne
 size prefix, as Kafka's SaslServerAuthenticator does. A body must arrive in full within
 ``connections.max.idle.ms`` of its size prefix, so a client that announces a large frame and
 trickles it holds its reservation for that long at most. The idle timer runs only while a
-connection waits for its next request, never while one is in progress.
+connection waits for its next request, never while one is in progress; and an answer the
+client reads nothing of for ``connections.max.idle.ms`` closes the connection (Kafka's idle
+expiry counts a send without progress too), so a client that never reads cannot hold its
+answer's buffers forever.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from typing import Any
 
 from core.server.api_keys import ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
-from core.server.frame_protocol import FrameProtocol
+from core.server.frame_protocol import FrameProtocol, WriteStalledError
 from core.server.memory_pool import RequestMemoryPool, Reservation
 from core.server.protocol import ProtocolCodec, RequestContext
 from core.server.response_frame import ResponseFrame, TruncatedRecordsError, send_response
@@ -321,6 +324,11 @@ class Connection:
             pass  # logged by the SASL session, answered before closing
         except HandlerFailedError:
             self.transport.abort()  # logged where the handler failed
+        except WriteStalledError as e:
+            # Kafka's idle expiry covers a send that makes no progress; close() would wait
+            # for the unread bytes forever.
+            log.info("closing connection %s on %s: %s", self.address, self.listener, e)
+            self.transport.abort()
         except TruncatedRecordsError as e:
             log.warning("closing connection %s on %s: %s", self.address, self.listener, e)
             self.transport.abort()  # the frame announced more bytes than it carries
@@ -398,12 +406,19 @@ class Connection:
                 return
         if isinstance(answer, ResponseFrame):
             # Like Kafka, the next request waits until this answer is on its way.
-            await send_response(self.transport, self.protocol, answer, sendfile=self._sendfile)
+            await send_response(
+                self.transport,
+                self.protocol,
+                answer,
+                sendfile=self._sendfile,
+                stall_timeout_s=self.server.idle_timeout_s,
+            )
         elif answer is not None:
             self.transport.write(answer)
             # Like Kafka, the next request waits until this answer is on its way: drain()
-            # holds the loop while asyncio's write buffer is over its high-water mark.
-            await self.protocol.drain()
+            # holds the loop while asyncio's write buffer is over its high-water mark. A
+            # client that reads nothing of it for connections.max.idle.ms is closed.
+            await self.protocol.drain(self.server.idle_timeout_s)
 
     async def _reserve(self, size: int) -> Reservation:
         """Room for a frame of ``size`` bytes in the broker-wide memory pool; while it

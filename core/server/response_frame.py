@@ -32,6 +32,7 @@ from typing import Protocol
 
 from core.errors import CoreError
 from core.log.file_records import FileSlice
+from core.server.frame_protocol import WriteStalledError
 
 
 class TruncatedRecordsError(CoreError):
@@ -85,11 +86,22 @@ class SplicingBuffer:
 class _Drainable(Protocol):
     """What ``send_response`` needs of the connection's protocol."""
 
-    async def drain(self) -> None: ...
+    async def drain(self, stall_timeout_s: float | None = None) -> None: ...
+
+
+# A slice goes out in sendfile calls of at most this many bytes, each of which must finish
+# within the connection's stall timeout: a peer that reads nothing is found out, one that
+# reads slowly (at least this much per connections.max.idle.ms) is served.
+SENDFILE_CHUNK_BYTES = 1 << 20
 
 
 async def send_response(
-    transport: asyncio.Transport, protocol: _Drainable, frame: ResponseFrame, *, sendfile: bool
+    transport: asyncio.Transport,
+    protocol: _Drainable,
+    frame: ResponseFrame,
+    *,
+    sendfile: bool,
+    stall_timeout_s: float | None = None,
 ) -> None:
     """Write ``frame`` to ``transport`` in order; returns once the last part is on its way.
 
@@ -100,6 +112,8 @@ async def send_response(
     Args:
         sendfile: slices go with ``loop.sendfile`` (plain TCP); False: read and written
             (TLS).
+        stall_timeout_s: how long the peer may read nothing before ``WriteStalledError``
+            (None: no limit).
 
     Raises:
         TruncatedRecordsError: a slice could not be sent whole.
@@ -117,11 +131,11 @@ async def send_response(
             elif file is None:
                 raise AssertionError("a slice without its file")
             elif sendfile:
-                await _send_slice(loop, transport, part, file)
+                await _send_slice(loop, transport, part, file, stall_timeout_s)
                 continue
             else:
                 transport.write(_read_slice(part, file))
-            await protocol.drain()
+            await protocol.drain(stall_timeout_s)
 
 
 def _open(part: FileSlice) -> io.FileIO:
@@ -146,18 +160,35 @@ def _read_slice(part: FileSlice, file: io.FileIO) -> bytes:
 
 
 async def _send_slice(
-    loop: asyncio.AbstractEventLoop, transport: asyncio.Transport, part: FileSlice, file: io.FileIO
+    loop: asyncio.AbstractEventLoop,
+    transport: asyncio.Transport,
+    part: FileSlice,
+    file: io.FileIO,
+    stall_timeout_s: float | None,
 ) -> None:
-    if transport.is_closing():
-        raise ConnectionResetError("connection closed")
-    try:
-        sent = await loop.sendfile(transport, file, part.position, part.size, fallback=False)
-    except asyncio.SendfileNotAvailableError:
-        # A transport without a native sendfile: read and write.
-        transport.write(_read_slice(part, file))
-        return
-    except RuntimeError as e:  # asyncio: the transport is closing
-        raise ConnectionResetError(str(e)) from e
+    sent = 0
+    while sent < part.size:
+        if transport.is_closing():
+            raise ConnectionResetError("connection closed")
+        count = min(SENDFILE_CHUNK_BYTES, part.size - sent)
+        try:
+            async with asyncio.timeout(stall_timeout_s):
+                done = await loop.sendfile(
+                    transport, file, part.position + sent, count, fallback=False
+                )
+        except asyncio.SendfileNotAvailableError:
+            # A transport without a native sendfile: read and write.
+            transport.write(_read_slice(part, file))
+            return
+        except RuntimeError as e:  # asyncio: the transport is closing
+            raise ConnectionResetError(str(e)) from e
+        except TimeoutError:
+            raise WriteStalledError(
+                f"{count} bytes of an answer not read for {stall_timeout_s:g} s"
+            ) from None
+        sent += done
+        if done != count:
+            break
     if sent != part.size:
         raise TruncatedRecordsError(
             f"{part.records.path} had {sent} of the {part.size} bytes at position "

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from kio.schema.api_versions.v0.request import ApiVersionsRequest
-from kio.schema.api_versions.v0.response import ApiVersionsResponse
+from kio.schema.api_versions.v0.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 from kio.static.primitive import i16, i32
@@ -224,6 +225,59 @@ def test_a_handler_failure_closes_only_its_connection() -> None:
             assert script.started == [1]
             await round_trip(port, 100)
             assert server.memory_pool.reserved == 0
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+# About 1.2 MB encoded: far more than the small socket buffers of the two tests below hold.
+BIG_ANSWER = ApiVersionsResponse(
+    error_code=ErrorCode.none,
+    api_keys=tuple(
+        ApiVersion(api_key=i16(i % 100), min_version=i16(0), max_version=i16(1))
+        for i in range(200_000)
+    ),
+)
+
+
+async def small_buffered_connection(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    return await asyncio.open_connection(sock=sock)
+
+
+def test_a_client_that_reads_nothing_of_its_answer_is_closed_after_the_idle_time() -> None:
+    """Kafka's connections.max.idle.ms covers a send without progress: a client that never
+    reads cannot keep its answer's buffers (and its connection) forever."""
+
+    async def scenario() -> None:
+        script = Script()
+        script.on_start = lambda cid: asyncio.sleep(0, BIG_ANSWER)
+        async with serving(script, idle_timeout_s=0.3, send_buffer_bytes=4096) as (server, port):
+            _, writer = await small_buffered_connection(port)
+            writer.write(frame(1))
+            await until(lambda: script.started == [1], "the request started")
+            await until(lambda: server.connection_count == 0, "the stalled connection closed")
+            await round_trip(port, 100)  # the server serves on
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_client_reading_a_large_answer_gets_all_of_it() -> None:
+    async def scenario() -> None:
+        script = Script()
+        script.on_start = lambda cid: asyncio.sleep(0, BIG_ANSWER)
+        async with serving(script, idle_timeout_s=2.0, send_buffer_bytes=4096) as (_, port):
+            reader, writer = await small_buffered_connection(port)
+            writer.write(frame(7))
+            async with asyncio.timeout(DEADLINE_S * 3):
+                (size,) = SIZE.unpack(await reader.readexactly(4))
+                body = await reader.readexactly(size)
+            assert int.from_bytes(body[:4], "big") == 7
+            assert size > 1_000_000
             writer.close()
 
     asyncio.run(scenario())

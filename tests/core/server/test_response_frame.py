@@ -7,6 +7,7 @@ import asyncio
 import datetime
 import io
 import os
+import socket
 import struct
 import uuid
 from pathlib import Path
@@ -22,7 +23,7 @@ from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.kio_build import make, nested
 from core.server.network import ListenerSpec, SocketServer
 from core.server.protocol import ProtocolCodec, RequestContext, load_request_schema
-from core.server.response_frame import ResponseFrame
+from core.server.response_frame import SENDFILE_CHUNK_BYTES, ResponseFrame
 
 CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
 LOW, HIGH = SUPPORTED_VERSIONS[ApiKey.FETCH]
@@ -245,3 +246,41 @@ def test_a_segment_deleted_while_the_response_goes_out_is_still_sent(
     body = asyncio.run(scenario())
     assert not (tmp_path / "00000000000000001000.log").exists()
     assert body == SIZE.pack(9) + expected[8:]  # the request's correlation id
+
+
+def test_a_client_that_reads_none_of_the_records_is_closed_after_the_idle_time(
+    tmp_path: Path,
+) -> None:
+    """sendfile waits for a socket the peer never drains: bounded by connections.max.idle.ms
+    (per sendfile call of at most SENDFILE_CHUNK_BYTES), as Kafka's idle expiry."""
+    big = FileRecords(tmp_path / "00000000000000000000.log")
+    big.append(os.urandom(3 * SENDFILE_CHUNK_BYTES))
+    piece = FileSlice(big, 0, 3 * SENDFILE_CHUNK_BYTES)
+
+    async def scenario() -> None:
+        served = asyncio.get_running_loop().create_future()
+
+        async def handler(ctx: RequestContext, request: Any) -> Any:
+            served.set_result(None)
+            return fetch_response(ctx.api_version, [piece])
+
+        server = SocketServer(
+            CODEC, handler, lambda ctx: None, idle_timeout_s=0.3, send_buffer_bytes=4096
+        )
+        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", bound.port))
+            _, writer = await asyncio.open_connection(sock=sock)
+            writer.write(fetch_request_frame())
+            async with asyncio.timeout(DEADLINE_S):
+                await served
+                while server.connection_count > 0:  # until the stalled send is given up
+                    await asyncio.sleep(0.01)
+            writer.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
