@@ -354,7 +354,7 @@ class RemoteLogReader:
                     f"(leader epoch {plog.leader_epoch_cache.epoch_for_offset(fetch_offset)})"
                 )
             while md is not None:
-                data = self._read_segment(md, fetch_offset, max_bytes)
+                data = self._read_segment(tp, plog, md, fetch_offset, max_bytes)
                 if data is not None:
                     self.metrics.inc(REMOTE_FETCH_BYTES, tp, len(data))
                     if self.fetch_quota is not None:
@@ -383,7 +383,12 @@ class RemoteLogReader:
         return self.rlmm.remote_log_segment_metadata(tp, epoch, offset)
 
     def _read_segment(
-        self, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        md: RemoteLogSegmentMetadata,
+        fetch_offset: int,
+        max_bytes: int,
     ) -> bytes | None:
         """The bytes from the batch holding ``fetch_offset``, or None when the segment has
         no batch at or after it. Starts from a read-ahead range when one is there, and
@@ -393,7 +398,12 @@ class RemoteLogReader:
         if ahead is not None:
             ranges = _SegmentRanges(self.rsm, md, ahead[0], chunk, ahead[1])
         else:
-            position = self.index_cache.lookup_position(md, fetch_offset)
+            # A read from the segment's first offset starts at byte 0 without its indexes.
+            position = (
+                0
+                if fetch_offset <= md.start_offset
+                else self.index_cache.lookup_position(md, fetch_offset)
+            )
             ranges = _SegmentRanges(self.rsm, md, position, chunk)
         at = 0
         while True:
@@ -406,15 +416,25 @@ class RemoteLogReader:
                 held = ranges.ensure(end)
                 data = bytes(ranges.buf[at : min(end, held)])
                 _verify_batches(md, ranges.start + at, data)
-                self._read_ahead(md, ranges.start + at, data, chunk)
+                self._read_ahead(tp, plog, md, ranges.start + at, data, chunk)
                 return data
             at += size
 
     def _read_ahead(
-        self, md: RemoteLogSegmentMetadata, position: int, data: bytes, chunk: int
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        md: RemoteLogSegmentMetadata,
+        position: int,
+        data: bytes,
+        chunk: int,
     ) -> None:
         """Fetch the range a sequential consumer asks for next, if a pool thread is idle:
-        from the first batch not wholly in ``data`` (its offset is the next fetch offset)."""
+        from the first batch not wholly in ``data`` (its offset is the next fetch offset).
+        When ``data`` ends the segment, the range is the start of the segment holding the
+        next offset: byte 0 is at or before any of its batches, so neither its indexes nor
+        a round trip for them are needed (with small segments, a cold index fetch per
+        segment, four requests, used to set the pace of a consumer reading from offset 0)."""
         at, next_offset = 0, None
         while at + HEADER_SIZE <= len(data):
             size = peek_batch_size(data, at)
@@ -422,9 +442,19 @@ class RemoteLogReader:
                 break
             next_offset = RecordBatchHeader(data, at).next_offset
             at += size
-        start = position + at
-        if next_offset is None or start >= md.segment_size_in_bytes:
+        if next_offset is None:
             return
+        start = position + at
+        if start >= md.segment_size_in_bytes:
+            if next_offset >= plog.local_log_start_offset:
+                return  # the local log serves it
+            try:
+                following = self._segment_for(tp, plog, next_offset)
+            except RemoteStorageError:
+                return  # a lookup failure is the next fetch's to report
+            if following is None or following.segment_id == md.segment_id:
+                return
+            md, start = following, 0
         key = (md.segment_id, next_offset)
         if key in self.read_ahead:
             return
