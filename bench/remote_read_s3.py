@@ -16,7 +16,7 @@ also reads the local tail, one or two segments, which only counts against it). T
 tierlog >= 0.8x boto3.
 
     PYTHONPATH=. python -m bench.remote_read_s3 [--mb 64] [--rounds 3] [--segment-kb 4096]
-                                                [--range-kb 1040] [--dir bench-data]
+                                                [--range-kb 1040] [--dir bench-data] [--quick]
 """
 
 from __future__ import annotations
@@ -139,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segment-kb", type=int, default=4096)
     parser.add_argument("--range-kb", type=int, default=1040)
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--quick", action="store_true", help="16 MiB, 2 rounds")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.mb, args.rounds = 16, 2
     print(describe_machine(args.dir))
     r = bench(args.dir, args.mb, args.rounds, args.segment_kb, args.range_kb)
     verdict = "PASS" if r["ratio"] >= TARGET else "MISS"

@@ -11,8 +11,9 @@ minute); with ``--quick``, 100,000 messages, 3 s and 20 records (about 45 s in a
 are opt-in so that the default ``make bench`` stays short.
 
 ``--tiering`` adds the tiered-storage benchmarks of ``bench.tiering`` (copy to S3 vs boto3,
-consumers from the remote tier vs local, produce latency with tiering on vs off; about
-8 minutes, 3 with ``--quick``).
+consumers from the remote tier vs local, produce latency with tiering on vs off) and
+``bench.remote_read_s3`` (a consumer reading back from S3 through the broker vs raw boto3
+ranged GETs); about 9 minutes, 4 with ``--quick``.
 
     python -m bench.run_all [--quick] [--broker] [--tiering] [--dir bench-data]
 """
@@ -31,6 +32,7 @@ from bench import (
     log_read,
     log_recovery,
     long_poll,
+    remote_read_s3,
     tiering,
 )
 from bench._common import DEFAULT_DIR, Result, describe_machine, print_table
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         run_broker(args.quick, args.dir)
     if args.tiering:
         tiering.main(["--dir", str(args.dir)] + (["--quick"] if args.quick else []))
+        remote_read_s3.main(["--dir", str(args.dir)] + (["--quick"] if args.quick else []))
     # A miss is a finding to report, not a failure: benchmarks never gate the build.
     return 0
 

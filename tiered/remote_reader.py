@@ -175,6 +175,26 @@ class _ReadAhead:
         self.hits += 1
         return position, data
 
+    def take_ready(
+        self, key: tuple[uuid.UUID, int], max_bytes: int, segment_size: int
+    ) -> tuple[int, bytes] | None:
+        """The range for ``key`` if it has arrived and holds ``max_bytes`` (or the rest of
+        its segment); None, leaving it in place, otherwise."""
+        with self._lock:
+            held = self._ranges.get(key)
+            if held is None:
+                return None
+            position, future = held
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                return None
+            data = future.result()
+            if len(data) < min(max_bytes, segment_size - position):
+                return None
+            del self._ranges[key]
+            self._bytes -= len(data)
+            self.hits += 1
+        return position, data
+
     def _evict(self) -> list[Future[bytes]]:
         """Drop the least recently added ranges beyond the bounds (lock held); returns the
         futures to cancel once the lock is released."""
@@ -188,6 +208,12 @@ class _ReadAhead:
             else:
                 evicted.append(future)
         return evicted
+
+
+def _done_future(data: bytes) -> Future[bytes]:
+    future: Future[bytes] = Future()
+    future.set_result(data)
+    return future
 
 
 def _cancel(futures: list[Future[bytes]]) -> None:
@@ -236,9 +262,69 @@ class RemoteLogReader:
         Raises:
             RemoteReadRejectedError: the pending-task bound is reached (raised at once).
         """
+        if not read_committed:
+            served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes)
+            if served is not None:
+                return served
         return self._submit(
             lambda: self.fetch(tp, plog, fetch_offset, max_bytes, read_committed=read_committed)
         )
+
+    def _serve_read_ahead(
+        self, tp: TopicIdPartition, plog: PartitionLog, fetch_offset: int, max_bytes: int
+    ) -> Future[RemoteFetchResult] | None:
+        """A fetch answered in the caller's thread from a read-ahead range already in
+        memory (a done future), or None: the pool then serves it. A sequential consumer's
+        next range is usually in hand when it asks, and handing the fetch to a pool thread
+        and the answer back cost more than the work (an RLMM lookup, a slice, the CRC32C
+        check). Never waits for I/O: a range too short for the answer is left for the pool."""
+        if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
+            return None
+        try:
+            md = self._segment_for(tp, plog, fetch_offset)
+        except RemoteStorageError:
+            return None  # the pool reads it again and reports the failure
+        if md is None:
+            return None
+        key = (md.segment_id, fetch_offset)
+        ahead = self.read_ahead.take_ready(key, max_bytes, md.segment_size_in_bytes)
+        if ahead is None:
+            return None
+        position, prefix = ahead
+        size = peek_batch_size(prefix, 0)
+        if (
+            size is None
+            or size < HEADER_SIZE
+            or size > len(prefix)
+            or RecordBatchHeader(prefix, 0).last_offset < fetch_offset
+        ):
+            # Not the plain case (a batch larger than the range, or a range that does not
+            # start at the batch asked for): the pool serves it, starting from these bytes.
+            self.read_ahead.put(key, position, _done_future(prefix))
+            return None
+        data = prefix[: max(max_bytes, size)]
+        self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
+        answer: Future[RemoteFetchResult] = Future()
+        try:
+            _verify_batches(md, position, data)
+        except CorruptRemoteDataError as e:
+            self.metrics.inc(REMOTE_FETCH_ERRORS, tp)
+            log_event(
+                log,
+                logging.WARNING,
+                "remote_read_failed",
+                tp,
+                offset=fetch_offset,
+                error=f"{type(e).__name__}: {e}",
+            )
+            answer.set_exception(e)
+            return answer
+        self.metrics.inc(REMOTE_FETCH_BYTES, tp, len(data))
+        if self.fetch_quota is not None:
+            self.fetch_quota.record(len(data))
+        self._read_ahead(tp, plog, md, position, data, max_bytes + READ_SLACK_BYTES)
+        answer.set_result(RemoteFetchResult(data))
+        return answer
 
     def submit_offset_for_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
