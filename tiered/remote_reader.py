@@ -10,11 +10,15 @@ transaction indexes and then the local log's (Kafka's ``collectAbortedTransactio
 Sequential consumers are read ahead: after serving a range, the next range of the same
 segment is fetched in the background (when a pool thread is idle) and kept, keyed by the
 segment and the offset a consumer will ask for next, in a small memory-bounded cache; the
-next fetch starts from those bytes instead of a fresh round trip to the remote tier.
+next fetch starts from those bytes instead of a fresh round trip to the remote tier. A read
+that ends a segment reads ahead the start of the next one, and a read from a segment's
+first offset starts at byte 0: a consumer walking the remote tier from offset 0 needs no
+segment's indexes.
 
 Every call here blocks: the broker uses ``submit_fetch`` / ``submit_offset_for_timestamp``,
 which run on a bounded pool and return ``concurrent.futures.Future`` objects for
-``asyncio.wrap_future``.
+``asyncio.wrap_future``. The one exception: ``submit_fetch`` answers at once (a done
+future, no I/O) when the range asked for was read ahead and is in memory.
 """
 
 from __future__ import annotations
