@@ -17,8 +17,9 @@ are opt-in so that the default ``make bench`` stays short.
 building the logs, which is why it is not in the default run).
 
 ``--tiering`` adds the tiered-storage benchmarks of ``bench.tiering`` (copy to S3 vs boto3,
-consumers from the remote tier vs local, produce latency with tiering on vs off; about
-8 minutes, 3 with ``--quick``).
+consumers from the remote tier vs local, produce latency with tiering on vs off) and
+``bench.remote_read_s3`` (a consumer reading back from S3 through the broker vs raw boto3
+ranged GETs); about 9 minutes, 4 with ``--quick``.
 
     python -m bench.run_all [--quick] [--broker] [--restart] [--tiering] [--dir bench-data]
 """
@@ -37,6 +38,7 @@ from bench import (
     log_read,
     log_recovery,
     long_poll,
+    remote_read_s3,
     restart,
     tiering,
     tiering_local,
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         restart.main(["--dir", str(args.dir)] + (["--rounds", "2"] if args.quick else []))
     if args.tiering:
         tiering.main(["--dir", str(args.dir)] + (["--quick"] if args.quick else []))
+        remote_read_s3.main(["--dir", str(args.dir)] + (["--quick"] if args.quick else []))
     # A miss is a finding to report, not a failure: benchmarks never gate the build.
     return 0
 

@@ -10,11 +10,15 @@ transaction indexes and then the local log's (Kafka's ``collectAbortedTransactio
 Sequential consumers are read ahead: after serving a range, the next range of the same
 segment is fetched in the background (when a pool thread is idle) and kept, keyed by the
 segment and the offset a consumer will ask for next, in a small memory-bounded cache; the
-next fetch starts from those bytes instead of a fresh round trip to the remote tier.
+next fetch starts from those bytes instead of a fresh round trip to the remote tier. A read
+that ends a segment reads ahead the start of the next one, and a read from a segment's
+first offset starts at byte 0: a consumer walking the remote tier from offset 0 needs no
+segment's indexes.
 
 Every call here blocks: the broker uses ``submit_fetch`` / ``submit_offset_for_timestamp``,
 which run on a bounded pool and return ``concurrent.futures.Future`` objects for
-``asyncio.wrap_future``.
+``asyncio.wrap_future``. The one exception: ``submit_fetch`` answers at once (a done
+future, no I/O) when the range asked for was read ahead and is in memory.
 """
 
 from __future__ import annotations
@@ -175,6 +179,26 @@ class _ReadAhead:
         self.hits += 1
         return position, data
 
+    def take_ready(
+        self, key: tuple[uuid.UUID, int], max_bytes: int, segment_size: int
+    ) -> tuple[int, bytes] | None:
+        """The range for ``key`` if it has arrived and holds ``max_bytes`` (or the rest of
+        its segment); None, leaving it in place, otherwise."""
+        with self._lock:
+            held = self._ranges.get(key)
+            if held is None:
+                return None
+            position, future = held
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                return None
+            data = future.result()
+            if len(data) < min(max_bytes, segment_size - position):
+                return None
+            del self._ranges[key]
+            self._bytes -= len(data)
+            self.hits += 1
+        return position, data
+
     def _evict(self) -> list[Future[bytes]]:
         """Drop the least recently added ranges beyond the bounds (lock held); returns the
         futures to cancel once the lock is released."""
@@ -188,6 +212,12 @@ class _ReadAhead:
             else:
                 evicted.append(future)
         return evicted
+
+
+def _done_future(data: bytes) -> Future[bytes]:
+    future: Future[bytes] = Future()
+    future.set_result(data)
+    return future
 
 
 def _cancel(futures: list[Future[bytes]]) -> None:
@@ -236,9 +266,69 @@ class RemoteLogReader:
         Raises:
             RemoteReadRejectedError: the pending-task bound is reached (raised at once).
         """
+        if not read_committed:
+            served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes)
+            if served is not None:
+                return served
         return self._submit(
             lambda: self.fetch(tp, plog, fetch_offset, max_bytes, read_committed=read_committed)
         )
+
+    def _serve_read_ahead(
+        self, tp: TopicIdPartition, plog: PartitionLog, fetch_offset: int, max_bytes: int
+    ) -> Future[RemoteFetchResult] | None:
+        """A fetch answered in the caller's thread from a read-ahead range already in
+        memory (a done future), or None: the pool then serves it. A sequential consumer's
+        next range is usually in hand when it asks, and handing the fetch to a pool thread
+        and the answer back cost more than the work (an RLMM lookup, a slice, the CRC32C
+        check). Never waits for I/O: a range too short for the answer is left for the pool."""
+        if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
+            return None
+        try:
+            md = self._segment_for(tp, plog, fetch_offset)
+        except RemoteStorageError:
+            return None  # the pool reads it again and reports the failure
+        if md is None:
+            return None
+        key = (md.segment_id, fetch_offset)
+        ahead = self.read_ahead.take_ready(key, max_bytes, md.segment_size_in_bytes)
+        if ahead is None:
+            return None
+        position, prefix = ahead
+        size = peek_batch_size(prefix, 0)
+        if (
+            size is None
+            or size < HEADER_SIZE
+            or size > len(prefix)
+            or RecordBatchHeader(prefix, 0).last_offset < fetch_offset
+        ):
+            # Not the plain case (a batch larger than the range, or a range that does not
+            # start at the batch asked for): the pool serves it, starting from these bytes.
+            self.read_ahead.put(key, position, _done_future(prefix))
+            return None
+        data = prefix[: max(max_bytes, size)]
+        self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
+        answer: Future[RemoteFetchResult] = Future()
+        try:
+            _verify_batches(md, position, data)
+        except CorruptRemoteDataError as e:
+            self.metrics.inc(REMOTE_FETCH_ERRORS, tp)
+            log_event(
+                log,
+                logging.WARNING,
+                "remote_read_failed",
+                tp,
+                offset=fetch_offset,
+                error=f"{type(e).__name__}: {e}",
+            )
+            answer.set_exception(e)
+            return answer
+        self.metrics.inc(REMOTE_FETCH_BYTES, tp, len(data))
+        if self.fetch_quota is not None:
+            self.fetch_quota.record(len(data))
+        self._read_ahead(tp, plog, md, position, data, max_bytes + READ_SLACK_BYTES)
+        answer.set_result(RemoteFetchResult(data))
+        return answer
 
     def submit_offset_for_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
@@ -354,7 +444,7 @@ class RemoteLogReader:
                     f"(leader epoch {plog.leader_epoch_cache.epoch_for_offset(fetch_offset)})"
                 )
             while md is not None:
-                data = self._read_segment(md, fetch_offset, max_bytes)
+                data = self._read_segment(tp, plog, md, fetch_offset, max_bytes)
                 if data is not None:
                     self.metrics.inc(REMOTE_FETCH_BYTES, tp, len(data))
                     if self.fetch_quota is not None:
@@ -383,7 +473,12 @@ class RemoteLogReader:
         return self.rlmm.remote_log_segment_metadata(tp, epoch, offset)
 
     def _read_segment(
-        self, md: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        md: RemoteLogSegmentMetadata,
+        fetch_offset: int,
+        max_bytes: int,
     ) -> bytes | None:
         """The bytes from the batch holding ``fetch_offset``, or None when the segment has
         no batch at or after it. Starts from a read-ahead range when one is there, and
@@ -393,7 +488,12 @@ class RemoteLogReader:
         if ahead is not None:
             ranges = _SegmentRanges(self.rsm, md, ahead[0], chunk, ahead[1])
         else:
-            position = self.index_cache.lookup_position(md, fetch_offset)
+            # A read from the segment's first offset starts at byte 0 without its indexes.
+            position = (
+                0
+                if fetch_offset <= md.start_offset
+                else self.index_cache.lookup_position(md, fetch_offset)
+            )
             ranges = _SegmentRanges(self.rsm, md, position, chunk)
         at = 0
         while True:
@@ -406,15 +506,25 @@ class RemoteLogReader:
                 held = ranges.ensure(end)
                 data = bytes(ranges.buf[at : min(end, held)])
                 _verify_batches(md, ranges.start + at, data)
-                self._read_ahead(md, ranges.start + at, data, chunk)
+                self._read_ahead(tp, plog, md, ranges.start + at, data, chunk)
                 return data
             at += size
 
     def _read_ahead(
-        self, md: RemoteLogSegmentMetadata, position: int, data: bytes, chunk: int
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        md: RemoteLogSegmentMetadata,
+        position: int,
+        data: bytes,
+        chunk: int,
     ) -> None:
         """Fetch the range a sequential consumer asks for next, if a pool thread is idle:
-        from the first batch not wholly in ``data`` (its offset is the next fetch offset)."""
+        from the first batch not wholly in ``data`` (its offset is the next fetch offset).
+        When ``data`` ends the segment, the range is the start of the segment holding the
+        next offset: byte 0 is at or before any of its batches, so neither its indexes nor
+        a round trip for them are needed (with small segments, a cold index fetch per
+        segment, four requests, used to set the pace of a consumer reading from offset 0)."""
         at, next_offset = 0, None
         while at + HEADER_SIZE <= len(data):
             size = peek_batch_size(data, at)
@@ -422,9 +532,19 @@ class RemoteLogReader:
                 break
             next_offset = RecordBatchHeader(data, at).next_offset
             at += size
-        start = position + at
-        if next_offset is None or start >= md.segment_size_in_bytes:
+        if next_offset is None:
             return
+        start = position + at
+        if start >= md.segment_size_in_bytes:
+            if next_offset >= plog.local_log_start_offset:
+                return  # the local log serves it
+            try:
+                following = self._segment_for(tp, plog, next_offset)
+            except RemoteStorageError:
+                return  # a lookup failure is the next fetch's to report
+            if following is None or following.segment_id == md.segment_id:
+                return
+            md, start = following, 0
         key = (md.segment_id, next_offset)
         if key in self.read_ahead:
             return

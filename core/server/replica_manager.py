@@ -1199,7 +1199,10 @@ class ReplicaManager:
             return results
         done: asyncio.Future[None] = loop.create_future()
         op = DelayedRemoteFetch(reads, remote.fetch_max_wait_ms, done)
-        keys = {(p.topic, p.partition) for p in params.partitions}
+        # Watched under the partitions read remotely only, as Kafka does: only their reads'
+        # completions check this purgatory, so under another key a completed operation
+        # stayed watched until the next purge (1,000 completions later), holding its data.
+        keys = {(req.topic, req.partition) for req, _, _ in reads}
         self.remote_fetch_purgatory.try_complete_else_watch(op, keys)
         try:
             await done
@@ -1416,6 +1419,9 @@ class DelayedRemoteFetch(DelayedOperation):
                 # The remote tier logged the failure with its details where it happened.
                 log.warning("remote read failed: %s", error)
                 result.error = KAFKA_STORAGE_ERROR
+        # The answers are in the results now; a completed operation may stay watched under
+        # a key until that key is checked again or purged, so it keeps no data of its own.
+        self.reads = []
         if not self.done.done():
             self.done.set_result(None)
 

@@ -12,6 +12,7 @@ alive).
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -25,6 +26,8 @@ from tests.support.waiting import wait_until
 from .soak import SOAK
 
 PARTITIONS, PRODUCERS, CONSUMERS, SECONDS = (100, 20, 20, 600) if SOAK else (20, 4, 4, 20)
+# A shortened soak for profiling: TIERLOG_SOAK=1 TIERLOG_LOAD_SECONDS=180.
+SECONDS = int(os.environ.get("TIERLOG_LOAD_SECONDS", SECONDS))
 RATE = 10_000  # records/s offered by all producers together
 TOPIC = "load"
 VALUE = b"v" * 200

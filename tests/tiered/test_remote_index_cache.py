@@ -55,7 +55,8 @@ def test_eviction_is_lru_by_bytes_and_deletes_files(env, memory_rsm):
 def test_restart_after_a_crash_drops_the_cache(env, memory_rsm):
     # Cache files are not fsynced: after a crash (no close()) none of them is trusted.
     remote = tiered(env)
-    env.rlm.read_remote(env.tp, env.plog, remote[0].start_offset, 100)
+    # From inside the segment: a read from its first offset starts at byte 0 without indexes.
+    env.rlm.read_remote(env.tp, env.plog, remote[0].start_offset + 1, 100)
     directory = env.tmp_path / "logs" / DIR_NAME
     assert any(directory.iterdir())
     cache = RemoteIndexCache(env.tmp_path / "logs", memory_rsm, 1 << 20)
@@ -67,7 +68,8 @@ def test_restart_after_a_crash_drops_the_cache(env, memory_rsm):
 
 def test_restart_removes_leftovers_and_keeps_complete_entries(env, memory_rsm):
     remote = tiered(env)
-    env.rlm.read_remote(env.tp, env.plog, remote[0].start_offset, 100)
+    # From inside the segment: a read from its first offset starts at byte 0 without indexes.
+    env.rlm.read_remote(env.tp, env.plog, remote[0].start_offset + 1, 100)
     env.rlm.index_cache.close()  # a clean shutdown
     directory = env.tmp_path / "logs" / DIR_NAME
     (directory / "00000000000000000000_junk.index.tmp").write_bytes(b"x")
@@ -85,7 +87,8 @@ def test_restart_removes_leftovers_and_keeps_complete_entries(env, memory_rsm):
 
 def test_reads_use_the_cache(env, memory_rsm):
     remote = tiered(env)
-    env.rlm.read_remote(env.tp, env.plog, remote[0].start_offset, 100)
+    # From inside the segment: a read from its first offset starts at byte 0 without indexes.
+    env.rlm.read_remote(env.tp, env.plog, remote[0].start_offset + 1, 100)
     fetched = memory_rsm.index_fetches
     for offset in range(remote[0].start_offset, remote[0].end_offset + 1):
         env.rlm.read_remote(env.tp, env.plog, offset, 100)

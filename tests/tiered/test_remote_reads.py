@@ -11,6 +11,7 @@ import pytest
 
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
+from tests.support.waiting import wait_until
 from tiered.api import TopicIdPartition
 from tiered.remote_reader import READ_AHEAD_MAX_ENTRIES, CorruptRemoteDataError, _ReadAhead
 
@@ -39,6 +40,46 @@ def test_sequential_reads_are_served_from_read_ahead_and_stay_identical(env, mem
         assert at > 0, f"no whole batch at offset {offset}"
     assert bytes(got) == expected
     assert reader.read_ahead.hits > 0
+
+
+def test_a_consumer_from_offset_0_walks_remote_segments_without_their_indexes(env, memory_rsm):
+    """Fetches that start a segment need no index: the first from byte 0, the following
+    ones from a read-ahead of the next segment's start, answered at once from memory.
+    Each cold index costs four remote requests (manifest and three indexes); with small
+    segments that set the pace of a consumer reading the remote tier from offset 0."""
+    produce(env.plog, 40, ts=T0)
+    segments = env.plog.segments()[:-1]
+    expected = b"".join(seg.log.path.read_bytes() for seg in segments)
+    env.copy()
+    env.plog.delete_old_segments()
+    reader = env.rlm.reader
+    got = bytearray()
+    offset = 0
+    ahead = None  # the remote requests made so far, when the next range is in hand
+    while offset < env.plog.local_log_start_offset:
+        answer = reader.submit_fetch(env.tp, env.plog, offset, 64 * 1024)
+        if ahead is not None:
+            # In memory already: answered in this thread, not queued for the pool.
+            assert answer.done(), "a fetch of a range in hand waited for a pool thread"
+        data = answer.result(10).records
+        assert data, f"nothing at offset {offset}"
+        if ahead is not None:
+            assert memory_rsm.fetches == ahead, "a read-ahead range was fetched again"
+        got += data
+        at = 0
+        while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
+            offset = RecordBatchHeader(data, at).next_offset
+            at += size
+        if offset < env.plog.local_log_start_offset:
+            md = reader._segment_for(env.tp, env.plog, offset)
+            # The start of the next segment is read ahead (this thread is not a pool
+            # thread, so the pool is idle): wait until it is in hand.
+            wait_until(lambda md=md, o=offset: (md.segment_id, o) in reader.read_ahead, 10)
+            wait_until(lambda: reader._pending == 0, 10, what="the read-ahead done")
+            ahead = memory_rsm.fetches
+    assert bytes(got) == expected
+    assert memory_rsm.index_fetches == 0
+    assert reader.read_ahead.hits >= len(segments) - 1
 
 
 def add_abort(env: Env, segment_index: int, txn: AbortedTxn) -> None:

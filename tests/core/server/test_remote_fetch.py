@@ -192,3 +192,24 @@ def test_a_full_response_leaves_later_remote_partitions_empty(node):
     assert len(node.remote.reads) == 1 and node.remote.reads[0][3] == 100
     assert results[0].records == b"x" * 100
     assert results[1].error == 0 and results[1].records is None
+
+
+def test_a_completed_remote_fetch_keeps_no_data_in_the_purgatory(node):
+    # A fetch of one remote and one local partition: once answered, nothing of it stays
+    # watched (it was left under the local partition's key, which no remote read ever
+    # checks, with its records, until a purge 1,000 completions later).
+    node.tiered_topic("t", 2)
+    local_start = node.manager.partition("t", 1).log.local_log_start_offset
+
+    async def scenario():
+        task = asyncio.create_task(
+            node.manager.fetch(fetch_params(("t", 0, 0), ("t", 1, local_start)))
+        )
+        await until(lambda: len(node.remote.reads) >= 1)
+        node.remote.reads[0][-1].set_result(RemoteFetchResult(b"r" * 1000))
+        return await asyncio.wait_for(task, 5)
+
+    results = asyncio.run(scenario())
+    assert results[0].records == b"r" * 1000 and results[1].records
+    purgatory = node.manager.remote_fetch_purgatory
+    assert purgatory.watched() == 0 and purgatory.num_keys() == 0
