@@ -897,12 +897,20 @@ class PartitionLog:
         segment = LogSegment(self.dir, new_offset, self.config, created_ms=self.clock())
         self._add_segment(segment)
         # A snapshot at the new base offset lets recovery start exactly at a segment start.
+        # As in Kafka, it is synced by the flush scheduled below, not here: the roll runs on
+        # the append path and two fsyncs would stall it.
         self.producer_state.update_map_end_offset(new_offset)
-        self.producer_state.take_snapshot()
-        if self.scheduler is not None:
-            self.scheduler.schedule_once("flush-log", lambda: self.flush(new_offset))
-        else:
+        snapshot = self.producer_state.take_snapshot(durable=False)
+
+        def flush_rolled() -> None:
+            if snapshot is not None:
+                self.producer_state.sync_snapshot(snapshot)
             self.flush(new_offset)
+
+        if self.scheduler is not None:
+            self.scheduler.schedule_once("flush-log", flush_rolled)
+        else:
+            flush_rolled()
         log.info("%s: rolled new segment at offset %d", self.dir, new_offset)
         return segment
 

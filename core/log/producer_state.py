@@ -51,7 +51,7 @@ from core.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
-from core.fs import atomic_write
+from core.fs import atomic_write, fsync_dir
 from core.log.files import SNAPSHOT_SUFFIX, filename_prefix, parse_offset_file
 from core.records.batch import (
     NO_PRODUCER_EPOCH,
@@ -682,8 +682,10 @@ class ProducerStateManager:
         """The snapshot taken at ``offset``, if there is one."""
         return snapshot_path(self.partition_dir, offset) if offset in self._snapshots else None
 
-    def take_snapshot(self, offset: int | None = None) -> Path | None:
-        """Write the state at ``map_end_offset`` to ``<offset>.snapshot`` (atomic, durable).
+    def take_snapshot(self, offset: int | None = None, *, durable: bool = True) -> Path | None:
+        """Write the state at ``map_end_offset`` to ``<offset>.snapshot`` (atomic; durable
+        unless ``durable`` is False, when the caller syncs it later with ``sync_snapshot``:
+        a snapshot torn by a crash before that is discarded and an older one replayed).
 
         As in Kafka, nothing is written when no batch was applied since the last snapshot.
 
@@ -712,7 +714,7 @@ class ProducerStateManager:
         path = snapshot_path(self.partition_dir, at)
         rows = [ProducerSnapshotEntry.of(e) for _, e in sorted(self._producers.items())]
         try:
-            atomic_write(path, encode_snapshot(rows))
+            atomic_write(path, encode_snapshot(rows), durable=durable)
         except OSError as e:
             raise KafkaStorageError(f"cannot write producer snapshot {path}: {e}") from e
         if at not in self._snapshots:
@@ -721,6 +723,25 @@ class ProducerStateManager:
         self._last_snap_offset = at
         log.debug("wrote producer snapshot %s with %d producers", path, len(rows))
         return path
+
+    def sync_snapshot(self, path: Path) -> None:
+        """Make a snapshot written with ``durable=False`` durable (its data and its name);
+        nothing if it was deleted meanwhile (a truncation).
+
+        Raises:
+            KafkaStorageError: the fsync failed.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+            fsync_dir(path.parent)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot sync producer snapshot {path}: {e}") from e
+        finally:
+            os.close(fd)
 
     def _delete_snapshot(self, offset: int) -> None:
         if offset in self._snapshots:

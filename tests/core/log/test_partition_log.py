@@ -311,6 +311,66 @@ def test_producer_state_survives_restart(tmp_path, batch):
     assert nxt.first_offset == 10
 
 
+class RecordingScheduler:
+    """Keeps the tasks a log schedules, for the test to run when it chooses."""
+
+    def __init__(self) -> None:
+        self.tasks: list = []
+
+    def schedule_once(self, name, fn, delay_ms=0):
+        self.tasks.append(fn)
+
+    def schedule(self, name, fn, delay_ms=0, period_ms=None):
+        self.tasks.append(fn)
+
+
+def test_a_roll_defers_the_producer_snapshot_fsync_to_its_flush(tmp_path, batch, monkeypatch):
+    """As Kafka's roll: the snapshot at the new segment is written on the append path and
+    synced by the scheduled flush, before that flush moves the recovery point."""
+    scheduler = RecordingScheduler()
+    plog = open_log(tmp_path / "t-0", LogConfig(segment_bytes=300), scheduler=scheduler)
+    plog.append_as_leader(batch([b"v" * 40], producer_id=5, producer_epoch=1, base_sequence=0), 0)
+    plog.append_as_leader(batch([b"v" * 40], producer_id=5, producer_epoch=1, base_sequence=1), 0)
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    rolling = plog.append_as_leader(
+        batch([b"v" * 40], producer_id=5, producer_epoch=1, base_sequence=2), 0
+    )
+    assert len(plog.segments()) == 2, "the third batch rolled a new segment"
+    assert (tmp_path / "t-0" / f"{rolling.first_offset:020d}.snapshot").exists()
+    assert synced == [], "the roll fsynced on the append path"
+    assert plog.recovery_point == 0
+    for task in scheduler.tasks:
+        task()
+    assert len(synced) >= 2  # the snapshot, its directory, the rolled segment's files
+    assert plog.recovery_point == rolling.first_offset
+
+
+def test_a_snapshot_torn_by_a_crash_before_its_flush_is_replayed_over(tmp_path, batch):
+    scheduler = RecordingScheduler()  # its flush never runs: the crash came first
+    plog = open_log(tmp_path / "t-0", LogConfig(segment_bytes=300), scheduler=scheduler)
+    for seq in range(5):
+        plog.append_as_leader(
+            batch([b"v" * 40], producer_id=5, producer_epoch=1, base_sequence=seq), 0
+        )
+    torn = sorted((tmp_path / "t-0").glob("*.snapshot"))
+    assert torn
+    for path in torn:
+        path.write_bytes(b"")  # renamed into place, its data never reached the disk
+    again = open_log(tmp_path / "t-0", LogConfig(segment_bytes=300), had_clean_shutdown=False)
+    dup = again.append_as_leader(
+        batch([b"v" * 40], producer_id=5, producer_epoch=1, base_sequence=4), 0
+    )
+    assert dup.duplicate and dup.first_offset == 4
+    assert (
+        again.append_as_leader(
+            batch([b"v" * 40], producer_id=5, producer_epoch=1, base_sequence=5), 0
+        ).first_offset
+        == 5
+    )
+
+
 def test_log_append_time_topic_rewrites_timestamps(tmp_path, batch):
     plog = open_log(
         tmp_path / "t-0",
