@@ -84,6 +84,10 @@ def test_verify_and_restore_after_an_unclean_election_take_the_canonical_lineage
     assert partition["segments"] == {FINISHED: 2}
     notes = [(n["kind"], n["topic"], n["partition"], n["message"].split()[1]) for n in doc["notes"]]
     assert notes == [("off_lineage", TOPIC, 0, branch)], doc["notes"]
+    assert doc["notes"][0]["message"].endswith(
+        "the leader's expiration keeps it (a later unclean election may need it) until the "
+        "log start offset passes it; tierlog restore leaves it out"
+    )
 
     # 2. The cluster is lost: brokers and disks (ZooKeeper's data stays in the old chroot).
     for broker in s.cluster.alive():
