@@ -58,7 +58,9 @@ def diverged_bucket(s: Scenario) -> tuple[str, str]:
     s.wait_finished([(0, 3, {0: 0}, A), (0, 3, {0: 0, 2: 2}, B)])
     s.wait_local_start(B, 4)
     assert s.read() == history(([0, 1], 0), ([4, 5, 6], 2))
-    copies = {row["broker_id"]: row["segment_id"] for row in metadata_segments(s.cluster.bootstrap)}
+    copies = {
+        row["broker_id"]: row["segment_id"] for row in metadata_segments(s.cluster.bootstrap, TOPIC)
+    }
     return copies[A], copies[B]
 
 
