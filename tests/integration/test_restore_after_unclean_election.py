@@ -16,6 +16,8 @@ log (``spark_jobs.lineage``, the lineage of B's checkpoint) is msgs 0, 1, 4, 5 a
    chroot of its own) on the same bucket, ``tierlog restore``, and a real consumer reads from
    offset 0 exactly the canonical log, none of the truncated branch (msg 6, never tiered, is
    lost with the disks); new records are appended right after, in a later leader epoch.
+   A's copy, left out by restore, is then an orphan: verify names its objects, ``--repair
+   --yes`` deletes them, and the tier verifies clean.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tests.integration.test_remote_tools import tierlog, write_config
+from tests.integration.test_remote_tools import tierlog, verify, write_config
 from tests.integration.test_tiered_cluster_scenarios import (  # noqa: F401 - fixture
     FAST_LAG,
     FINISHED,
@@ -116,4 +118,15 @@ def test_verify_and_restore_after_an_unclean_election_take_the_canonical_lineage
     _, epoch, _ = restored.state()
     assert epoch > 2
     restored.produce([11, 12], 4)
+    assert restored.read() == [*canonical_log, (4, epoch, value(11)), (5, epoch, value(12))]
+
+    # A's copy, which restore did not register, is now an orphan: named, then repaired away.
+    code, doc = verify(new.bootstrap, config, "--grace-period", "0")
+    assert code == 1
+    assert doc["findings"] and {f["kind"] for f in doc["findings"]} == {"orphan"}
+    assert all(branch in f["key"] for f in doc["findings"]), doc["findings"]
+    code, doc = verify(new.bootstrap, config, "--grace-period", "0", "--repair", "--yes")
+    assert code == 0, doc
+    code, doc = verify(new.bootstrap, config, "--grace-period", "0")
+    assert (code, doc["findings"], doc["notes"]) == (0, [], [])
     assert restored.read() == [*canonical_log, (4, epoch, value(11)), (5, epoch, value(12))]
