@@ -19,8 +19,10 @@ storage object layout", for the keys):
   the ``leader-epoch-checkpoint`` object of the newest leader's segment (as
   ``spark_jobs.lineage`` finds it), segments belong to it by Kafka's rule
   (``tiered.lineage.is_within_lineage``); finished segments outside it (a branch an unclean
-  election left) are reported as notes, not findings: the leader's expiration task deletes
-  them;
+  election left) are reported as notes, not findings, each saying what the leader's
+  expiration task does with it: deletes it when it holds an epoch the lineage truncated
+  away, else keeps it (a later unclean election may need it) until the log start offset
+  passes it;
 - each tiered topic has its ``topic-manifest.json``, naming the topic and at least as many
   partitions as the bucket and metadata have.
 
@@ -65,7 +67,7 @@ from tiered.api import (
     RemoteStorageError,
     TopicIdPartition,
 )
-from tiered.lineage import filtered_leader_epochs, is_within_lineage
+from tiered.lineage import filtered_leader_epochs, has_truncated_epoch, is_within_lineage
 
 _S = RemoteLogSegmentState
 LIVE_STATES = frozenset(
@@ -609,8 +611,8 @@ class _Checker:
                     "off_lineage",
                     f"segment {uuid_to_base64(md.segment_id)} (offsets {md.start_offset}.."
                     f"{md.end_offset}, epochs {_epochs(md)}) is outside the current "
-                    "leader-epoch lineage (a diverged branch): the leader's expiration "
-                    "deletes it; tierlog restore leaves it out",
+                    f"leader-epoch lineage (a diverged branch): {_fate(md, lineage or {})}; "
+                    "tierlog restore leaves it out",
                     tp.topic,
                     tp.partition,
                 )
@@ -694,6 +696,30 @@ def _listed(
     if not name.startswith(stem):
         return None
     return by_suffix.get(name[len(stem) :])
+
+
+def _fate(md: RemoteLogSegmentMetadata, lineage: Mapping[int, int]) -> str:
+    """What the leader's expiration task does with a finished segment off the lineage
+    (``tiered.rlm_tasks.ExpirationTask``)."""
+    if has_truncated_epoch(md, lineage):
+        earliest, latest = min(lineage), max(lineage)
+        truncated = [
+            e
+            for e in filtered_leader_epochs(md.segment_leader_epochs)
+            if earliest < e < latest and e not in lineage
+        ]
+        return (
+            f"it holds epoch {','.join(map(str, truncated))}, which the lineage truncated away: "
+            "the leader's expiration deletes it once the lineage's segments or local log hold "
+            "the offsets it may serve"
+        )
+    # Typically a deposed leader's copy of records an unclean election truncated, in epochs
+    # the lineage still has: a later unclean election may make it the lineage's again
+    # (KIP-405's scenario 5), so it is kept until retention moves the log start past it.
+    return (
+        "the leader's expiration keeps it (a later unclean election may need it) until the "
+        "log start offset passes it"
+    )
 
 
 def _epochs(md: RemoteLogSegmentMetadata) -> str:

@@ -12,8 +12,9 @@ as the ``tierlog`` command in child processes, real clients:
 3. a bucket holding a branch an unclean election left: verify notes it, restore takes the
    canonical lineage, and the branch, now an orphan, is repaired away. The branch is written
    directly (two replicas' logs copied in turn through the RSM and RLMM, as
-   tests/support/tiered_data.py does): unclean elections need the cluster mode that is not
-   part of the broker yet; a version with a real election comes with it.
+   tests/support/tiered_data.py does), so that its shape is chosen; the version with a real
+   unclean election (KIP-405's scenario 5 in a cluster) is
+   tests/integration/test_restore_after_unclean_election.py.
 
 The broker's config file is passed to the tools as it is (``--rsm-config`` and ``--config``).
 """

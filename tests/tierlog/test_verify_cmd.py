@@ -474,6 +474,57 @@ def test_a_diverged_branch_is_noted_not_a_finding(tmp_path: Path, capsys) -> Non
     assert code == 0, doc["findings"]
     noted = {n["message"].split()[1] for n in doc["notes"] if n["kind"] == "off_lineage"}
     assert noted == {uuid_to_base64(md.segment_id) for md in branches.diverged}
+    # A's copies hold only epoch 0, which B's lineage has (up to 29): B's expiration keeps
+    # them, as a later unclean election may need them (tiered.rlm_tasks.ExpirationTask).
+    for note in doc["notes"]:
+        assert note["message"].endswith(
+            "the leader's expiration keeps it (a later unclean election may need it) until "
+            "the log start offset passes it; tierlog restore leaves it out"
+        ), note
+
+
+def test_a_branch_of_a_truncated_epoch_is_noted_as_deleted_by_expiration(
+    tmp_path: Path, capsys
+) -> None:
+    """B (epoch 1 from 30) copied first; A, elected uncleanly without knowing epoch 1, leads
+    epoch 2 from 30 and copies from 30 on: B's copies from 30 hold epoch 1, which A's
+    lineage (0@0, 2@30) truncated away, and A's expiration deletes them."""
+    props = local_rsm_props(tmp_path / "bucket")
+    writer = TierWriter(tmp_path, props, tmp_path / "broker")
+    try:
+        tp = TopicIdPartition(uuid.uuid4(), "truncated", 0)
+        b = writer.branch(tp, "b")
+        b.append(0, 6, "same")
+        b.append(1, 8, "bbbb")
+        writer.copy(tp, b)
+        b_segments = writer.segments(tp)
+        a = writer.branch(tp, "a")
+        a.append(0, 6, "same")
+        a.append(2, 8, "aaaa")
+        writer.copy(tp, a)
+        a.plog.close()
+        b.plog.close()
+        writer.manifest(tp.topic, tp.topic_id, 1, {"remote.storage.enable": "true"})
+    finally:
+        writer.close()
+    truncated = {
+        uuid_to_base64(md.segment_id) for md in b_segments if 1 in md.segment_leader_epochs
+    }
+    assert truncated
+    config = tmp_path / "rsm.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    code = main(["metadata", "verify", "--log-dirs", str(tmp_path / "broker"),
+                 "--rsm-config", str(config), "--json"])  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, doc["findings"]
+    notes = {n["message"].split()[1]: n["message"] for n in doc["notes"]}
+    assert set(notes) == truncated, doc["notes"]
+    for message in notes.values():
+        assert message.endswith(
+            "it holds epoch 1, which the lineage truncated away: the leader's expiration "
+            "deletes it once the lineage's segments or local log hold the offsets it may "
+            "serve; tierlog restore leaves it out"
+        ), message
 
 
 # -- the topic manifest -----------------------------------------------------------------------
