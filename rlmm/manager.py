@@ -32,7 +32,7 @@ docs/ARCHITECTURE.md): a broker also follows the metadata partitions it leads
 DELETE_PARTITION_* event of every user partition in them, and loads the metadata of each
 partition marked or started and not finished (as a partition it follows), so that the
 partition remover on the metadata partition's leader finishes the deletion, after any
-restart or failover. ``deletion_listener`` is called when such a partition is loaded.
+restart or failover. ``deletion_listener`` is called when such a partition has caught up.
 
 Fast restart (which Kafka dropped and tierlog keeps): per user partition, a snapshot file
 of the cache as of a metadata-partition offset, and the committed-offsets file
@@ -312,9 +312,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         except (RemoteStorageError, OSError):
             log.exception("loading the metadata of partitions being deleted failed; retrying")
             return
-        log.info("loaded the remote log metadata of partitions being deleted: %s", missing)
-        if self.deletion_listener is not None:
-            self.deletion_listener()
+        log.info("loading the remote log metadata of partitions being deleted: %s", missing)
 
     def on_stop_partitions(self, partitions: set[TopicIdPartition]) -> None:
         with self._lock:
@@ -354,6 +352,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         # A ready partition has a cache even before its first segment: reads answer "none"
         # rather than "unknown partition".
         self.store.get_or_create(tp)
+        if tp in self._loaded_for_deletion and self.deletion_listener is not None:
+            self.deletion_listener()  # the remover acts on caught-up partitions only
 
     # -- writes ----------------------------------------------------------------------------
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> Future[None]:

@@ -33,6 +33,7 @@ from tiered.api import (
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
     TopicIdPartition,
@@ -120,7 +121,12 @@ class RemotePartitionRemover:
 
     def _delete_partition(self, tp: TopicIdPartition) -> None:
         self._publish_partition(tp, _PART.DELETE_PARTITION_STARTED)
-        segments = list(self.rlmm.store.cache(tp).list_remote_log_segments(None))
+        try:
+            segments = list(self.rlmm.store.cache(tp).list_remote_log_segments(None))
+        except RemoteResourceNotFoundError:
+            # Marked again after it finished (a new controller repeats the marks of a topic
+            # deletion in progress): there is nothing left to delete.
+            segments = []
         for md in segments:
             if md.state != _SEG.DELETE_SEGMENT_STARTED:
                 self._publish_segment(md.remote_log_segment_id, _SEG.DELETE_SEGMENT_STARTED)

@@ -343,7 +343,9 @@ class RemoteStorageSystem:
 
     def _manifest_topic(self, topic_id: uuid.UUID) -> TopicInfo | None:
         """The topic whose manifest to keep, or None for one deleted or being deleted (its
-        manifest is deleted, never written again). On the manifest publisher's threads.
+        manifest is deleted, never written again). In a cluster ZooKeeper decides: a broker
+        that was down during a deletion may still list the topic. On the manifest
+        publisher's threads.
 
         Raises:
             RemoteStorageError: ZooKeeper could not tell (the publisher retries).
@@ -352,13 +354,19 @@ class RemoteStorageSystem:
         cluster = self.broker.cluster
         if info is None or cluster is None or self._loop is None:
             return info
+        zk = cluster.connected_zk
+
+        async def live() -> bool:
+            if info.name in await zk.get_topics_marked_for_deletion():
+                return False
+            assignment = await zk.get_topic_assignment(info.name)
+            return assignment is not None and assignment.topic_id == topic_id
+
         try:
-            marked = asyncio.run_coroutine_threadsafe(
-                cluster.connected_zk.get_topics_marked_for_deletion(), self._loop
-            ).result(30)
+            alive = asyncio.run_coroutine_threadsafe(live(), self._loop).result(30)
         except Exception as e:  # ZooKeeper's errors, a timeout: ask again later
-            raise RemoteStorageError(f"cannot read the topics being deleted: {e}") from e
-        return None if info.name in marked else info
+            raise RemoteStorageError(f"cannot read the topic {info.name} in ZooKeeper: {e}") from e
+        return info if alive else None
 
     # -- leadership (core's LeadershipListener) -----------------------------------------
     @staticmethod

@@ -138,7 +138,7 @@ def test_a_broker_leading_the_metadata_partition_finishes_a_deletion_after_a_res
     remover = RemotePartitionRemover(second, store, broker_id=2)
     second.follow_metadata_partitions({second.metadata_partition_of(tp)})
     assert woken.wait(10), "the unfinished deletion was not loaded"
-    assert second.wait_ready(tp, 10)
+    assert second.is_ready(tp)  # woken once caught up: a run now finds it
     assert remover.marked_partitions() == [tp]
     assert remover.run_once() == 1
     assert store.objects == set()
@@ -189,3 +189,19 @@ def test_a_broker_not_leading_the_metadata_partition_leaves_the_deletion_alone(t
     assert store.objects == {md.segment_id}
     for m in (writer, leader):
         m.close()
+
+
+def test_a_mark_repeated_after_the_deletion_finished_is_harmless(tp):
+    """A new controller marks the partitions of a topic deletion in progress again: a mark
+    after DELETE_PARTITION_FINISHED runs an empty deletion that finishes."""
+    store = MemoryStore()
+    m = tiered_partition(tp, store, 2)
+    remover = RemotePartitionRemover(m, store, broker_id=1)
+    remover.mark(tp)
+    assert remover.run_once() == 1
+    ready(m, tp)  # still loaded, as on the metadata partition's leader
+    remover.mark(tp)
+    assert remover.run_once() == 1
+    assert m.store.partition_delete_state(tp) is None
+    assert store.objects == set()
+    m.close()
