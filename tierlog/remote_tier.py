@@ -355,6 +355,10 @@ class RemoteStorageSystem:
         if info is None or cluster is None or self._loop is None:
             return info
         zk = cluster.connected_zk
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is self._loop:
+                # Waiting here for the loop would block it: the publisher retries off it.
+                raise RemoteStorageError("topic manifests are checked off the event loop")
 
         async def live() -> bool:
             if info.name in await zk.get_topics_marked_for_deletion():
