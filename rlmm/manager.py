@@ -26,6 +26,14 @@ manager and the partition remover re-check what they act on (see their docstring
 refused event is logged (WARNING) with its metadata partition, offset and segment id, and
 changes nothing.
 
+Partition deletions (tierlog's rule; Kafka 3.9 has no such reader, see
+docs/ARCHITECTURE.md): a broker also follows the metadata partitions it leads
+(``follow_metadata_partitions``). Reading them from the start, it notes the last
+DELETE_PARTITION_* event of every user partition in them, and loads the metadata of each
+partition marked or started and not finished (as a partition it follows), so that the
+partition remover on the metadata partition's leader finishes the deletion, after any
+restart or failover. ``deletion_listener`` is called when such a partition has caught up.
+
 Fast restart (which Kafka dropped and tierlog keeps): per user partition, a snapshot file
 of the cache as of a metadata-partition offset, and the committed-offsets file
 ``_rlmm_committed_offsets`` (``<partition> <offset>`` lines), written atomically. A restart
@@ -69,6 +77,7 @@ from tiered.api import (
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
     RemoteResourceNotFoundError,
     RemoteStorageError,
     TopicIdPartition,
@@ -145,6 +154,14 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         # may time out while the consumer is writing; two writers of one file would share
         # atomic_write's temp file and could rename a mix of both into place.
         self._snapshot_lock = threading.Lock()
+        # Deletions (see the module docstring): the metadata partitions this broker leads,
+        # the offset up to which each was scanned for DELETE_PARTITION_* events, the last
+        # such state of each user partition seen there, and the callback of the remover.
+        self._followed: set[int] = set()
+        self._scanned: dict[int, int] = {}
+        self._delete_states: dict[TopicIdPartition, RemotePartitionDeleteState] = {}
+        self._loaded_for_deletion: set[TopicIdPartition] = set()
+        self.deletion_listener: Callable[[], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def attach_client(self, client: MetadataTopicClient) -> None:
@@ -252,9 +269,55 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self._lock.notify_all()
         self._wake.set()
 
+    def follow_metadata_partitions(self, partitions: set[int]) -> None:
+        """The metadata partitions this broker leads now (all of them, replacing the last
+        call): each newly followed one is read from its start for unfinished deletions; the
+        deletions of one no longer followed are released (its new leader runs them)."""
+        released: set[TopicIdPartition] = set()
+        with self._lock:
+            for mp in partitions - self._followed:
+                self._scanned[mp] = -1
+                self._next_offset[mp] = min(self._next_offset.get(mp, 0), 0)
+            for mp in self._followed - partitions:
+                self._scanned.pop(mp, None)
+                for tp in [t for t in self._delete_states if self.metadata_partition_of(t) == mp]:
+                    del self._delete_states[tp]
+                    if tp in self._loaded_for_deletion:
+                        released.add(tp)
+            self._followed = set(partitions)
+        if released:
+            self.on_stop_partitions(released)
+        self._wake.set()
+
+    def unfinished_deletions(self) -> set[TopicIdPartition]:
+        """Partitions of the followed metadata partitions marked or started for deletion
+        and not finished, as far as they were read."""
+        with self._lock:
+            return {tp for tp, state in self._delete_states.items() if state in _UNFINISHED}
+
+    def _load_unfinished_deletions(self) -> None:
+        """Load the metadata of the unfinished deletions not loaded yet (consumer thread)."""
+        with self._lock:
+            missing = {
+                tp
+                for tp, state in self._delete_states.items()
+                if state in _UNFINISHED and tp not in self._assigned
+            }
+        if not missing:
+            return
+        with self._lock:
+            self._loaded_for_deletion |= missing
+        try:
+            self.on_partition_leadership_changes(set(), missing)
+        except (RemoteStorageError, OSError):
+            log.exception("loading the metadata of partitions being deleted failed; retrying")
+            return
+        log.info("loading the remote log metadata of partitions being deleted: %s", missing)
+
     def on_stop_partitions(self, partitions: set[TopicIdPartition]) -> None:
         with self._lock:
             for tp in partitions:
+                self._loaded_for_deletion.discard(tp)
                 self._assigned.pop(tp, None)
                 self._ready_at.pop(tp, None)
                 self._applied.pop(tp, None)
@@ -289,6 +352,8 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         # A ready partition has a cache even before its first segment: reads answer "none"
         # rather than "unknown partition".
         self.store.get_or_create(tp)
+        if tp in self._loaded_for_deletion and self.deletion_listener is not None:
+            self.deletion_listener()  # the remover acts on caught-up partitions only
 
     # -- writes ----------------------------------------------------------------------------
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> Future[None]:
@@ -414,6 +479,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     self._next_offset[mp] = records[-1].offset + 1
                     self._check_ready(mp, self._next_offset[mp])
                     self._lock.notify_all()
+            self._load_unfinished_deletions()
             if self.rlmm_dir is not None and (
                 self.clock() - self._last_snapshot_ms >= self.snapshot_interval_ms
             ):
@@ -437,6 +503,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             log.exception("skipping undecodable event at %d:%d of the metadata topic", mp, offset)
             return
         tp = event.topic_id_partition
+        if mp in self._followed and offset > self._scanned.get(mp, -1):
+            # A metadata partition this broker leads: its deletions are this broker's.
+            self._scanned[mp] = offset
+            if isinstance(event, RemotePartitionDeleteMetadata):
+                self._delete_states[tp] = event.state
         if tp not in self._assigned:
             return  # another broker's partition sharing this metadata partition
         if offset <= self._applied.get(tp, -1):
@@ -561,6 +632,12 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         committed = {mp: off for mp, off in positions.items() if off > 0}
         write_committed_offsets(self.rlmm_dir / COMMITTED_OFFSETS_FILE, committed)
         self._last_snapshot_ms = self.clock()
+
+
+_UNFINISHED = (
+    RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+    RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
+)
 
 
 def _segment_of(event: object) -> str:

@@ -1,13 +1,18 @@
 """RemotePartitionRemover: deletes the remote data of partitions marked for deletion.
 
 KIP-405's partition deletion lifecycle. Deleting a tiered topic publishes
-DELETE_PARTITION_MARKED for each of its partitions; every
-``remote.partition.remover.task.interval.ms`` (1 h by default) the remover takes each marked
-partition, publishes DELETE_PARTITION_STARTED, deletes every segment through the RSM
-(DELETE_SEGMENT_STARTED -> ``delete_log_segment_data`` -> DELETE_SEGMENT_FINISHED) and
-publishes DELETE_PARTITION_FINISHED, then releases the partition's metadata
-(``on_stop_partitions``). A run interrupted by a crash resumes from STARTED: every step is
-idempotent.
+DELETE_PARTITION_MARKED for each of its partitions (the controller does, see
+docs/ARCHITECTURE.md). The remover acts on the marked partitions whose metadata its RLMM has
+loaded and caught up: on a broker, those of the ``__remote_log_metadata`` partitions it
+leads (``TopicBasedRemoteLogMetadataManager.follow_metadata_partitions``), so exactly one
+broker runs each deletion, and the next leader of that metadata partition resumes it after
+a restart or failover. It runs at once when the RLMM loads a partition being deleted
+(``wake``) and every ``remote.partition.remover.task.interval.ms`` (1 h by default): for
+each marked partition it publishes DELETE_PARTITION_STARTED, deletes every segment through
+the RSM (DELETE_SEGMENT_STARTED -> ``delete_log_segment_data`` -> DELETE_SEGMENT_FINISHED),
+publishes DELETE_PARTITION_FINISHED, calls ``on_partition_deleted`` (the broker deletes the
+topic manifest there) and releases the partition's metadata (``on_stop_partitions``). A run
+interrupted by a crash resumes from STARTED: every step is idempotent.
 
 A marked partition whose topic still exists (``topic_exists``, the broker's registry) is not
 touched: topic ids are never reused, so such a mark was not written by a topic deletion (a
@@ -28,6 +33,7 @@ from tiered.api import (
     RemoteLogSegmentState,
     RemotePartitionDeleteMetadata,
     RemotePartitionDeleteState,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
     RemoteStorageManager,
     TopicIdPartition,
@@ -55,7 +61,9 @@ class RemotePartitionRemover:
         interval_ms: int = DEFAULT_INTERVAL_MS,
         clock: Callable[[], int] = now_ms,
         topic_exists: Callable[[uuid.UUID], bool] = lambda topic_id: False,
+        on_partition_deleted: Callable[[TopicIdPartition], None] = lambda tp: None,
     ) -> None:
+        self.on_partition_deleted = on_partition_deleted
         self.rlmm = rlmm
         self.topic_exists = topic_exists
         self._refused: set[TopicIdPartition] = set()  # marks already reported
@@ -64,6 +72,7 @@ class RemotePartitionRemover:
         self.interval_ms = interval_ms
         self.clock = clock
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def mark(self, topic_id_partition: TopicIdPartition) -> None:
@@ -71,10 +80,13 @@ class RemotePartitionRemover:
         self._publish_partition(topic_id_partition, _PART.DELETE_PARTITION_MARKED)
 
     def marked_partitions(self) -> list[TopicIdPartition]:
-        """Partitions marked (or started) for deletion whose topic is gone."""
+        """Partitions marked (or started) for deletion whose topic is gone, of those whose
+        metadata is loaded and caught up (a partition still loading may be finished)."""
         store = self.rlmm.store
         out = []
         for tp in store.partitions():
+            if not self.rlmm.is_ready(tp):
+                continue
             if store.partition_delete_state(tp) not in (
                 _PART.DELETE_PARTITION_MARKED,
                 _PART.DELETE_PARTITION_STARTED,
@@ -109,13 +121,22 @@ class RemotePartitionRemover:
 
     def _delete_partition(self, tp: TopicIdPartition) -> None:
         self._publish_partition(tp, _PART.DELETE_PARTITION_STARTED)
-        segments = list(self.rlmm.store.cache(tp).list_remote_log_segments(None))
+        try:
+            segments = list(self.rlmm.store.cache(tp).list_remote_log_segments(None))
+        except RemoteResourceNotFoundError:
+            # Marked again after it finished (a new controller repeats the marks of a topic
+            # deletion in progress): there is nothing left to delete.
+            segments = []
         for md in segments:
             if md.state != _SEG.DELETE_SEGMENT_STARTED:
                 self._publish_segment(md.remote_log_segment_id, _SEG.DELETE_SEGMENT_STARTED)
             self.rsm.delete_log_segment_data(md)
             self._publish_segment(md.remote_log_segment_id, _SEG.DELETE_SEGMENT_FINISHED)
         self._publish_partition(tp, _PART.DELETE_PARTITION_FINISHED)
+        try:
+            self.on_partition_deleted(tp)
+        except RemoteStorageError:
+            log.exception("%s: cleaning up after the deletion of its remote data failed", tp)
         # The partition is gone from this broker too: its metadata was kept loaded for this
         # deletion only (see RemoteLogManager.on_stop_partitions).
         self.rlmm.on_stop_partitions({tp})
@@ -138,11 +159,20 @@ class RemotePartitionRemover:
         )
         self._thread.start()
 
+    def wake(self) -> None:
+        """Run now (the RLMM loaded a partition being deleted)."""
+        self._wake.set()
+
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_ms / 1000):
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_ms / 1000)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             self.run_once()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(30)

@@ -4,8 +4,9 @@ Kafka's RemoteLogManager. Leadership drives it (``on_leadership_change``, Kafka'
 onLeadershipChange): each partition this broker leads gets a ``CopyTask`` and an
 ``ExpirationTask``, each partition it follows a ``FollowerTask`` (``tiered.rlm_tasks``), and
 the RLMM loads their metadata. ``on_stop_partitions`` (Kafka's stopPartitions) cancels a
-partition's tasks when this broker stops hosting it, and for a deleted topic marks the
-partition for KIP-405's deletion of its remote data.
+partition's tasks when this broker stops hosting it and releases its metadata; the deletion
+of a deleted topic's remote data is not its job (the controller marks the partitions and the
+partition remover of the metadata partition's leader deletes them, see ``rlmm.remover``).
 
 Each task runs every ``remote.log.manager.task.interval.ms`` (after a failure, sooner, with
 backoff and jitter), at most once at a time, on core's ``Scheduler`` (Kafka's
@@ -42,8 +43,6 @@ from core.server.remote_seam import (
 from tiered.api import (
     IndexType,
     RemoteLogMetadataManager,
-    RemotePartitionDeleteMetadata,
-    RemotePartitionDeleteState,
     RemoteStorageError,
     RemoteStorageManager,
     TopicIdPartition,
@@ -55,7 +54,6 @@ from tiered.remote_index_cache import RemoteIndexCache
 from tiered.remote_reader import RemoteLogReader, RemoteReadRejectedError
 from tiered.rlm_config import LONG_MAX, RemoteLogManagerConfig
 from tiered.rlm_tasks import (
-    RLMM_WRITE_TIMEOUT_S,
     CopyTask,
     ExpirationTask,
     FollowerTask,
@@ -151,10 +149,6 @@ class RemoteLogManager:
         # deletion's StopReplica arrives the controller's UpdateMetadata has already
         # removed the topic from the broker's metadata.
         self._hosted: dict[tuple[str, int], TopicIdPartition] = {}
-        # Partitions this broker led when a StopReplica without deletion stopped them (a
-        # topic deletion's first step): the StopReplica with deletion that follows marks
-        # them, and their metadata stays loaded until then.
-        self._stopped_leaders: set[TopicIdPartition] = set()
         self._started = False
         self._closed = False
 
@@ -200,7 +194,6 @@ class RemoteLogManager:
         with self._lock:
             for tp in (*leaders, *followers):
                 self._hosted[(tp.topic, tp.partition)] = tp
-                self._stopped_leaders.discard(tp)
             for tp, plog in followers.items():
                 self._assign(tp, plog, FOLLOWER_TASKS)
             for tp, plog in leaders.items():
@@ -225,53 +218,28 @@ class RemoteLogManager:
     def on_stop_partitions(self, partitions: Iterable[TopicIdPartition], *, delete: bool) -> None:
         """This broker no longer hosts these partitions (Kafka's stopPartitions).
 
-        Their tasks are cancelled (a run in progress finishes its current segment) and
-        their metrics dropped. Without ``delete`` the followers' metadata is dropped from
-        the RLMM now; a partition this broker led keeps it, because a topic deletion stops
-        replicas without deletion first (Kafka's TopicDeletionManager: StopReplica
-        delete=false, then delete=true). With ``delete`` (the topic was deleted), each
-        partition this broker led (up to now or to that first stop) is marked
-        DELETE_PARTITION_MARKED, so that the deletion of its remote data happens once, on
-        its leader (a topic is deleted only once every replica is online, as in Kafka, so
-        its leader hears of it): the RLMM keeps its metadata until the partition remover
-        (``rlmm.remover``) has deleted the remote data (KIP-405). The followers drop theirs
-        as for a move. Blocking.
+        Their tasks are cancelled (a run in progress finishes its current segment), their
+        metrics dropped and their metadata released from the RLMM. With ``delete`` (the
+        replica is deleted: a topic deletion or a move) the partition is also forgotten
+        here. Unlike Kafka 3.9, which deletes a deleted topic's remote segments right here
+        on the leader, nothing is deleted or marked: the controller marks the partitions
+        of a deleted topic DELETE_PARTITION_MARKED, and the partition remover on the
+        leader of their metadata partition deletes the remote data (``rlmm.remover``), so
+        the deletion survives any broker restart. Blocking.
         """
         tps = set(partitions)
         with self._lock:
             stopped = {tp: self._tasks.pop(tp) for tp in tps if tp in self._tasks}
             for tasks in stopped.values():
                 self._cancel(tasks)
-            leading = {
-                tp for tp, tasks in stopped.items() if any(isinstance(t, CopyTask) for t in tasks)
-            }
             if delete:
-                leading |= tps & self._stopped_leaders
-                self._stopped_leaders -= tps
                 for tp in tps:
                     self._hosted.pop((tp.topic, tp.partition), None)
-            else:
-                self._stopped_leaders |= leading
         for tp in stopped:
             self.metrics.remove(tp)
             log.info("remote log manager: stopped %s%s", tp, " (deleted)" if delete else "")
-        led = sorted(leading, key=str) if delete else []
-        dropped = set(stopped) - leading
-        if dropped:
-            self.rlmm.on_stop_partitions(dropped)
-        for tp in led:
-            try:
-                future = self.rlmm.put_remote_partition_delete_metadata(
-                    RemotePartitionDeleteMetadata(
-                        tp,
-                        RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
-                        self.clock(),
-                        self.broker_id,
-                    )
-                )
-                future.result(timeout=RLMM_WRITE_TIMEOUT_S)
-            except (RemoteStorageError, TimeoutError, OSError):
-                log.exception("%s: could not mark the partition for remote deletion", tp)
+        if stopped:
+            self.rlmm.on_stop_partitions(set(stopped))
 
     def tasks(self, tp: TopicIdPartition) -> tuple[RLMTask, ...]:
         """The tasks of a hosted partition (none when it is not hosted)."""

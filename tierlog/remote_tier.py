@@ -10,9 +10,14 @@ With ``remote.log.storage.system.enable=true`` the broker gets:
   creates at start-up or checks (a partition-count mismatch stops the broker);
 - the RemoteLogManager (``remote.log.manager.*`` keys), leading every partition of a
   topic with ``remote.storage.enable=true``;
-- a RemotePartitionRemover deleting the remote data of deleted topics;
+- a RemotePartitionRemover deleting the remote data of deleted topics: the partitions
+  marked DELETE_PARTITION_MARKED (by the controller's broker, ``mark_topic_deleted``; alone,
+  by this broker) in the ``__remote_log_metadata`` partitions this broker leads (all of
+  them when it runs alone), which its RLMM follows for that;
 - with an object-store RSM plugin, a ``TopicManifestPublisher`` keeping each tiered topic's
-  ``topic-manifest.json`` (partition count, configs) in the bucket, for ``tierlog restore``.
+  ``topic-manifest.json`` (partition count, configs) in the bucket, for ``tierlog restore``;
+  a topic being deleted (``/admin/delete_topics``) has none: it is deleted, never written,
+  and deleted again by the remover when each partition's remote data is gone.
 
 ``RemoteStorageSystem`` is what the ReplicaManager sees through core's ``RemoteTier`` seam:
 reads go to the RemoteLogManager, and so do the followers' requests for the state below
@@ -20,8 +25,8 @@ their leader's local log start (``remote_log_aux_state``). It is also a leadersh
 of the ReplicaManager (Kafka's ``onLeadershipChange`` / ``stopPartitions``): the tiered
 partitions this broker leads get copy and expiration tasks, those it follows a follower
 task, and the RLMM follows the metadata of both, so that a new leader serves remote reads
-at once; stopped partitions lose their tasks, deleted ones are marked for the deletion of
-their remote data. Leadership changes apply in order on one thread, off the event loop.
+at once; stopped partitions lose their tasks. Leadership changes apply in order on one
+thread, off the event loop.
 """
 
 from __future__ import annotations
@@ -30,14 +35,17 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from core.errors import CoreError, KafkaStorageError
 from core.server.config import REMOTE_TIER_PREFIXES
+from core.server.topics import TopicInfo
 from rlmm.manager import BOOTSTRAP_KEY, CLIENT_PREFIX, TopicBasedRemoteLogMetadataManager
 from rlmm.remover import RemotePartitionRemover
+from rlmm.topic_client import METADATA_TOPIC
 from rsm_plugins.base import ObjectStoreRemoteStorageManager
 from tiered.api import (
     RLMM_CLASS_NAME,
@@ -45,6 +53,8 @@ from tiered.api import (
     RSM_CLASS_NAME,
     RSM_CONFIG_PREFIX,
     RemoteLogMetadataManager,
+    RemotePartitionDeleteMetadata,
+    RemotePartitionDeleteState,
     RemoteStorageError,
     RemoteStorageManager,
     TopicIdPartition,
@@ -63,13 +73,14 @@ if TYPE_CHECKING:
     from core.server.cluster_types import TopicPartition
     from core.server.partition import Partition
     from core.server.remote_seam import RemoteFetchResult, RemoteLogAuxState, RemoteLogStart
-    from core.server.topics import TopicInfo
 
 # Kafka's key: the listener whose endpoint the RLMM's Kafka client uses.
 LISTENER_KEY = "remote.log.metadata.manager.listener.name"
 log = logging.getLogger(__name__)
 
 LEADERSHIP_ATTEMPTS = 30  # about 30 s of retries of one leadership change
+MARK_WAIT_S = 120  # how long a deletion mark waits for the remote tier to start
+MARK_TIMEOUT_S = 60  # one mark's write
 
 
 class RemoteTierStartError(Exception):
@@ -91,6 +102,11 @@ class RemoteStorageSystem:
         self._leadership = ThreadPoolExecutor(1, thread_name_prefix="rlm-leadership")
         self._listening = False
         self._configuring: asyncio.Future[None] | None = None  # in a cluster: see start()
+        self._in_cluster = bool(broker.config.get("zookeeper.connect"))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The __remote_log_metadata partitions this broker leads (see rlmm.remover).
+        self._led_metadata: set[int] = set()
+        broker.remote_deletion_marker = self.mark_topic_deleted
 
     @property
     def enabled(self) -> bool:
@@ -136,6 +152,7 @@ class RemoteStorageSystem:
             return
         config = self.broker.config
         loop = asyncio.get_running_loop()
+        self._loop = loop
         rlm_config = self._settings()
         log_dir = str(config.log_dirs[0])
         rsm, rsm_settings, rsm_class = self._load(
@@ -239,7 +256,7 @@ class RemoteStorageSystem:
             topics = self.broker.topics
             self.manifests = TopicManifestPublisher(
                 rsm,
-                topics.by_id,
+                self._manifest_topic,
                 lambda info: topics.effective_config(info).remote_storage_enable,
                 config.node_id,
                 retry_ms=rlm_config.remote_log_manager_task_retry_backoff_max_ms,
@@ -250,6 +267,10 @@ class RemoteStorageSystem:
             self._listening = True
         # Partitions whose roles were applied before the remote tier started.
         hosted = list(manager.partitions.values())
+        if self._in_cluster:
+            self._led_metadata = {
+                p.index for p in hosted if p.topic == METADATA_TOPIC and p.is_leader
+            }
         leaders = [p for p in hosted if p.is_leader]
         followers = [p for p in hosted if not p.is_leader]
         tiered = self._tiered(leaders) + self._tiered(followers)
@@ -262,11 +283,94 @@ class RemoteStorageSystem:
                 config.node_id,
                 interval_ms=rlm_config.remote_partition_remover_task_interval_ms,
                 topic_exists=lambda topic_id: self.broker.topics.by_id(topic_id) is not None,
+                on_partition_deleted=self._partition_remote_data_deleted,
             )
+            rlmm.deletion_listener = self.remover.wake
             self.remover.start()
+            if not self._in_cluster:
+                # Alone, this broker leads every metadata partition.
+                self._led_metadata = set(range(rlmm.num_partitions))
+            await loop.run_in_executor(self._leadership, self._follow_metadata)
         log.info(
             "remote tier started: %s, %s; %d tiered partitions", rsm_class, rlmm_class, len(tiered)
         )
+
+    # -- deletion of a deleted topic's remote data (KIP-405) -----------------------------
+    def mark_topic_deleted(self, name: str, topic_id: uuid.UUID, partitions: list[int]) -> None:
+        """Mark the partitions of a deleted tiered topic DELETE_PARTITION_MARKED (the
+        controller's broker does, and a broker running alone): the remover on the leader of
+        each partition's metadata partition then deletes the remote data. Waits for a
+        starting remote tier; blocking.
+
+        Raises:
+            RemoteStorageError: the remote tier is off or did not start in time, or a mark
+                was not stored.
+        """
+        if not self.enabled:
+            raise RemoteStorageError("remote.log.storage.system.enable is false on this broker")
+        deadline = time.monotonic() + MARK_WAIT_S
+        while self.rlmm is None or self.rlm is None:
+            if time.monotonic() >= deadline:
+                raise RemoteStorageError(f"the remote tier did not start in {MARK_WAIT_S} s")
+            time.sleep(0.2)
+        rlmm = self.rlmm
+        futures = [
+            rlmm.put_remote_partition_delete_metadata(
+                RemotePartitionDeleteMetadata(
+                    TopicIdPartition(topic_id, name, index),
+                    RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
+                    int(time.time() * 1000),
+                    self.broker.config.node_id,
+                )
+            )
+            for index in partitions
+        ]
+        for future in futures:
+            future.result(MARK_TIMEOUT_S)
+        log.info("marked %d remote partitions of deleted topic %s for deletion", len(futures), name)
+
+    def _follow_metadata(self) -> None:
+        """On the leadership thread: the RLMM follows the metadata partitions led here."""
+        rlmm = self.rlmm
+        if isinstance(rlmm, TopicBasedRemoteLogMetadataManager):
+            rlmm.follow_metadata_partitions(set(self._led_metadata))
+
+    def _partition_remote_data_deleted(self, tp: TopicIdPartition) -> None:
+        """The remover finished a partition: its topic's manifest goes (idempotent; the
+        first partition finished deletes it, the others find it gone)."""
+        if isinstance(self.rsm, ObjectStoreRemoteStorageManager):
+            self.rsm.delete_topic_manifest(tp.topic, tp.topic_id)
+
+    def _manifest_topic(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        """The topic whose manifest to keep, or None for one deleted or being deleted (its
+        manifest is deleted, never written again). In a cluster ZooKeeper decides: a broker
+        that was down during a deletion may still list the topic. On the manifest
+        publisher's threads.
+
+        Raises:
+            RemoteStorageError: ZooKeeper could not tell (the publisher retries).
+        """
+        info = self.broker.topics.by_id(topic_id)
+        cluster = self.broker.cluster
+        if info is None or cluster is None or self._loop is None:
+            return info
+        zk = cluster.connected_zk
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is self._loop:
+                # Waiting here for the loop would block it: the publisher retries off it.
+                raise RemoteStorageError("topic manifests are checked off the event loop")
+
+        async def live() -> bool:
+            if info.name in await zk.get_topics_marked_for_deletion():
+                return False
+            assignment = await zk.get_topic_assignment(info.name)
+            return assignment is not None and assignment.topic_id == topic_id
+
+        try:
+            alive = asyncio.run_coroutine_threadsafe(live(), self._loop).result(30)
+        except Exception as e:  # ZooKeeper's errors, a timeout: ask again later
+            raise RemoteStorageError(f"cannot read the topic {info.name} in ZooKeeper: {e}") from e
+        return info if alive else None
 
     # -- leadership (core's LeadershipListener) -----------------------------------------
     @staticmethod
@@ -311,13 +415,25 @@ class RemoteStorageSystem:
     def on_partitions_changed(
         self, leaders: Sequence[Partition], followers: Sequence[Partition]
     ) -> None:
-        """LeaderAndIsr applied: lead or follow the tiered ones (on the leadership thread)."""
+        """LeaderAndIsr applied: lead or follow the tiered ones (on the leadership thread),
+        and follow the metadata partitions led here."""
+        led = {p.index for p in leaders if p.topic == METADATA_TOPIC}
+        followed = {p.index for p in followers if p.topic == METADATA_TOPIC}
+        if self._in_cluster and (led or followed):
+            self._led_metadata = (self._led_metadata | led) - followed
+            if self.rlm is not None:
+                self._leadership.submit(self._follow_metadata)
         if self.rlm is not None:
             self._leadership.submit(self._apply_roles, list(leaders), list(followers))
 
     def on_partitions_stopped(self, stopped: Sequence[TopicPartition], deleted: bool) -> None:
-        """StopReplica applied: the partitions' tasks stop; deleted ones are marked for the
-        deletion of their remote data (KIP-405)."""
+        """StopReplica applied: the partitions' tasks stop and their metadata is released
+        (a deleted topic's remote data is the remover's, see ``mark_topic_deleted``)."""
+        gone = {index for topic, index in stopped if topic == METADATA_TOPIC}
+        if self._in_cluster and gone & self._led_metadata:
+            self._led_metadata -= gone
+            if self.rlm is not None:
+                self._leadership.submit(self._follow_metadata)
         rlm = self.rlm
         if rlm is None:
             return
@@ -429,13 +545,18 @@ class RemoteStorageSystem:
         ).result()
 
     def on_topic_deleted(self, topic: TopicInfo) -> None:
-        """A topic was deleted: its manifest goes first, its partitions stop here and their
-        remote data goes."""
+        """A topic was deleted (in a cluster: it left this broker's metadata): its manifest
+        goes. Alone, this broker is also the controller: the partitions stop here and are
+        marked for the deletion of their remote data."""
         if self.manifests is not None:
             self.manifests.topic_deleted(topic)
-        if self.rlm is not None:
-            tps = [TopicIdPartition(topic.topic_id, topic.name, p) for p in range(topic.partitions)]
-            self.rlm.on_stop_partitions(tps, delete=True)
+        if self._in_cluster or self.rlm is None:
+            return
+        indexes = list(range(topic.partitions))
+        if self.broker.topics.effective_config(topic).remote_storage_enable:
+            self.mark_topic_deleted(topic.name, topic.topic_id, indexes)
+        tps = [TopicIdPartition(topic.topic_id, topic.name, p) for p in indexes]
+        self.rlm.on_stop_partitions(tps, delete=True)
 
     async def stop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -198,6 +199,9 @@ class Broker:
         # In a cluster: users', clients' and ips' configs (SCRAM credentials, quotas).
         self._entity_configs: ZkEntityConfigs | None = None
         self._zk_scram: ZkScramCredentialStore | None = None
+        # The remote tier's marking of a deleted tiered topic's partitions for the deletion
+        # of their remote data (topic, topic id, partition indexes); set by the remote tier.
+        self.remote_deletion_marker: Callable[[str, uuid.UUID, list[int]], None] | None = None
         self._producer_ids: ProducerIdSource | None = None
         self._offsets_creation: asyncio.Task[None] | None = None
         self.local_controller: LocalController | None = None  # running alone
@@ -410,7 +414,7 @@ class Broker:
         assert self._config_sync is not None
         await self._config_sync.start()
         await cluster.register(advertised)
-        await cluster.start_controller()
+        await cluster.start_controller(self._deletion_started)
 
     async def _on_entity_change(self, entity_path: str) -> None:
         """A user, client or ip config changed in ZooKeeper (on this broker or another):
@@ -1141,10 +1145,52 @@ class Broker:
                 self._topic_deleted(name)
         self._waiters.changed()
 
+    def _deletion_started(
+        self, name: str, topic_id: uuid.UUID, partitions: list[int], overrides: dict[str, str]
+    ) -> None:
+        """This broker's controller started deleting a topic: a tiered one has its remote
+        partitions marked DELETE_PARTITION_MARKED (KIP-405), on a thread."""
+        try:
+            tiered = LogConfig.from_props(
+                overrides, defaults=self.topics.broker_defaults
+            ).remote_storage_enable
+        except (CoreError, ValueError) as e:
+            log.error("topic %s: invalid config (%s); marking its remote data anyway", name, e)
+            tiered = True  # marking a topic that was not tiered deletes nothing
+        if not tiered:
+            return
+        marker = self.remote_deletion_marker
+        if marker is None or not self.config.remote_log_storage_system_enable:
+            log.error(
+                "topic %s (%s) is tiered but this controller's broker %d has no remote tier "
+                "(remote.log.storage.system.enable=false): its remote partitions are not "
+                "marked for deletion and their remote data stays in the remote storage",
+                name,
+                topic_id,
+                self.config.node_id,
+            )
+            return
+        future = asyncio.get_running_loop().run_in_executor(
+            None, marker, name, topic_id, partitions
+        )
+
+        def report(done: asyncio.Future[None]) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                log.error(
+                    "topic %s: marking its remote partitions for deletion failed: %s",
+                    name,
+                    done.exception(),
+                )
+
+        future.add_done_callback(report)
+
     def _topic_deleted(self, name: str) -> None:
         """A topic left the cluster: forget it here, and its groups' committed offsets
-        (Kafka's handleDeletedPartitions)."""
+        (Kafka's handleDeletedPartitions); the remote tier forgets its manifest."""
+        info = self.topics.get(name)
         self.topics.remove(name)
+        if info is not None:
+            self._tell_remote_tier("on_topic_deleted", info)
         if self._group_offsets is not None:
             version = self.group_offsets.delete_topic(name)
             self._flush_in_background(version, f"the offsets of deleted topic {name}")

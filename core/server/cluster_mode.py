@@ -41,6 +41,7 @@ from core.server.api_keys import INTER_BROKER_VERSIONS, ApiKey
 from core.server.broker_connection import BrokerClientError
 from core.server.config import BrokerConfig
 from core.server.controller.controller import ZkController
+from core.server.controller.topic_deletion import DeletionStarted
 from core.server.interbroker_schema import ControlledShutdownRequest
 from core.server.metadata_cache import MetadataCache
 from core.server.node_client import BrokerEndpoint as NodeEndpoint
@@ -148,8 +149,12 @@ class ClusterMode:
         )
         return self.broker_epoch
 
-    async def start_controller(self) -> ZkController:
-        self.controller = ZkController(self.connected_zk, self.broker_id, self.config)
+    async def start_controller(
+        self, deletion_started: DeletionStarted | None = None
+    ) -> ZkController:
+        self.controller = ZkController(
+            self.connected_zk, self.broker_id, self.config, deletion_started=deletion_started
+        )
         await self.controller.start()
         return self.controller
 

@@ -45,9 +45,18 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from core.kafka_uuid import uuid_from_base64
 from core.records.builder import RecordBatchBuilder
+from rlmm.partitioner import metadata_partition
 from tests.support.cluster import CLUSTER_SETTINGS, DEADLINE_S, Cluster
-from tests.support.s3_harness import Bucket, metadata_segments, tiering_settings
+from tests.support.s3_harness import (
+    Bucket,
+    FaultProxy,
+    RemoteObject,
+    metadata_segments,
+    tiering_settings,
+)
+from tiered.api import TopicIdPartition
 
 TOPIC = "kip405"
 A, B, C = 1, 2, 3
@@ -545,12 +554,15 @@ def test_scenario_5_log_divergence_in_remote_storage_after_two_unclean_elections
     assert s.read(3) == lineage[3:]
 
 
-def partition_delete_state(bootstrap: str) -> str | None:
+def partition_delete_state(bootstrap: str, *, moving: bool = False) -> str | None:
     """The partition's DELETE_PARTITION_* state, as ``tierlog metadata summary --json``
-    shows it (None before any)."""
+    shows it (None before any). ``moving``: a metadata partition may be between leaders (a
+    broker was just killed), and a failed read answers None, to be asked again."""
     args = [sys.executable, "-m", "tierlog", "metadata", "summary"]
     args += ["--bootstrap-server", bootstrap, "--json"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    if moving and done.returncode != 0:
+        return None
     assert done.returncode == 0, f"tierlog metadata summary: {done.stderr[-2000:]}"
     rows = [r for r in json.loads(done.stdout)["partitions"] if r["topic"] == TOPIC]
     return rows[0]["partition_delete_state"] if rows else None
@@ -563,7 +575,10 @@ def test_deleting_a_tiered_topic_with_a_follower_down_deletes_its_remote_data_on
     mode, the controller stops and deletes the replicas on live brokers at once and the
     dead one's when it is back, and only then completes the deletion. The leader, stopped
     without deletion and then with it, marks the partition DELETE_PARTITION_MARKED and its
-    remover deletes every remote object once (DELETE_PARTITION_FINISHED)."""
+    controller's broker marks the partition DELETE_PARTITION_MARKED, and the remover of the
+    broker leading its ``__remote_log_metadata`` partition deletes every remote object once
+    (DELETE_PARTITION_FINISHED). B, restarted while the deletion waits for it, writes no
+    topic manifest again."""
     s = scenario_factory([A, B], {"segment.bytes": segment_bytes(3)}, SLOW_LAG)
     s.produce(range(7), 0)
     s.wait_finished([(0, 2, {0: 0}, A), (3, 5, {0: 3}, A)])
@@ -576,7 +591,7 @@ def test_deleting_a_tiered_topic_with_a_follower_down_deletes_its_remote_data_on
     future.result(DEADLINE_S)  # answered once the topic left the brokers' metadata
     s.cluster.wait(
         lambda: partition_delete_state(s.cluster.bootstrap) == "DELETE_PARTITION_FINISHED",
-        "the remote partition deleted by the leader",
+        "the remote partition deleted by the metadata partition's leader",
         60,
     )
     assert s.bucket.objects(TOPIC) == []
@@ -593,6 +608,76 @@ def test_deleting_a_tiered_topic_with_a_follower_down_deletes_its_remote_data_on
     assert s.cluster.state(TOPIC, 0) is None
     assert s.local_bases(B) == []
     assert partition_delete_state(s.cluster.bootstrap) == "DELETE_PARTITION_FINISHED"
-    # No segment object came back. (B, restarted while the deletion was pending, writes the
-    # topic's manifest again and nothing deletes it: a gap left open, see issue 16.)
-    assert [o.key for o in s.bucket.objects(TOPIC) if not o.is_topic_manifest] == []
+    # Nothing came back: no segment, and no manifest from B's restart.
+    assert [o.key for o in s.bucket.objects(TOPIC)] == []
+
+
+def is_segment_delete(method: str, path: str) -> bool:
+    """The first request of a segment's deletion (DELETE of one of its objects)."""
+    key = path.split("?", 1)[0]
+    return method == "DELETE" and f"/{TOPIC}-" in key and not key.endswith("topic-manifest.json")
+
+
+def metadata_leader_of(s: Scenario, objects: list[RemoteObject]) -> int:
+    """The broker leading the ``__remote_log_metadata`` partition of ``kip405-0`` (its topic
+    id read from the objects' ``<topic>-<topicId>/`` prefix)."""
+    topic_id = uuid_from_base64(objects[0].key.split("/", 1)[0][len(TOPIC) + 1 :])
+    mp = metadata_partition(TopicIdPartition(topic_id, TOPIC, 0), 3)
+    return s.cluster.leader("__remote_log_metadata", mp)
+
+
+def test_a_topic_deletion_killed_mid_removal_is_finished_by_the_next_metadata_leader(
+    scenario_factory: Callable[..., Scenario], s3_endpoint: Any
+) -> None:
+    """The broker leading the metadata partition of a deleted tiered topic's partition is
+    SIGKILLed in the middle of the removal (DELETE_PARTITION_STARTED, its first segment
+    deletion held by the S3 proxy). Its periodic run is an hour away and it no longer hosts
+    the partition: the broker that takes the metadata partition over reads the unfinished
+    deletion and finishes it, and once the killed broker is back every object of the topic,
+    manifest included, is gone and stays gone."""
+    proxy = FaultProxy(s3_endpoint.url)
+    try:
+        s = scenario_factory(
+            [A, B],
+            {"segment.bytes": segment_bytes(3)},
+            {
+                **SLOW_LAG,
+                "rsm.config.storage.s3.endpoint.url": proxy.url,
+                "remote.partition.remover.task.interval.ms": "3600000",
+            },
+        )
+        s.produce(range(7), 0)
+        s.wait_finished([(0, 2, {0: 0}, A), (3, 5, {0: 3}, A)])
+        objects = s.bucket.objects(TOPIC)
+        leader = metadata_leader_of(s, objects)  # A or C: the metadata topic lives there
+        proxy.hold(is_segment_delete)
+
+        admin = AdminClient({"bootstrap.servers": s.cluster.bootstrap})
+        (future,) = admin.delete_topics([TOPIC], operation_timeout=DEADLINE_S).values()
+        future.result(DEADLINE_S)
+        assert proxy.held_event.wait(60), "no segment deletion started"
+        assert partition_delete_state(s.cluster.bootstrap) == "DELETE_PARTITION_STARTED"
+        s.kill(leader)
+        proxy.release()  # the held DELETE is dropped unanswered: nothing of it reached S3
+        assert [o for o in s.bucket.objects(TOPIC) if not o.is_topic_manifest]
+
+        s.cluster.wait(
+            lambda: (
+                partition_delete_state(s.cluster.bootstrap, moving=True)
+                == "DELETE_PARTITION_FINISHED"
+            ),
+            "the deletion finished by the metadata partition's next leader",
+            60,
+        )
+        assert [o.key for o in s.bucket.objects(TOPIC)] == []
+
+        s.restart(leader)
+        s.cluster.wait(
+            lambda: s.cluster.zk.exists(f"/admin/delete_topics/{TOPIC}") is None,
+            "the topic deletion completed",
+            60,
+        )
+        assert partition_delete_state(s.cluster.bootstrap) == "DELETE_PARTITION_FINISHED"
+        assert [o.key for o in s.bucket.objects(TOPIC)] == []
+    finally:
+        proxy.close()

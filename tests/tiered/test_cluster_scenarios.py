@@ -448,9 +448,13 @@ def test_scenario_5_log_divergence_in_remote_storage_after_two_unclean_elections
     run(tmp_path, 2, configs, scenario, FAST_ISR)
 
 
-def test_deleting_a_tiered_topic_in_a_cluster_deletes_its_remote_data_once_on_its_leader(
+def test_deleting_a_tiered_topic_in_a_cluster_deletes_its_remote_data_once_on_the_metadata_leader(
     tmp_path: Path,
 ) -> None:
+    """The controller's broker (here the partition's leader, a) marks the partition; the
+    broker leading its ``__remote_log_metadata`` partition (here b, the follower) deletes
+    the remote data once, at once (its periodic run is an hour away); a deletes nothing."""
+
     async def scenario(s: Scenario) -> None:
         a, b = 1, 2
         await s.elect(a, 0, [a, b])
@@ -459,6 +463,17 @@ def test_deleting_a_tiered_topic_in_a_cluster_deletes_its_remote_data_once_on_it
         await s.cluster.caught_up(TP, a, [b])
         bucket = s.cluster.directory / "bucket"
         assert any(f.is_file() for f in bucket.rglob("*"))
+        remote_tiers = {}
+        for node in (a, b):
+            tiered = s.cluster.node(node).tiered
+            assert tiered is not None and tiered.remote_tier.remover is not None
+            remote_tiers[node] = tiered.remote_tier
+        # These brokers run without ZooKeeper, so each follows every metadata partition:
+        # the test gives the metadata partition's leadership to b, as a LeaderAndIsr would.
+        rlmms = {node: rt.rlmm for node, rt in remote_tiers.items()}
+        mp = rlmms[b].metadata_partition_of(s.tidp)
+        rlmms[a].follow_metadata_partitions(set())
+        rlmms[b].follow_metadata_partitions({mp})
         # The controller's StopReplica with deletion reaches both replicas.
         for node in (b, a):
             broker = s.cluster.nodes[node].broker
@@ -483,28 +498,21 @@ def test_deleting_a_tiered_topic_in_a_cluster_deletes_its_remote_data_once_on_it
                 if isinstance(e, RemotePartitionDeleteMetadata) and e.topic_id_partition == s.tidp
             ]
 
-        marked = [(RemotePartitionDeleteState.DELETE_PARTITION_MARKED, a)]
-        await until(lambda: delete_events() == marked, timeout=30, what="the leader's mark")
-        # The leader's partition remover deletes the remote data (its periodic run, here
-        # called at once); the follower marked nothing and removes nothing.
-        removers = {}
-        for node in (a, b):
-            tiered = s.cluster.node(node).tiered
-            assert tiered is not None and tiered.remote_tier.remover is not None
-            removers[node] = tiered.remote_tier.remover
-        await until(
-            lambda: removers[a].marked_partitions() == [s.tidp],
-            timeout=30,
-            what="the mark read back by the leader's metadata manager",
+        assert delete_events() == []  # stopping replicas marks nothing
+        await asyncio.get_running_loop().run_in_executor(
+            None, remote_tiers[a].mark_topic_deleted, TOPIC, s.tidp.topic_id, [0]
         )
-        assert removers[b].marked_partitions() == []
-        for node in (b, a):
-            await asyncio.get_running_loop().run_in_executor(None, removers[node].run_once)
-        assert delete_events() == [
-            *marked,
-            (RemotePartitionDeleteState.DELETE_PARTITION_STARTED, a),
-            (RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, a),
+        finished = [
+            (RemotePartitionDeleteState.DELETE_PARTITION_MARKED, a),
+            (RemotePartitionDeleteState.DELETE_PARTITION_STARTED, b),
+            (RemotePartitionDeleteState.DELETE_PARTITION_FINISHED, b),
         ]
+        await until(
+            lambda: delete_events() == finished,
+            timeout=30,
+            what="the deletion run by the metadata partition's leader",
+        )
         assert not any(f.is_file() for f in bucket.rglob("*"))
+        assert remote_tiers[a].remover.marked_partitions() == []
 
     run(tmp_path, 2, topic_config(), scenario)

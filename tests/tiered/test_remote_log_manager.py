@@ -14,13 +14,11 @@ from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
 from core.records.builder import RecordBatchBuilder, build_control_batch
 from core.records.record import ControlRecordType
-from rlmm.remover import RemotePartitionRemover
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
-    RemotePartitionDeleteState,
     RemoteStorageError,
     TopicIdPartition,
 )
@@ -577,7 +575,7 @@ def test_leading_again_with_the_same_log_keeps_the_tasks(env):
     assert not any(task.cancelled for task in before)
 
 
-def test_stopping_a_partition_cancels_its_tasks_and_releases_a_followers_metadata(env, memory_rsm):
+def test_stopping_a_partition_cancels_its_tasks_and_releases_its_metadata(env, memory_rsm):
     produce(env.plog, 20)
     tasks = env.rlm.tasks(env.tp)
     env.rlm.on_stop_partitions({env.tp}, delete=False)
@@ -586,43 +584,36 @@ def test_stopping_a_partition_cancels_its_tasks_and_releases_a_followers_metadat
     for task in tasks:  # a run the scheduler had already planned does nothing
         task.run()
     assert memory_rsm.copies == 0
-    # A leader stopped without deletion keeps its metadata (a topic deletion's first step);
-    # a follower releases it.
-    assert env.rlmm.is_ready(env.tp)
+    # Leader or follower, the metadata is released: a deletion is not this broker's job
+    # unless it leads the metadata partition (rlmm.remover).
+    assert not env.rlmm.is_ready(env.tp)
     env.rlm.on_leadership_change({}, {env.tp: env.plog})
+    assert env.rlmm.wait_ready(env.tp, 10)
     env.rlm.on_stop_partitions({env.tp}, delete=False)
     assert not env.rlmm.is_ready(env.tp)
 
 
-def test_a_topic_deletion_stopping_its_leader_twice_marks_the_partition(env, memory_rsm):
+def test_a_topic_deletion_stopping_its_leader_twice_marks_nothing_and_deletes_nothing(
+    env, memory_rsm
+):
     """Kafka's TopicDeletionManager stops each replica without deletion, then with it; the
     controller's UpdateMetadata has removed the topic by then, so the remote tier finds the
-    partition's topic id in its own record."""
+    partition's topic id in its own record until the stop with deletion. Unlike Kafka 3.9,
+    the leader deletes no remote data here: the controller marks the partition and the
+    remover of the metadata partition's leader deletes it (KIP-405's MARKED event)."""
     produce(env.plog, 20)
     env.copy()
+    copied = memory_rsm.segment_ids()
+    assert copied
     assert env.rlm.hosted_partition(env.tp.topic, env.tp.partition) == env.tp
     env.rlm.on_stop_partitions({env.tp}, delete=False)
     assert env.rlm.hosted_partition(env.tp.topic, env.tp.partition) == env.tp
     env.rlm.on_stop_partitions({env.tp}, delete=True)
-    marked = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
-    assert env.rlmm.store.partition_delete_state(env.tp) == marked
     assert env.rlm.hosted_partition(env.tp.topic, env.tp.partition) is None
-    assert RemotePartitionRemover(env.rlmm, memory_rsm, 1).run_once() == 1
-    assert memory_rsm.segment_ids() == set()
-
-
-def test_deleting_a_partition_marks_it_and_the_remover_releases_it(env, memory_rsm):
-    produce(env.plog, 20)
-    env.copy()
-    assert memory_rsm.segment_ids()
-    env.rlm.on_stop_partitions({env.tp}, delete=True)
     assert env.rlm.tasks(env.tp) == ()
-    marked = RemotePartitionDeleteState.DELETE_PARTITION_MARKED
-    assert env.rlmm.store.partition_delete_state(env.tp) == marked
-    assert env.rlmm.is_ready(env.tp)  # kept for the remover
-    assert RemotePartitionRemover(env.rlmm, memory_rsm, 1).run_once() == 1
-    assert memory_rsm.segment_ids() == set()
+    assert env.rlmm.store.partition_delete_state(env.tp) is None
     assert not env.rlmm.is_ready(env.tp)
+    assert memory_rsm.segment_ids() == copied
 
 
 def test_shutdown_cancels_every_task(env):

@@ -37,7 +37,7 @@ from core.server.controller.partition_changes import (
     PartitionChanges,
 )
 from core.server.controller.reassignment import PartitionReassignments, ReassignmentResults
-from core.server.controller.topic_deletion import TopicDeletionManager
+from core.server.controller.topic_deletion import DeletionStarted, TopicDeletionManager
 from core.server.zookeeper import paths
 from core.server.zookeeper.kafka_zk import ControllerEpoch, KafkaZkClient
 from core.server.zookeeper.topic_data import ReplicaAssignment, TopicAssignment
@@ -65,6 +65,7 @@ class ActiveController:
         epoch: ControllerEpoch,
         client: NodeSender,
         put: Callable[[events.Event], None],
+        deletion_started: DeletionStarted | None = None,
     ) -> None:
         self._zk = zk
         self.broker_id = broker_id
@@ -82,6 +83,7 @@ class ActiveController:
             enabled=config.get("delete.topic.enable"),
             on_stop_replica_response=lambda b, errors: put(events.StopReplicaAnswered(b, errors)),
             on_topic_deleted=self._unwatch_topic,
+            on_deletion_started=deletion_started,
         )
         self.reassignments = PartitionReassignments(zk, self.context, self.batch, self.changes)
         self._watches: list[ZkWatch] = []

@@ -35,6 +35,7 @@ from core.server.controller.channel import NodeSender
 from core.server.controller.elections import ElectionType
 from core.server.controller.errors import ControllerError, NotControllerError
 from core.server.controller.reassignment import ReassignmentResults
+from core.server.controller.topic_deletion import DeletionStarted
 from core.server.node_client import ClientSettings, NodeClient
 from core.server.zookeeper import paths
 from core.server.zookeeper.client import ZkConnectionState
@@ -71,9 +72,12 @@ class ZkController:
         config: BrokerConfig,
         channel_factory: ChannelFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
+        deletion_started: DeletionStarted | None = None,
     ) -> None:
         """
         Args:
+            deletion_started: told when this controller starts deleting a topic (the
+                broker marks a tiered topic's remote partitions for deletion).
             channel_factory: makes the client of a term's channels (one per term, closed
                 when it ends); default: a NodeClient on the inter-broker listener.
             clock: seconds, to time events.
@@ -83,6 +87,7 @@ class ZkController:
         self._config = config
         self._channel_factory = channel_factory or default_channel_factory(config)
         self._clock = clock
+        self._deletion_started = deletion_started
         self._queue: asyncio.Queue[events.Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._current: events.Event | None = None  # the event being processed
@@ -295,7 +300,13 @@ class ZkController:
         log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch.epoch)
         self._epoch = epoch.epoch
         self._active = ActiveController(
-            self._zk, self.broker_id, self._config, epoch, self._channel_factory(), self._put
+            self._zk,
+            self.broker_id,
+            self._config,
+            epoch,
+            self._channel_factory(),
+            self._put,
+            self._deletion_started,
         )
         try:
             await self._active.failover()

@@ -2,6 +2,10 @@
 
 An admin asks by creating ``/admin/delete_topics/<topic>``. The controller then:
 
+0. tells ``on_deletion_started`` (the topic's name, id, partition indexes and config
+   overrides), once per topic and controller term: the controller's broker marks the
+   partitions of a tiered topic for the deletion of their remote data (KIP-405's
+   DELETE_PARTITION_MARKED); a repeated mark is harmless;
 1. sends UpdateMetadata with the topic's partitions at leader -2, so brokers drop them from
    their metadata (clients see the topic gone);
 2. sends every replica on a live broker StopReplica(delete=false) (stop fetching), then
@@ -19,6 +23,7 @@ elections and no new partitions.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable
 
 from core.server.cluster_types import TopicPartition
@@ -29,6 +34,8 @@ from core.server.zookeeper.kafka_zk import KafkaZkClient
 log = logging.getLogger(__name__)
 
 Replica = tuple[TopicPartition, int]
+# (topic, topic id, partition indexes, topic config overrides)
+DeletionStarted = Callable[[str, uuid.UUID, list[int], dict[str, str]], None]
 
 
 class TopicDeletionManager:
@@ -41,7 +48,9 @@ class TopicDeletionManager:
         enabled: bool,
         on_stop_replica_response: StopReplicaCallback,
         on_topic_deleted: Callable[[str], None],
+        on_deletion_started: DeletionStarted | None = None,
     ) -> None:
+        self._on_deletion_started = on_deletion_started
         self._zk = zk
         self._context = context
         self._batch = batch
@@ -141,6 +150,7 @@ class TopicDeletionManager:
             if topic not in context.topics_deletion_started:
                 log.info("deletion of topic %s started", topic)
                 context.topics_deletion_started.add(topic)
+                await self._deletion_started(topic)
         partitions = [tp for t in topics for tp in context.partitions_of(t)]
         batch.add_update_metadata(context.live_or_shutting_down_ids(), partitions)
         batch.send()
@@ -176,6 +186,23 @@ class TopicDeletionManager:
         )
         context.remove_topic(topic)
         log.info("deletion of topic %s completed", topic)
+
+    async def _deletion_started(self, topic: str) -> None:
+        """Tell the broker (remote data to mark); its failure never stops the deletion."""
+        listener = self._on_deletion_started
+        topic_id = self._context.topic_ids.get(topic)
+        if listener is None or topic_id is None:
+            return
+        try:
+            overrides = await self._zk.get_topic_config(topic)
+        except Exception:  # ZooKeeper trouble: the broker decides on defaults
+            log.exception("topic %s: reading its config for the deletion failed", topic)
+            overrides = {}
+        indexes = sorted(tp[1] for tp in self._context.partitions_of(topic))
+        try:
+            listener(topic, topic_id, indexes, overrides)
+        except Exception:  # a listener's bug must not wedge the controller
+            log.exception("topic %s: the deletion listener failed", topic)
 
     # -- helpers -----------------------------------------------------------------------------
     def _replicas(self, topic: str) -> list[Replica]:

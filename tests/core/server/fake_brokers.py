@@ -33,6 +33,7 @@ from core.server.cluster_types import (
 )
 from core.server.config import BrokerConfig
 from core.server.controller.controller import ZkController
+from core.server.controller.topic_deletion import DeletionStarted
 from core.server.interbroker_schema import UpdateMetadataResponse
 from core.server.kio_build import make, nested
 from core.server.metadata_cache import MetadataCache, StaleControllerEpochError
@@ -272,14 +273,19 @@ class Cluster:
         return BrokerConfig.from_props(values)
 
     async def start_controller(
-        self, broker_id: int, props: dict[str, str] | None = None
+        self,
+        broker_id: int,
+        props: dict[str, str] | None = None,
+        deletion_started: DeletionStarted | None = None,
     ) -> ZkController:
         """A controller with its own ZooKeeper session (as the broker ``broker_id`` has).
         Automatic leader rebalancing is off unless ``props`` turn it on: tests that elect
         leaders themselves must not race with it."""
         zk = await connect_zk(self.connect_string)
         props = {"auto.leader.rebalance.enable": "false", **(props or {})}
-        controller = ZkController(zk, broker_id, self.config(broker_id, props))
+        controller = ZkController(
+            zk, broker_id, self.config(broker_id, props), deletion_started=deletion_started
+        )
         self.controllers.append((controller, zk))
         await controller.start()
         return controller

@@ -43,6 +43,34 @@ def test_deletion_stops_then_deletes_every_replica_and_removes_the_znodes(zk_chr
     run(scenario())
 
 
+def test_the_controller_tells_its_broker_once_per_deleted_topic_with_id_and_configs(
+    zk_chroot, tmp_path
+):
+    """The controller's broker marks a tiered topic's remote partitions for deletion: it is
+    told the topic's id (from ZooKeeper), partitions and config overrides, once."""
+
+    async def scenario():
+        started = []
+        async with Cluster(zk_chroot, tmp_path) as cluster:
+            await cluster.start_brokers(1, 2)
+            await cluster.create_topic("t", {0: (1, 2), 1: (2, 1)})
+            await cluster.admin.set_topic_config("t", {"remote.storage.enable": "true"})
+            await cluster.start_controller(9, deletion_started=lambda *a: started.append(a))
+
+            async def topic_id():
+                assignment = await cluster.admin.get_topic_assignment("t")
+                return assignment is not None and assignment.topic_id
+
+            await eventually(topic_id, "a topic id given by the controller")
+            assignment = await cluster.admin.get_topic_assignment("t")
+            await cluster.admin.mark_topic_for_deletion("t")
+            await eventually(lambda: topic_gone(cluster, "t"), "t deleted from ZooKeeper")
+            tiered = {"remote.storage.enable": "true"}
+            assert started == [("t", assignment.topic_id, [0, 1], tiered)]
+
+    run(scenario())
+
+
 def test_deletion_with_a_dead_replica_completes_when_the_replica_returns(zk_chroot, tmp_path):
     async def scenario():
         async with Cluster(zk_chroot, tmp_path) as cluster:
