@@ -61,7 +61,8 @@ RLM_CONFIG = ConfigDef(
                   "Disk bound of the remote index cache.", at_least(1)),
         # KIP-405's remover of deleted topics' remote data; Kafka has no key for it.
         ConfigKey("remote.partition.remover.task.interval.ms", _L, 3_600_000,
-                  "Interval between runs deleting the remote data of deleted tiered topics "
+                  "Interval between runs deleting the remote data of deleted tiered topics; "
+                  "a run also starts as soon as a deletion is marked or found unfinished "
                   "(tierlog's; named in KIP-405).", at_least(1)),
     ]
 )  # fmt: skip

@@ -1217,6 +1217,9 @@ class Broker:
             return
         zk = self.cluster.connected_zk
         unknown = sorted(n for n in names if refresh or self.topics.get(n) is None)
+        # Topics new here or changed: the remote tier hears of them as of a creation (their
+        # topic manifest is written, tiering starts on hosted partitions), as alone.
+        changed: list[TopicInfo] = []
         if unknown:
             assignments = await zk.get_topic_assignments(unknown)
             configs = await asyncio.gather(*(zk.get_topic_config(n) for n in assignments))
@@ -1226,7 +1229,11 @@ class Broker:
                 count = max(
                     len(assignment.partitions), len(self.metadata_cache.partitions_of(name))
                 )
-                self.topics.put(TopicInfo(name, assignment.topic_id, count, overrides))
+                before = self.topics.get(name)
+                info = TopicInfo(name, assignment.topic_id, count, overrides)
+                self.topics.put(info)
+                if before != info:
+                    changed.append(info)
                 if self.log_manager is not None:
                     effective = self.topics.log_config(name)
                     self.log_manager.update_topic_config(name, effective)
@@ -1234,7 +1241,12 @@ class Broker:
             info = self.topics.get(name)
             count = len(self.metadata_cache.partitions_of(name))
             if info is not None and count > info.partitions:
-                self.topics.put(replace(info, partitions=count))
+                grown = replace(info, partitions=count)
+                self.topics.put(grown)
+                changed = [c for c in changed if c.name != name] + [grown]
+        if hasattr(self, "replica_manager"):  # not yet at start-up: the remote tier is not up
+            for info in changed:
+                self._tell_remote_tier("on_topic_created", info)
 
     def _on_session_state(self, state: ZkConnectionState) -> None:
         """Losing the ZooKeeper session: stop leading at once (see cluster_mode)."""

@@ -165,3 +165,12 @@ def test_the_remote_tier_reaches_its_metadata_over_a_sasl_inter_broker_listener(
     assert len(produce(cluster, TOPIC, values, **SMALL_BATCHES)) == 100
     cluster.wait(lambda: len(finished(cluster)) >= 2, "segments tiered", 120)
     assert read_all(cluster) == values
+    # A topic created while the remote tiers run gets its topic manifest (what `tierlog
+    # restore` recreates it from) at once, not only at a broker's next start.
+    later = NewTopic("tiered-later", 2, 3, config=configs)
+    admin.create_topics([later], operation_timeout=DEADLINE_S)[later.topic].result(DEADLINE_S)
+    cluster.wait(
+        lambda: list((tmp_path / "bucket").glob("tiered-later-*/topic-manifest.json")),
+        "the manifest of a topic created while the cluster runs",
+        DEADLINE_S,
+    )
