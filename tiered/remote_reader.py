@@ -312,20 +312,10 @@ class RemoteLogReader:
         try:
             _verify_batches(md, position, data)
         except CorruptRemoteDataError as e:
-            self.metrics.inc(REMOTE_FETCH_ERRORS, tp)
-            log_event(
-                log,
-                logging.WARNING,
-                "remote_read_failed",
-                tp,
-                offset=fetch_offset,
-                error=f"{type(e).__name__}: {e}",
-            )
+            self._count_failed(tp, fetch_offset, e)
             answer.set_exception(e)
             return answer
-        self.metrics.inc(REMOTE_FETCH_BYTES, tp, len(data))
-        if self.fetch_quota is not None:
-            self.fetch_quota.record(len(data))
+        self._count_served(tp, len(data))
         self._read_ahead(tp, plog, md, position, data, max_bytes + READ_SLACK_BYTES)
         answer.set_result(RemoteFetchResult(data))
         return answer
@@ -446,23 +436,31 @@ class RemoteLogReader:
             while md is not None:
                 data = self._read_segment(tp, plog, md, fetch_offset, max_bytes)
                 if data is not None:
-                    self.metrics.inc(REMOTE_FETCH_BYTES, tp, len(data))
-                    if self.fetch_quota is not None:
-                        self.fetch_quota.record(len(data))
+                    self._count_served(tp, len(data))
                     return data
                 md = self._segment_for(tp, plog, md.end_offset + 1)
             return b""
         except (RemoteStorageError, OSError) as e:
-            self.metrics.inc(REMOTE_FETCH_ERRORS, tp)
-            log_event(
-                log,
-                logging.WARNING,
-                "remote_read_failed",
-                tp,
-                offset=fetch_offset,
-                error=f"{type(e).__name__}: {e}",
-            )
+            self._count_failed(tp, fetch_offset, e)
             raise
+
+    def _count_served(self, tp: TopicIdPartition, size: int) -> None:
+        """A remote read answered ``size`` bytes: the metric and the fetch quota."""
+        self.metrics.inc(REMOTE_FETCH_BYTES, tp, size)
+        if self.fetch_quota is not None:
+            self.fetch_quota.record(size)
+
+    def _count_failed(self, tp: TopicIdPartition, offset: int, error: Exception) -> None:
+        """A remote read failed: the error metric and one WARNING event."""
+        self.metrics.inc(REMOTE_FETCH_ERRORS, tp)
+        log_event(
+            log,
+            logging.WARNING,
+            "remote_read_failed",
+            tp,
+            offset=offset,
+            error=f"{type(error).__name__}: {error}",
+        )
 
     def _segment_for(
         self, tp: TopicIdPartition, plog: PartitionLog, offset: int
