@@ -143,9 +143,10 @@ class ZkController:
         Raises:
             NotControllerError, BrokerNotAvailableError, StaleBrokerEpochError.
         """
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._put(events.ControlledShutdown(broker_id, broker_epoch, answer))
-        return await answer
+        return await self._ask(
+            lambda answer: events.ControlledShutdown(broker_id, broker_epoch, answer),
+            only_active=False,
+        )
 
     async def elect_leaders(
         self, election_type: ElectionType, partitions: set[TopicPartition] | None = None
@@ -155,12 +156,10 @@ class ZkController:
         Raises:
             NotControllerError: this broker is not the active controller.
         """
-        if not self.is_active:
-            raise NotControllerError(f"broker {self.broker_id} is not the controller")
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         asked = None if partitions is None else frozenset(partitions)
-        self._put(events.ReplicaLeaderElection(ElectionType(election_type), asked, answer))
-        return await answer
+        return await self._ask(
+            lambda answer: events.ReplicaLeaderElection(ElectionType(election_type), asked, answer)
+        )
 
     async def alter_partition_reassignments(
         self, requested: dict[TopicPartition, tuple[int, ...] | None]
@@ -170,11 +169,7 @@ class ZkController:
         Raises:
             NotControllerError: this broker is not the active controller.
         """
-        if not self.is_active:
-            raise NotControllerError(f"broker {self.broker_id} is not the controller")
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._put(events.AlterReassignments(dict(requested), answer))
-        return await answer
+        return await self._ask(lambda answer: events.AlterReassignments(dict(requested), answer))
 
     async def list_partition_reassignments(
         self, partitions: set[TopicPartition] | None = None
@@ -184,11 +179,21 @@ class ZkController:
         Raises:
             NotControllerError: this broker is not the active controller.
         """
-        if not self.is_active:
+        asked = None if partitions is None else frozenset(partitions)
+        return await self._ask(lambda answer: events.ListReassignments(asked, answer))
+
+    async def _ask(
+        self,
+        event: Callable[[asyncio.Future[Any]], events.Event],
+        *,
+        only_active: bool = True,
+    ) -> Any:
+        """Queue the event ``event(answer)`` and wait for its answer; refused at once with
+        NotControllerError when ``only_active`` and this broker is not the controller."""
+        if only_active and not self.is_active:
             raise NotControllerError(f"broker {self.broker_id} is not the controller")
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        asked = None if partitions is None else frozenset(partitions)
-        self._put(events.ListReassignments(asked, answer))
+        self._put(event(answer))
         return await answer
 
     # -- events ------------------------------------------------------------------------------
