@@ -36,6 +36,7 @@ from tests.integration.test_tiered_cluster_scenarios import (  # noqa: F401 - fi
     A,
     B,
     Scenario,
+    diverge_in_remote_storage,
     history,
     scenario_factory,
     segment_bytes,
@@ -47,19 +48,7 @@ from tests.support.s3_harness import Bucket, metadata_segments, tiering_settings
 
 def diverged_bucket(s: Scenario) -> tuple[str, str]:
     """Scenario 5 up to its step 2 (see the module doc): (A's copy's segment id, B's)."""
-    s.produce([0, 1], 0)
-    s.drop_out_of_sync(B, A, [2, 3, 4], 2)
-    s.wait_finished([(0, 3, {0: 0}, A)])
-    s.wait_local_start(A, 4)
-    s.kill(A)
-    s.wait_state(-1, 1, [A])
-    s.restart(B)
-    s.elect("unclean")
-    s.wait_state(B, 2, [B])
-    s.produce([4, 5, 6], 2)
-    s.wait_finished([(0, 3, {0: 0}, A), (0, 3, {0: 0, 2: 2}, B)])
-    s.wait_local_start(B, 4)
-    assert s.read() == history(([0, 1], 0), ([4, 5, 6], 2))
+    diverge_in_remote_storage(s)
     copies = {
         row["broker_id"]: row["segment_id"] for row in metadata_segments(s.cluster.bootstrap, TOPIC)
     }

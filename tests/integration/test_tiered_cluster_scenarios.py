@@ -502,6 +502,27 @@ def test_scenario_4_an_unclean_leader_truncates_and_serves_its_branch_across_bot
     assert s.read(3) == lineage[3:]
 
 
+def diverge_in_remote_storage(s: Scenario) -> None:
+    """Scenario 5's first two steps: A (LE-0) tiers seg-0-3 while B is out of sync with 0..1;
+    A dies; B is elected uncleanly (LE-2) and copies its own seg-0-3. The bucket then holds
+    A's copy of a branch B's lineage truncated (msgs 2, 3) next to B's."""
+    s.produce([0, 1], 0)
+    s.drop_out_of_sync(B, A, [2, 3, 4], 2)
+    s.wait_finished([(0, 3, {0: 0}, A)])
+    s.wait_local_start(A, 4)
+
+    # A dies; B, out of sync with 0..1, is elected uncleanly and copies its own seg-0-3.
+    s.kill(A)
+    s.wait_state(-1, 1, [A])
+    s.restart(B)
+    s.elect("unclean")
+    s.wait_state(B, 2, [B])
+    s.produce([4, 5, 6], 2)
+    s.wait_finished([(0, 3, {0: 0}, A), (0, 3, {0: 0, 2: 2}, B)])
+    s.wait_local_start(B, 4)
+    assert s.read() == history(([0, 1], 0), ([4, 5, 6], 2))
+
+
 def test_scenario_5_log_divergence_in_remote_storage_after_two_unclean_elections(
     scenario_factory: Callable[..., Scenario],
 ) -> None:
@@ -518,21 +539,7 @@ def test_scenario_5_log_divergence_in_remote_storage_after_two_unclean_elections
        from seg-4-7 and joins the ISR (KIP: ELO 6 in LE-2, LE-0@0, LE-2@5).
     """
     s = scenario_factory([A, B], {"segment.bytes": segment_bytes(4)}, FAST_LAG, PAUSABLE)
-    s.produce([0, 1], 0)
-    s.drop_out_of_sync(B, A, [2, 3, 4], 2)
-    s.wait_finished([(0, 3, {0: 0}, A)])
-    s.wait_local_start(A, 4)
-
-    # A dies; B, out of sync with 0..1, is elected uncleanly and copies its own seg-0-3.
-    s.kill(A)
-    s.wait_state(-1, 1, [A])
-    s.restart(B)
-    s.elect("unclean")
-    s.wait_state(B, 2, [B])
-    s.produce([4, 5, 6], 2)
-    s.wait_finished([(0, 3, {0: 0}, A), (0, 3, {0: 0, 2: 2}, B)])
-    s.wait_local_start(B, 4)
-    assert s.read() == history(([0, 1], 0), ([4, 5, 6], 2))
+    diverge_in_remote_storage(s)
 
     # B dies; A, unaware of LE-2, is elected uncleanly. Its expiration deletes B's copy (it
     # holds LE-2, an epoch A's lineage does not have) and keeps its own, which serves 0..3.
