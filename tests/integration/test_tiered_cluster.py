@@ -35,6 +35,25 @@ def tiered_settings(bucket: Path) -> dict[str, str]:
     }
 
 
+def create_tiered_topic(
+    cluster: Cluster, name: str, partitions: int, replicas: int, extra: dict[str, str] | None = None
+) -> None:
+    """A tiered topic of 4 KiB segments, one kept locally, created with the AdminClient and
+    waited for."""
+    configs = {
+        "remote.storage.enable": "true",
+        "segment.bytes": "4096",
+        "local.retention.bytes": "4096",
+        "retention.ms": "-1",
+        **(extra or {}),
+    }
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    new = NewTopic(name, partitions, replicas, config=configs)
+    for future in admin.create_topics([new], operation_timeout=DEADLINE_S).values():
+        future.result(DEADLINE_S)
+    cluster.wait_topic(name, partitions, replicas)
+
+
 def local_bases(cluster: Cluster, broker: int) -> list[int]:
     """The base offsets of the partition's local segments on ``broker``'s disk."""
     directory = cluster.base_dir / f"broker-{broker}" / "data" / f"{TOPIC}-0"
@@ -70,18 +89,7 @@ def test_a_follower_back_after_the_leader_tiered_rejoins_from_the_remote_tier_an
     # A first attempt made before a controller is known waits out librdkafka's request
     # timeout (30 s) before the next one, hence two deadlines.
     cluster.wait_topic("__remote_log_metadata", 3, 3, timeout=2 * DEADLINE_S)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    configs = {
-        "remote.storage.enable": "true",
-        "segment.bytes": "4096",
-        "local.retention.bytes": "4096",
-        "retention.ms": "-1",
-        "min.insync.replicas": "1",
-    }
-    new = NewTopic(TOPIC, 1, 2, config=configs)
-    for future in admin.create_topics([new], operation_timeout=DEADLINE_S).values():
-        future.result(DEADLINE_S)
-    cluster.wait_topic(TOPIC, 1, 2)
+    create_tiered_topic(cluster, TOPIC, 1, 2, {"min.insync.replicas": "1"})
     a = cluster.leader(TOPIC, 0)
     (b,) = set(cluster.replicas(TOPIC, 0)) - {a}
 
@@ -150,25 +158,14 @@ def test_the_remote_tier_reaches_its_metadata_over_a_sasl_inter_broker_listener(
     }
     cluster = cluster_factory(3, settings)
     cluster.wait_topic("__remote_log_metadata", 3, 3, timeout=2 * DEADLINE_S)
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    configs = {
-        "remote.storage.enable": "true",
-        "segment.bytes": "4096",
-        "local.retention.bytes": "4096",
-        "retention.ms": "-1",
-    }
-    new = NewTopic(TOPIC, 1, 3, config=configs)
-    for future in admin.create_topics([new], operation_timeout=DEADLINE_S).values():
-        future.result(DEADLINE_S)
-    cluster.wait_topic(TOPIC, 1, 3)
+    create_tiered_topic(cluster, TOPIC, 1, 3)
     values = [f"record-{i:05d}-".encode() * 8 for i in range(100)]
     assert len(produce(cluster, TOPIC, values, **SMALL_BATCHES)) == 100
     cluster.wait(lambda: len(finished(cluster)) >= 2, "segments tiered", 120)
     assert read_all(cluster) == values
     # A topic created while the remote tiers run gets its topic manifest (what `tierlog
     # restore` recreates it from) at once, not only at a broker's next start.
-    later = NewTopic("tiered-later", 2, 3, config=configs)
-    admin.create_topics([later], operation_timeout=DEADLINE_S)[later.topic].result(DEADLINE_S)
+    create_tiered_topic(cluster, "tiered-later", 2, 3)
     cluster.wait(
         lambda: list((tmp_path / "bucket").glob("tiered-later-*/topic-manifest.json")),
         "the manifest of a topic created while the cluster runs",
