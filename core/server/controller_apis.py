@@ -53,10 +53,6 @@ from core.server.protocol import RequestContext
 
 log = logging.getLogger(__name__)
 
-STALE_CONTROLLER_EPOCH = 11
-CLUSTER_AUTHORIZATION_FAILED = 31
-NOT_CONTROLLER = 41
-STALE_BROKER_EPOCH = 77
 UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
 
 
@@ -72,7 +68,7 @@ def _refusal(broker: BrokerServices, ctx: RequestContext, broker_epoch: int) -> 
             ctx.principal,
             ctx.listener,
         )
-        return CLUSTER_AUTHORIZATION_FAILED
+        return ErrorCode.cluster_authorization_failed
     # Kafka's isBrokerEpochStale: -1 means "not given" (an old controller); a newer epoch
     # than ours cannot be (the controller read it from our registration).
     if broker_epoch != -1 and broker_epoch < broker.broker_epoch:
@@ -82,8 +78,8 @@ def _refusal(broker: BrokerServices, ctx: RequestContext, broker_epoch: int) -> 
             broker_epoch,
             broker.broker_epoch,
         )
-        return STALE_BROKER_EPOCH
-    return 0
+        return ErrorCode.stale_broker_epoch
+    return ErrorCode.none
 
 
 # -- LeaderAndIsr -----------------------------------------------------------------------------
@@ -100,10 +96,10 @@ async def handle_leader_and_isr(broker: BrokerServices, ctx: RequestContext, req
         )
     except StaleControllerEpochError as e:
         log.info("LeaderAndIsr refused: %s", e)
-        errors = dict.fromkeys((s.tp for s in states), STALE_CONTROLLER_EPOCH)
-    if errors and all(code == STALE_CONTROLLER_EPOCH for code in errors.values()):
+        errors = dict.fromkeys((s.tp for s in states), ErrorCode.stale_controller_epoch)
+    if errors and all(code == ErrorCode.stale_controller_epoch for code in errors.values()):
         # Kafka answers an old controller at the top level.
-        return leader_and_isr_response(errors, topic_ids, STALE_CONTROLLER_EPOCH)
+        return leader_and_isr_response(errors, topic_ids, ErrorCode.stale_controller_epoch)
     return leader_and_isr_response(errors, topic_ids)
 
 
@@ -126,7 +122,7 @@ async def handle_update_metadata(broker: BrokerServices, ctx: RequestContext, re
         )
     except StaleControllerEpochError as e:
         log.info("UpdateMetadata refused: %s", e)
-        return UpdateMetadataResponse(error_code=ErrorCode(STALE_CONTROLLER_EPOCH))
+        return UpdateMetadataResponse(error_code=ErrorCode.stale_controller_epoch)
     return UpdateMetadataResponse(error_code=ErrorCode.none)
 
 
@@ -142,9 +138,9 @@ async def handle_stop_replica(broker: BrokerServices, ctx: RequestContext, reque
         )
     except StaleControllerEpochError as e:
         log.info("StopReplica refused: %s", e)
-        return stop_replica_response({}, STALE_CONTROLLER_EPOCH)
-    if errors and all(code == STALE_CONTROLLER_EPOCH for code in errors.values()):
-        return stop_replica_response({}, STALE_CONTROLLER_EPOCH)
+        return stop_replica_response({}, ErrorCode.stale_controller_epoch)
+    if errors and all(code == ErrorCode.stale_controller_epoch for code in errors.values()):
+        return stop_replica_response({}, ErrorCode.stale_controller_epoch)
     return stop_replica_response(errors)
 
 
@@ -163,7 +159,7 @@ async def handle_controlled_shutdown(
     if not broker.broker_trust.admits(ctx) or not cluster_allowed(
         broker, ctx, Operation.CLUSTER_ACTION
     ):
-        return answer(CLUSTER_AUTHORIZATION_FAILED)
+        return answer(ErrorCode.cluster_authorization_failed)
     try:
         remaining = await broker.controller.controlled_shutdown(
             request.broker_id, request.broker_epoch

@@ -44,6 +44,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from core.errors import CoreError, KafkaStorageError
 from core.log.divergence import EpochEndOffset
 from core.log.partition_log import LogAppendInfo
@@ -58,11 +60,6 @@ from core.server.replication_settings import ReplicationSettings
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-FENCED_LEADER_EPOCH = 74
-OFFSET_MOVED_TO_TIERED_STORAGE = 109
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the leader's local log start, for tiered followers
@@ -207,6 +204,28 @@ def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
 
 def _code(value: Any) -> int:
     return int(value)
+
+
+def _answer_for(response: Any, tp: TopicPartition, api: str) -> Any | None:
+    """The partition ``tp`` in a ListOffsets or OffsetsForLeaderEpoch response, or None if
+    the response lacks it or answered an error (logged). The two APIs name the same
+    fields differently (``name``/``partition_index`` vs ``topic``/``partition``)."""
+    if response is None:
+        return None
+    for topic in response.topics:
+        name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+        if name != tp[0]:
+            continue
+        for p in topic.partitions:
+            index = getattr(p, "partition_index", None)
+            if (p.partition if index is None else index) != tp[1]:
+                continue
+            code = _code(p.error_code)
+            if code != ErrorCode.none:
+                log.info("%s-%d: %s answered error %d", *tp, api, code)
+                return None
+            return p
+    return None
 
 
 class ReplicaFetcherManager:
@@ -551,10 +570,10 @@ class ReplicaFetcher:
                 if partition is None:
                     continue
                 code = _code(p.error_code)
-                if code == NONE:
+                if code == ErrorCode.none:
                     leader = EpochEndOffset(int(p.leader_epoch), int(p.end_offset))
                     await self._truncate_by_epoch(tp, sent.state, partition, leader)
-                elif code == FENCED_LEADER_EPOCH:
+                elif code == ErrorCode.fenced_leader_epoch:
                     self._mark_failed(
                         tp, f"leader {self.leader_id} fenced epoch {sent.leader_epoch}"
                     )
@@ -635,7 +654,7 @@ class ReplicaFetcher:
             if response is None:
                 self._delay(sent, sent)
                 return True
-            if _code(response.error_code) != NONE:
+            if _code(response.error_code) != ErrorCode.none:
                 log.info("%r: fetch answered error %d", self, _code(response.error_code))
                 self._delay(sent, sent)
                 return True
@@ -746,7 +765,7 @@ class ReplicaFetcher:
         """Handle one partition of a fetch response; True if records were appended."""
         state = sent.state
         code = _code(data.error_code)
-        if code == NONE:
+        if code == ErrorCode.none:
             diverging = getattr(data, "diverging_epoch", None)
             if diverging is not None and (
                 int(diverging.epoch) >= 0 or int(diverging.end_offset) >= 0
@@ -779,11 +798,11 @@ class ReplicaFetcher:
             if leader_start > partition.log.log_start_offset:
                 await self.target.update_log_start_offset(partition, leader_start)
             return appended
-        if code == OFFSET_OUT_OF_RANGE:
+        if code == ErrorCode.offset_out_of_range:
             await self._on_out_of_range(tp, sent, partition)
-        elif code == OFFSET_MOVED_TO_TIERED_STORAGE:
+        elif code == ErrorCode.offset_moved_to_tiered_storage:
             await self._on_moved_to_tiered_storage(tp, sent, partition)
-        elif code == FENCED_LEADER_EPOCH:
+        elif code == ErrorCode.fenced_leader_epoch:
             self._mark_failed(tp, f"leader {self.leader_id} fenced epoch {sent.leader_epoch}")
         else:
             # NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION, ...:
@@ -896,17 +915,8 @@ class ReplicaFetcher:
             lambda version: self._offset_for_leader_epoch_request(version, {tp: ask}),
             OFFSET_FOR_LEADER_EPOCH_VERSIONS,
         )
-        if response is None:
-            return None
-        for topic in response.topics:
-            for p in topic.partitions:
-                if topic.topic == tp[0] and p.partition == tp[1]:
-                    code = _code(p.error_code)
-                    if code != NONE:
-                        log.info("%s-%d: OffsetsForLeaderEpoch answered error %d", *tp, code)
-                        return None
-                    return EpochEndOffset(int(p.leader_epoch), int(p.end_offset))
-        return None
+        p = _answer_for(response, tp, "OffsetsForLeaderEpoch")
+        return None if p is None else EpochEndOffset(int(p.leader_epoch), int(p.end_offset))
 
     async def _leader_offset(self, tp: TopicPartition, sent: _Sent, timestamp: int) -> int | None:
         found = await self._leader_offset_and_epoch(tp, sent, timestamp)
@@ -944,15 +954,8 @@ class ReplicaFetcher:
             )
 
         response = await self._call(ApiKey.LIST_OFFSETS, build, LIST_OFFSETS_VERSIONS)
-        if response is None:
+        p = _answer_for(response, tp, "ListOffsets")
+        if p is None:
             return None
-        for topic in response.topics:
-            for p in topic.partitions:
-                if topic.name == tp[0] and p.partition_index == tp[1]:
-                    code = _code(p.error_code)
-                    if code != NONE:
-                        log.info("%s-%d: ListOffsets answered error %d", *tp, code)
-                        return None
-                    epoch = int(getattr(p, "leader_epoch", -1))
-                    return int(p.offset), epoch if epoch >= 0 else None
-        return None
+        epoch = int(getattr(p, "leader_epoch", -1))
+        return int(p.offset), epoch if epoch >= 0 else None

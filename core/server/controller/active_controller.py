@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from kio.schema.errors import ErrorCode
+
 from core.server.cluster_types import TopicPartition, broker_info_from_zk, leader_and_isr_from_zk
 from core.server.config import BrokerConfig
 from core.server.controller import elections, events
@@ -46,12 +48,6 @@ from core.server.zookeeper.watch import ZkWatch
 log = logging.getLogger(__name__)
 
 # Kafka's error codes for ElectLeaders answers.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-PREFERRED_LEADER_NOT_AVAILABLE = 80
-ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
-ELECTION_NOT_NEEDED = 84
 
 ElectionResults = dict[TopicPartition, tuple[int, str | None]]
 
@@ -400,31 +396,39 @@ class ActiveController:
         electable = []
         for tp in sorted(asked):
             if context.assignment(tp) is None:
-                results[tp] = (UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                results[tp] = (
+                    ErrorCode.unknown_topic_or_partition,
+                    "The partition does not exist.",
+                )
             elif context.is_queued_for_deletion(tp[0]):
-                results[tp] = (INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
+                results[tp] = (ErrorCode.invalid_topic_exception, "The topic is being deleted")
             elif election_type is ElectionType.PREFERRED:
                 leader = context.leader(tp)
                 if leader is not None and leader != context.replicas(tp)[0]:
                     electable.append(tp)
                 else:
-                    results[tp] = (ELECTION_NOT_NEEDED, None)
+                    results[tp] = (ErrorCode.election_not_needed, None)
             elif (leader := context.leader(tp)) is not None and context.is_replica_online(leader):
-                results[tp] = (ELECTION_NOT_NEEDED, None)
+                results[tp] = (ErrorCode.election_not_needed, None)
             else:
                 electable.append(tp)
         if election_type is ElectionType.PREFERRED:
-            strategy, failure = ElectionStrategy.PREFERRED, PREFERRED_LEADER_NOT_AVAILABLE
+            strategy, failure = ElectionStrategy.PREFERRED, ErrorCode.preferred_leader_not_available
         else:
-            strategy, failure = ElectionStrategy.OFFLINE_UNCLEAN, ELIGIBLE_LEADERS_NOT_AVAILABLE
+            strategy, failure = (
+                ElectionStrategy.OFFLINE_UNCLEAN,
+                ErrorCode.eligible_leaders_not_available,
+            )
         outcomes = await self.changes.elect(electable, strategy)
         self.batch.send()
         for tp, outcome in outcomes.items():
             results[tp] = (
-                (failure, outcome.reason) if isinstance(outcome, ChangeFailed) else (NONE, None)
+                (failure, outcome.reason)
+                if isinstance(outcome, ChangeFailed)
+                else (ErrorCode.none, None)
             )
         if partitions is None:
-            results = {tp: r for tp, r in results.items() if r[0] != ELECTION_NOT_NEEDED}
+            results = {tp: r for tp, r in results.items() if r[0] != ErrorCode.election_not_needed}
         return results
 
     async def alter_reassignments(

@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 
+from kio.schema.errors import ErrorCode
+
 from core.server.cluster_types import LeaderAndIsr, TopicPartition
 from core.server.controller.channel import ControllerBrokerRequestBatch
 from core.server.controller.context import ControllerContext
@@ -34,10 +36,6 @@ from core.server.zookeeper.topic_data import ReplicaAssignment, TopicAssignment
 log = logging.getLogger(__name__)
 
 # Kafka's error codes for AlterPartitionReassignments answers.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REPLICA_ASSIGNMENT = 39
-NO_REASSIGNMENT_IN_PROGRESS = 85
 
 ReassignmentResults = dict[TopicPartition, tuple[int, str | None]]
 
@@ -77,18 +75,24 @@ class PartitionReassignments:
         for tp, target in sorted(requested.items()):
             assignment = context.assignment(tp)
             if assignment is None or context.is_queued_for_deletion(tp[0]):
-                results[tp] = (UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                results[tp] = (
+                    ErrorCode.unknown_topic_or_partition,
+                    "The partition does not exist.",
+                )
                 continue
             if target is None and tp not in self._targets:
-                results[tp] = (NO_REASSIGNMENT_IN_PROGRESS, "No reassignment in progress.")
+                results[tp] = (
+                    ErrorCode.no_reassignment_in_progress,
+                    "No reassignment in progress.",
+                )
                 continue
             wanted = _original(assignment) if target is None else tuple(target)
             problem = self._invalid(wanted)
             if problem is not None:
-                results[tp] = (INVALID_REPLICA_ASSIGNMENT, problem)
+                results[tp] = (ErrorCode.invalid_replica_assignment, problem)
                 continue
             await self._start(tp, wanted)
-            results[tp] = (NONE, None)
+            results[tp] = (ErrorCode.none, None)
         return results
 
     def _invalid(self, target: tuple[int, ...]) -> str | None:
