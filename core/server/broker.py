@@ -237,8 +237,9 @@ class Broker:
         security, self.broker_trust = listeners_security(
             config, self._scram_cache, cluster=cluster is not None
         )
-        if self.broker_trust.cluster_warning:
-            log.warning("%s", self.broker_trust.cluster_warning)
+        for warning in (self.broker_trust.cluster_warning, self.broker_trust.super_user_warning):
+            if warning:
+                log.warning("%s", warning)
         cluster_id = ""
         if cluster is not None:
             cluster_id = await cluster.connect()

@@ -140,6 +140,19 @@ class BrokerTrust:
         trusted = explicit and bool(others) and listener is not None and _authenticates(listener)
         return cls(super_users, name if trusted else None)
 
+    @property
+    def super_user_warning(self) -> str | None:
+        """What start-up warns about ``super.users``: ``User:ANONYMOUS`` there makes every
+        unauthenticated client a super user (allowed everything, the internal topics
+        included). Kafka accepts it silently; it is almost always a test set-up left on."""
+        if ANONYMOUS not in self.super_users:
+            return None
+        return (
+            f"super.users names {ANONYMOUS}: every client of a listener that does "
+            "not authenticate (PLAINTEXT, SSL without client certificates) is a super user, "
+            "allowed everything, including writes to the internal topics"
+        )
+
     def admits(self, ctx: RequestContext) -> bool:
         """Whether the request's principal or connection acts as a broker."""
         if ctx.principal in self.super_users:

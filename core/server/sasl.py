@@ -28,7 +28,7 @@ as a real one (the iteration count of real accounts and a 32-byte salt derived f
 name under a secret drawn at start-up, so it is stable per name and cannot be computed by
 clients) and refuses it at the client-final message with the same answer as a wrong
 password: Kafka's message for a failed SCRAM exchange, which names nothing but the
-mechanism.
+mechanism. Which of the two it was is logged by the broker at DEBUG (``core.server.sasl``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 from abc import ABC, abstractmethod
@@ -45,6 +46,8 @@ from types import MappingProxyType
 from typing import Protocol
 
 from core.errors import CoreError
+
+log = logging.getLogger(__name__)
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -331,6 +334,9 @@ class PlainSaslServer(SaslServer):
         # Compare even for an unknown user, so that timing does not tell users apart.
         ok = hmac.compare_digest(password.encode(), (expected or "\0" + password).encode())
         if expected is None or not ok:
+            # The client is told only "failed" (it must not learn which names exist); the
+            # operator may want the reason, at DEBUG.
+            log.debug("PLAIN: %s", "unknown user" if expected is None else "wrong password")
             raise SaslAuthenticationError(AUTH_FAILED)
         if authzid and authzid != user:
             raise SaslAuthenticationError("Authentication failed: authorization id is not the user")
@@ -433,6 +439,9 @@ class ScramSaslServer(SaslServer):
         # An unknown user's stored key is a secret HMAC output: no proof can match it short
         # of a hash preimage, but the exchange is refused without relying on that.
         if not valid or self.user not in self._credentials:
+            # Same answer for both causes; the reason only in the broker's log, at DEBUG.
+            known = self.user in self._credentials
+            log.debug("%s: %s", self._mechanism, "wrong password" if known else "unknown user")
             raise SaslAuthenticationError(scram_auth_failed(self._mechanism))
         server_signature = hmac.digest(credential.server_key, auth_message, self._hash)
         self._state = "done"

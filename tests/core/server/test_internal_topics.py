@@ -3,11 +3,13 @@ inter-broker listener only when it is dedicated, named explicitly and authentica
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 
 import pytest
 
-from core.server.config import load_broker_config
+from core.server.broker import Broker
+from core.server.config import BrokerConfig, load_broker_config
 from core.server.internal_topics import BrokerTrust, refused_for
 from core.server.protocol import RequestContext
 from core.server.sasl import SaslCredentials
@@ -111,3 +113,33 @@ def test_only_the_internal_topics_are_protected() -> None:
     assert not refused_for(admins, ctx("PLAINTEXT"), "orders")
     assert not refused_for(admins, ctx("PLAINTEXT"), "__remote_log_metadata_x")
     assert refused_for(BrokerTrust(), ctx("PLAINTEXT", "User:admin"), "__consumer_offsets")
+
+
+@pytest.mark.parametrize(
+    ("super_users", "warned"),
+    [("User:ANONYMOUS", True), ("User:admin;User:ANONYMOUS", True), ("User:admin", False)],
+)
+def test_start_up_warns_when_anonymous_clients_are_super_users(
+    tmp_path, caplog, super_users: str, warned: bool
+) -> None:
+    """An operator who leaves ``super.users=User:ANONYMOUS`` on (a test set-up) reads at
+    start-up that every unauthenticated client is allowed everything."""
+    config = BrokerConfig.from_props(
+        {
+            "log.dirs": str(tmp_path / "data"),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "super.users": super_users,
+        }
+    )
+
+    async def start_and_stop() -> None:
+        broker = Broker(config)
+        await broker.start()
+        await broker.stop()
+
+    with caplog.at_level("WARNING", logger="core.server.broker"):
+        asyncio.run(start_and_stop())
+    warnings = [r.getMessage() for r in caplog.records if "super.users names" in r.getMessage()]
+    assert len(warnings) == (1 if warned else 0)
+    if warned:
+        assert "User:ANONYMOUS" in warnings[0] and "internal topics" in warnings[0]

@@ -195,6 +195,27 @@ def test_scram_answers_an_unknown_user_like_a_wrong_password(mechanism):
     assert not unknown_server.complete
 
 
+@pytest.mark.parametrize("mechanism", [SCRAM_SHA_256, SCRAM_SHA_512])
+def test_the_broker_log_tells_the_operator_which_failure_it_was(mechanism, caplog):
+    """The client hears the same answer for both; the operator reads the reason at DEBUG,
+    and never the password."""
+    creds = SaslCredentials.from_jaas({mechanism: SCRAM_JAAS})
+    with caplog.at_level("DEBUG", logger="core.server.sasl"):
+        scram_attempt(creds, mechanism, "alice", "not-pw")
+        scram_attempt(creds, mechanism, "mallory", "pw")
+        for token in (b"\0alice\0not-pw", b"\0bob\0pw"):
+            with pytest.raises(SaslAuthenticationError):
+                PlainSaslServer({"alice": "pw"}).evaluate(token)
+    messages = [r.getMessage() for r in caplog.records if r.name == "core.server.sasl"]
+    assert messages == [
+        f"{mechanism}: wrong password",
+        f"{mechanism}: unknown user",
+        "PLAIN: wrong password",
+        "PLAIN: unknown user",
+    ]
+    assert not any("pw" in m for m in messages)
+
+
 def test_scram_fake_salts_depend_on_a_secret_of_the_broker():
     one = SaslCredentials.from_jaas({SCRAM_SHA_256: SCRAM_JAAS})
     two = SaslCredentials.from_jaas({SCRAM_SHA_256: SCRAM_JAAS})
