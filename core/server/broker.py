@@ -37,6 +37,7 @@ from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.authorizer import AclAuthorizer, Authorizer
 from core.server.cluster_mode import ClusterMode
 from core.server.cluster_types import (
+    LEADER_DURING_DELETE,
     BrokerEndpoint,
     BrokerInfo,
     PartitionState,
@@ -1142,7 +1143,13 @@ class Broker:
         after = self.metadata_cache.topic_names()
         if self.cluster is not None:
             await self._mirror_topics(after - set(t.name for t in self.topics.all()))
-            for name in sorted(before - after):
+            # A topic leaves the cache, or arrives already being deleted (leader -2): a
+            # broker that was down when the deletion started learnt the topic from
+            # ZooKeeper at start-up but never had it in its cache; it must forget it too,
+            # or a new topic of the same name would get the old one's id and configs here.
+            deleting = {s.topic for s in states if s.leader == LEADER_DURING_DELETE}
+            registered = {t.name for t in self.topics.all()}
+            for name in sorted((before - after) | ((deleting & registered) - after)):
                 self._topic_deleted(name)
         self._waiters.changed()
 

@@ -284,3 +284,33 @@ def test_the_rlmm_client_reads_offsets_from_the_new_leader_after_a_crash(cluster
         assert client.high_watermark("metadata-like", 0) == 10
     finally:
         client.close()
+
+
+def test_a_topic_deleted_while_a_replica_was_down_can_be_created_again(cluster_factory) -> None:
+    """Kafka's deletion waits for a replica whose broker is down and finishes when it comes
+    back. That broker must then forget the topic too: a new topic of the same name (a new
+    topic id, other configs) is served by all three brokers with its own configs and none
+    of the old records."""
+    cluster = cluster_factory()
+    create_topic(cluster, "recycled", 3, configs={"max.message.bytes": "2000"})
+    produce(cluster, "recycled", values("old", 100))
+    assert cluster.stop(3) == 0
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.delete_topics(["recycled"], operation_timeout=DEADLINE_S).values():
+        future.result(DEADLINE_S)
+    zk = cluster.zk
+    # Broker 3's replicas are ineligible: the deletion waits for it.
+    assert zk.exists("/admin/delete_topics/recycled") is not None
+    cluster.restart(3)
+    cluster.wait(lambda: zk.exists("/brokers/topics/recycled") is None, "deletion finished")
+    cluster.wait(lambda: zk.exists("/admin/delete_topics/recycled") is None, "marker gone")
+
+    # Three partitions: each broker leads one (preferred leaders), broker 3 included.
+    create_topic(cluster, "recycled", 3)
+    assert {cluster.leader("recycled", p) for p in range(3)} == set(BROKERS)
+    big = [f"new-{i}-".encode() + b"x" * 10_000 for i in range(60)]  # over the old limit
+    acked = produce(cluster, "recycled", big)
+    assert {p for p, _, _ in acked} == {0, 1, 2}
+    wait_replicas_identical(cluster, "recycled", 3, BROKERS)
+    assert_read_exactly_once(acked, consume_all(cluster, "recycled", 3))
