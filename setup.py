@@ -18,7 +18,11 @@ else:
     from Cython.Build import cythonize
 
     ext_modules = cythonize(
-        [Extension("core.records._native", ["core/records/_native.pyx"])],
+        [
+            Extension("core.records._native", ["core/records/_native.pyx"]),
+            Extension("core.records._append", ["core/records/_append.pyx"]),
+            Extension("core.log._recovery", ["core/log/_recovery.pyx"]),
+        ],
         compiler_directives={"language_level": "3"},
     )
 

@@ -85,6 +85,23 @@ class FileRecords:
             raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
         return data
 
+    def read_into(self, buf: bytearray, position: int, size: int) -> int:
+        """Read up to ``size`` bytes from ``position`` into the start of ``buf`` (reused by
+        scans: no new buffer per chunk); returns the bytes read, fewer only at the end."""
+        self._check_open()
+        size = max(0, min(size, self._size - position, len(buf)))
+        view = memoryview(buf)[:size]
+        done = 0
+        try:
+            while done < size:
+                n = os.preadv(self._fd, [view[done:]], position + done)
+                if n == 0:
+                    break
+                done += n
+        except OSError as e:
+            raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
+        return done
+
     def flush(self) -> None:
         if self._closed:
             return
