@@ -211,6 +211,10 @@ class FileRecords:
             offset = 0
             while offset < len(chunk):
                 size = peek_batch_size(chunk, offset)
+                if size is None and position + len(chunk) < end:
+                    if offset == 0:  # cannot happen with chunks of at least 12 bytes
+                        raise ValueError(f"scan chunk too small at byte {position}")
+                    break  # the chunk cut a length field: read on from this batch
                 if size is None or size < HEADER_SIZE or position + offset + size > end:
                     err = CorruptRecordError(
                         f"{self.path}: torn or invalid batch at byte {position + offset} "
