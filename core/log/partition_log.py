@@ -162,6 +162,7 @@ class PartitionLog:
     ) -> None:
         self.dir = directory
         self.topic = topic
+        self._name = f"{topic}-{partition}"  # as Kafka names the partition in messages
         self.partition = partition
         self.config = config
         self.scheduler = scheduler
@@ -596,7 +597,7 @@ class PartitionLog:
         writable = isinstance(records, bytearray) or not memoryview(records).readonly
         buf = records if writable else bytearray(records)
         batches = scan_client_batches(buf, self.config.max_message_bytes)
-        validate_records(buf, batches, self.config, f"{self.topic}-{self.partition}", self.clock())
+        validate_records(buf, batches, self.config, self._name, self.clock())
         if len(buf) > self.config.segment_bytes:
             # Kafka's rule (UnifiedLog.append): the whole append must fit in one segment.
             raise RecordBatchTooLargeError(
@@ -863,7 +864,8 @@ class PartitionLog:
         segment = self._maybe_roll(len(data), max_timestamp, last_offset, now, first_offset)
         segment.append(data, appended)
         for epoch, start in epoch_starts:
-            self._maybe_assign_epoch(epoch, start)
+            if epoch != self._latest_epoch:  # the common case returns at once: skip the call
+                self._maybe_assign_epoch(epoch, start)
         for header in producer_headers:
             self._update_producer_state(
                 segment,

@@ -244,11 +244,11 @@ class LogSegment:
         config: LogConfig,
     ) -> bool:
         """Kafka's roll rule: size, age, a full index, or an offset the indexes cannot hold."""
-        size = self.size
+        size = self.log.size
         # Cheapest tests first: this runs on every append.
         if (
             size > config.segment_bytes - messages_size
-            or not self.can_convert_to_relative_offset(max_offset)
+            or not 0 <= max_offset - self.base_offset <= INT32_MAX
             or self.offset_index.is_full()
             or self.time_index.is_full()
         ):
@@ -281,14 +281,15 @@ class LogSegment:
         """
         if not batches:
             return
-        if not self.can_convert_to_relative_offset(batches[-1].last_offset):
+        last_offset = batches[-1][2]
+        if not 0 <= last_offset - self.base_offset <= INT32_MAX:
             raise CorruptRecordError(
-                f"offset {batches[-1].last_offset} cannot be stored in segment "
+                f"offset {last_offset} cannot be stored in segment "
                 f"{self.base_offset}: relative offset overflow"
             )
         start = self.log.append(data)
-        if self.log.size == len(data) and batches[0].max_timestamp != NO_TIMESTAMP:
-            self._rolling_based_timestamp = batches[0].max_timestamp
+        if start == 0 and batches[0][3] != NO_TIMESTAMP:
+            self._rolling_based_timestamp = batches[0][3]
         self._index_batches(start, batches)
 
     def _index_batches(
