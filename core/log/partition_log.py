@@ -323,7 +323,9 @@ class PartitionLog:
         # it starts at. Kafka replays each recovered segment from its base offset, so no
         # snapshot above the first recovered segment may be used.
         self.producer_state.delete_snapshots_above(self._segments[first].base_offset)
-        buffer = bytearray(SCAN_CHUNK_BYTES)
+        # One read buffer for all the segments, no larger than the largest needs.
+        largest = max(s.size for s in self._segments[first:])
+        buffer = bytearray(max(1, min(SCAN_CHUNK_BYTES, largest)))
         for i in range(first, len(self._segments)):
             segment = self._segments[i]
             # No size bound: a batch above max.message.bytes may be legitimately stored (a
