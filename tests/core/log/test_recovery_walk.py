@@ -92,13 +92,15 @@ def _walk(walk: object, data: bytes, chunk: int) -> dict[str, object]:
     } | {"error": error}
 
 
-def _both(data: bytes, chunk: int, max_size: int | None = None) -> tuple[dict, dict]:
+def _both(
+    data: bytes, chunk: int, max_size: int | None = None, interval: int = 100
+) -> tuple[dict, dict]:
     assert COMPILED is not None
-    python = _walk(recovery_walk.PyRecoveryWalk(BASE, 100, max_size, "seg.log"), data, chunk)
+    python = _walk(recovery_walk.PyRecoveryWalk(BASE, interval, max_size, "seg.log"), data, chunk)
     compiled = _walk(
         COMPILED.RecoveryWalk(
             BASE,
-            100,
+            interval,
             -1 if max_size is None else max_size,
             "seg.log",
             recovery_walk.crc32c.crc32c,
@@ -119,6 +121,21 @@ def test_a_valid_segment_walks_the_same_in_any_chunk_size(chunk: int) -> None:
     assert python["error"] is None and python["valid_bytes"] == len(data)
     assert python["epochs"] == [(3, BASE), (4, BASE + 4), (6, BASE + 12)]
     assert python["offset_entries"] and python["time_entries"]
+
+
+@needs_compiled
+def test_index_entries_follow_the_interval_rule_at_its_edges() -> None:
+    """An entry once more than ``index.interval.bytes`` were walked since the last: the
+    interval set to exactly one batch's size, one byte less and one more."""
+    data = _segment_bytes([1, 1, 1, 1, 1, 1], [1], [False])
+    size = struct.unpack_from(">i", data, 8)[0] + 12
+    counts = []
+    for interval in (0, size - 1, size, size + 1, 10 * size):
+        python, compiled = _both(data, 1 << 16, interval=interval)
+        assert python == compiled
+        counts.append(len(python["offset_entries"]) // 8)
+    # One-record batches of equal size: after each batch once the interval is below it.
+    assert counts == [5, 5, 2, 2, 0]
 
 
 @needs_compiled

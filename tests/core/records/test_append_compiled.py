@@ -114,6 +114,44 @@ def test_a_batch_above_max_message_bytes_is_refused_by_both() -> None:
     assert _compiled(buf, len(buf) - 1) is None
 
 
+def _with_field(buf: bytes, at: int, data: bytes) -> bytes:
+    """``buf`` (one batch) with ``data`` written at ``at`` and its CRC made right again, so
+    that only the rule about that field can refuse it."""
+    out = bytearray(buf)
+    out[at : at + len(data)] = data
+    out[17:21] = RecordBatchHeader(out, 0).compute_crc().to_bytes(4, "big")
+    return bytes(out)
+
+
+@needs_compiled
+@pytest.mark.parametrize(
+    ("at", "data"),
+    [
+        *[pytest.param(21, bytes([0, codec]), id=f"codec-{codec}") for codec in (5, 6, 7)],
+        pytest.param(21, b"\x00\x20", id="control"),
+        pytest.param(23, (-1).to_bytes(4, "big", signed=True), id="negative-delta"),
+        pytest.param(23, (5).to_bytes(4, "big"), id="delta-not-count"),
+        pytest.param(57, (0).to_bytes(4, "big"), id="count-0"),
+        pytest.param(43, (7).to_bytes(8, "big"), id="producer-without-sequence"),
+    ],
+)
+def test_each_client_rule_refuses_in_both(at: int, data: bytes) -> None:
+    buf = _with_field(_batch(3), at, data)
+    expected = _outcome(buf, 1 << 20)
+    assert isinstance(expected, tuple), "the edit must break a client rule"
+    assert expected[0].__name__ == "InvalidRecordError"
+    assert _compiled(buf, 1 << 20) is None
+
+
+@needs_compiled
+def test_defined_codecs_and_an_idempotent_batch_pass_in_both() -> None:
+    for codec in range(5):
+        buf = _with_field(_batch(2), 21, bytes([0, codec]))
+        assert _compiled(buf, 1 << 20) == _outcome(buf, 1 << 20)
+    buf = _batch(2, producer_id=7, sequence=0)
+    assert _compiled(buf, 1 << 20) == _outcome(buf, 1 << 20)
+
+
 # Header fields a client could set wrongly; each rewritten field keeps a valid CRC when it
 # lies before the CRC'd range and breaks it otherwise (both paths must agree either way).
 _FIELD_OFFSETS = [0, 8, 12, 16, 21, 23, 43, 51, 53, 57]
