@@ -23,9 +23,10 @@ venv: check-python
 		echo "$$want" > $(STAMP); \
 	fi
 
-# The compiled record decoder (core/records/_native.pyx), built in place so that runs from
-# the source tree (PYTHONPATH=$PWD, the tests' broker processes) use it. Cython only
-# regenerates the C when the .pyx changed. TIERLOG_PURE_PYTHON=1 skips it (no C compiler).
+# The compiled modules (core/records/_native.pyx and _append.pyx, core/log/_recovery.pyx),
+# built in place so that runs from the source tree (PYTHONPATH=$PWD, the tests' broker
+# processes) use them. Cython only regenerates the C when a .pyx changed.
+# TIERLOG_PURE_PYTHON=1 skips them (no C compiler).
 native: venv
 	@if [ "$$TIERLOG_PURE_PYTHON" != 1 ]; then \
 		$(BIN)/python setup.py --quiet build_ext --inplace || exit 1; fi
@@ -100,4 +101,4 @@ bench: native
 
 clean:
 	rm -rf $(VENV) demo-data bench-data .pytest_cache .ruff_cache .hypothesis build
-	rm -f core/records/_native.c core/records/_native*.so
+	rm -f core/records/_native.c core/records/_native*.so core/records/_append.c core/records/_append*.so core/log/_recovery.c core/log/_recovery*.so

@@ -1,11 +1,12 @@
-"""Builds the compiled record decoder (core/records/_native.pyx) with Cython.
+"""Builds the compiled modules with Cython: the record decoder (core/records/_native.pyx),
+the append steps (core/records/_append.pyx) and the recovery walk (core/log/_recovery.pyx).
 
 Everything else about the package is in pyproject.toml; setuptools reads both. Cython is a
 build requirement there, so ``pip install .`` and ``pip install -e .`` compile the extension;
 ``make native`` builds it in place for runs from the source tree (PYTHONPATH).
 
 Without a C compiler the build fails, unless TIERLOG_PURE_PYTHON=1 is set: then the
-extension is left out and the package runs its pure-Python decoder (``core.records.native``).
+extensions are left out and the package runs their pure-Python twins.
 """
 
 import os
@@ -18,7 +19,11 @@ else:
     from Cython.Build import cythonize
 
     ext_modules = cythonize(
-        [Extension("core.records._native", ["core/records/_native.pyx"])],
+        [
+            Extension("core.records._native", ["core/records/_native.pyx"]),
+            Extension("core.records._append", ["core/records/_append.pyx"]),
+            Extension("core.log._recovery", ["core/log/_recovery.pyx"]),
+        ],
         compiler_directives={"language_level": "3"},
     )
 

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     results: list[Result] = []
     print(f"append: {append_mb} MiB x {rounds} rounds per side ...", flush=True)
-    results.append(log_append.run(append_mb, rounds, args.dir))
+    results.extend(log_append.run(append_mb, rounds, args.dir))
     print(f"read: {read_mb} MiB x {3 * rounds} rounds per side ...", flush=True)
     results.append(log_read.run(read_mb, 3 * rounds, args.dir))
     print(f"recovery: {recovery_mb} MiB x 3 rounds ...", flush=True)

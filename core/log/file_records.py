@@ -85,6 +85,23 @@ class FileRecords:
             raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
         return data
 
+    def read_into(self, buf: bytearray, position: int, size: int) -> int:
+        """Read up to ``size`` bytes from ``position`` into the start of ``buf`` (reused by
+        scans: no new buffer per chunk); returns the bytes read, fewer only at the end."""
+        self._check_open()
+        size = max(0, min(size, self._size - position, len(buf)))
+        view = memoryview(buf)[:size]
+        done = 0
+        try:
+            while done < size:
+                n = os.preadv(self._fd, [view[done:]], position + done)
+                if n == 0:
+                    break
+                done += n
+        except OSError as e:
+            raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
+        return done
+
     def flush(self) -> None:
         if self._closed:
             return
@@ -194,6 +211,10 @@ class FileRecords:
             offset = 0
             while offset < len(chunk):
                 size = peek_batch_size(chunk, offset)
+                if size is None and position + len(chunk) < end:
+                    if offset == 0:  # cannot happen with chunks of at least 12 bytes
+                        raise ValueError(f"scan chunk too small at byte {position}")
+                    break  # the chunk cut a length field: read on from this batch
                 if size is None or size < HEADER_SIZE or position + offset + size > end:
                     err = CorruptRecordError(
                         f"{self.path}: torn or invalid batch at byte {position + offset} "

@@ -117,14 +117,20 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
             ValueError: ``position`` is out of range, or the index is closed or read-only.
         """
         with self._lock:
-            self._require_writable()
-            self._refuse_when_full()
+            # The checks inline on the common path (one entry per append): the helpers
+            # only run to raise.
+            if self._closed or not self.writable:
+                self._require_writable()
+            if self._entries >= self._max_entries:
+                self._refuse_when_full()
             if self._entries and offset <= self._last_offset:
                 raise InvalidOffsetError(
                     f"attempt to append offset {offset} to index {self._path} at slot "
                     f"{self._entries}, not above its last offset {self._last_offset}"
                 )
-            relative = self._relative_offset(offset)
+            relative = offset - self.base_offset
+            if not 0 <= relative <= _INT32_MAX:
+                self._relative_offset(offset)
             if not 0 <= position <= _INT32_MAX:
                 raise ValueError(f"position {position} out of range for index {self._path}")
             self._write_next(_ENTRY, relative, position)

@@ -41,7 +41,7 @@ from core.log.divergence import (
     diverging_epoch,
     follower_truncation_state,
 )
-from core.log.file_records import FileRecords
+from core.log.file_records import SCAN_CHUNK_BYTES, FileRecords
 from core.log.files import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -75,19 +75,18 @@ from core.log.txn_index import AbortedTxn
 from core.records.batch import (
     F_BASE_OFFSET,
     F_EPOCH,
-    F_LAST_OFFSET_DELTA,
     F_LENGTH,
     F_MAX_TIMESTAMP,
     F_PRODUCER_ID,
     F_RECORDS_COUNT,
     HEADER,
+    HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
     RecordBatchHeader,
-    pack_base_offset_and_epoch,
+    assign_offsets,
     scan_client_batches,
-    set_log_append_time,
 )
 from core.scheduler import Scheduler
 
@@ -163,6 +162,7 @@ class PartitionLog:
     ) -> None:
         self.dir = directory
         self.topic = topic
+        self._name = f"{topic}-{partition}"  # as Kafka names the partition in messages
         self.partition = partition
         self.config = config
         self.scheduler = scheduler
@@ -234,8 +234,9 @@ class PartitionLog:
         self._publish()
         self._delete_orphan_indexes()
 
+        recovered: dict[int, list[int]] = {}
         if self._segments and not had_clean_shutdown:
-            self._recover_from(self.recovery_point)
+            recovered = self._recover_from(self.recovery_point)
         if not self._segments:
             start = max(self.log_start_offset, self.recovery_point)
             self._add_segment(LogSegment(self.dir, start, self.config, created_ms=self.clock()))
@@ -250,7 +251,7 @@ class PartitionLog:
             self.recovery_point = self._log_end_offset
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(recovered)
 
     def _complete_swaps(self) -> None:
         """Finish the cleaner's segment swaps that a crash interrupted (Kafka's rule).
@@ -308,20 +309,30 @@ class PartitionLog:
                 log.warning("%s: deleting index %s without a log file", self.dir, path.name)
                 path.unlink(missing_ok=True)
 
-    def _recover_from(self, recovery_point: int) -> None:
-        """Validate every batch from the segment holding the recovery point to the end."""
+    def _recover_from(self, recovery_point: int) -> dict[int, list[int]]:
+        """Validate every batch from the segment holding the recovery point to the end.
+
+        Returns:
+            For each recovered segment (by base offset), the positions of its batches with
+            a producer id, for ``_rebuild_producer_state``.
+        """
+        recovered: dict[int, list[int]] = {}
         first = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
         # Recovery empties the transaction indexes of the segments it recovers; the replay
         # that rebuilds producer state afterwards refills them, but only from the snapshot
         # it starts at. Kafka replays each recovered segment from its base offset, so no
         # snapshot above the first recovered segment may be used.
         self.producer_state.delete_snapshots_above(self._segments[first].base_offset)
+        # One read buffer for all the segments, no larger than the largest needs.
+        largest = max(s.size for s in self._segments[first:])
+        buffer = bytearray(max(1, min(SCAN_CHUNK_BYTES, largest)))
         for i in range(first, len(self._segments)):
             segment = self._segments[i]
             # No size bound: a batch above max.message.bytes may be legitimately stored (a
             # follower's copy of the leader's, or written before the setting shrank), and a
             # torn length cannot run past the file anyway.
-            truncated = segment.recover(None, self._assign_epoch)
+            truncated, producer_positions = segment.recover(None, self._maybe_assign_epoch, buffer)
+            recovered[segment.base_offset] = producer_positions
             if truncated > 0:
                 log.warning(
                     "%s: recovery truncated %d invalid bytes from segment %d; deleting %d "
@@ -333,13 +344,12 @@ class PartitionLog:
                 )
                 for later in self._segments[i + 1 :]:
                     later.delete_if_exists()
+                    recovered.pop(later.base_offset, None)
                 del self._segments[i + 1 :]
                 self._bases = [s.base_offset for s in self._segments]
                 self._publish()
                 break
-
-    def _assign_epoch(self, header: RecordBatchHeader) -> None:
-        self._maybe_assign_epoch(header.partition_leader_epoch, header.base_offset)
+        return recovered
 
     def _maybe_assign_epoch(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset`` if it is newer than the latest.
@@ -359,15 +369,21 @@ class PartitionLog:
             self.leader_epoch_cache.assign(epoch, start_offset)
         self._latest_epoch = self.leader_epoch_cache.latest_epoch
 
-    def _rebuild_producer_state(self) -> None:
-        """Load the newest usable snapshot and replay the batches after it."""
+    def _rebuild_producer_state(self, recovered: dict[int, list[int]] | None = None) -> None:
+        """Load the newest usable snapshot and replay the batches after it.
+
+        ``recovered``: the producer batch positions of segments recovery just walked
+        (``_recover_from``); only those batches of them are read again.
+        """
+        recovered = recovered or {}
         replay_from = self.producer_state.load(self.log_start_offset, self._log_end_offset)
         first = max(0, bisect.bisect_right(self._bases, replay_from) - 1)
         # Kafka's rebuildProducerState: snapshots at the base offsets of the last two
         # segments, so that the next load (after another crash) replays only from there,
         # whatever snapshots recovery had to delete.
         snapshot_at = {s.base_offset for s in self._segments[-2:]}
-        for segment in self._segments[first:]:
+        for i in range(first, len(self._segments)):
+            segment = self._segments[i]
             if (
                 segment.base_offset in snapshot_at
                 and segment.base_offset > replay_from
@@ -375,7 +391,18 @@ class PartitionLog:
             ):
                 self.producer_state.take_snapshot(segment.base_offset)
             start = segment.offset_index.lookup(replay_from).position
-            for position, view in segment.log.batch_headers(start):
+            positions = recovered.get(segment.base_offset)
+            if positions is None:
+                headers = segment.log.batch_headers(start)
+            else:
+                # Recovery just walked this segment: only the batches with a producer id
+                # change the state (the others move the map end offset, set below).
+                headers = (
+                    (p, RecordBatchHeader(segment.log.read(p, HEADER_SIZE)))
+                    for p in positions
+                    if p >= start
+                )
+            for position, view in headers:
                 if view.last_offset < replay_from:
                     continue
                 header = view
@@ -384,6 +411,11 @@ class PartitionLog:
                     header = RecordBatchHeader(segment.log.read(position, view.size_in_bytes))
                 # The batch's own time, not now: replay must rebuild the state as it was.
                 self._update_producer_state(segment, header, header.max_timestamp, replay=True)
+            if positions is not None and i + 1 < len(self._segments):
+                # As far as the skipped batches would have moved it: the next segment's start.
+                following = self._segments[i + 1].base_offset
+                if following > self.producer_state.map_end_offset:
+                    self.producer_state.update_map_end_offset(following)
         self.producer_state.update_map_end_offset(self._log_end_offset)
 
     def _update_producer_state(
@@ -567,7 +599,7 @@ class PartitionLog:
         writable = isinstance(records, bytearray) or not memoryview(records).readonly
         buf = records if writable else bytearray(records)
         batches = scan_client_batches(buf, self.config.max_message_bytes)
-        validate_records(buf, batches, self.config, f"{self.topic}-{self.partition}", self.clock())
+        validate_records(buf, batches, self.config, self._name, self.clock())
         if len(buf) > self.config.segment_bytes:
             # Kafka's rule (UnifiedLog.append): the whole append must fit in one segment.
             raise RecordBatchTooLargeError(
@@ -666,26 +698,13 @@ class PartitionLog:
         idempotent: list[RecordBatchHeader],
         leader_epoch: int,
     ) -> LogAppendInfo:
-        # The hot path of every produce: plain tuples and one header unpack per batch.
+        # The hot path of every produce: one compiled step patches every batch.
         now = self.clock()
         log_append_time = self.config.log_append_time
-        next_offset = first_offset = self._log_end_offset
-        max_ts, offset_of_max_ts, records_count = -1, first_offset, 0
-        appended: list[AppendedBatch] = []
-        for pos, fields in batches:
-            pack_base_offset_and_epoch(buf, pos, next_offset, leader_epoch)
-            last = next_offset + fields[F_LAST_OFFSET_DELTA]
-            batch_max_ts = fields[F_MAX_TIMESTAMP]
-            if log_append_time:
-                set_log_append_time(RecordBatchHeader(buf, pos), now)
-                batch_max_ts = now
-            if batch_max_ts > max_ts:
-                max_ts, offset_of_max_ts = batch_max_ts, last
-            size = fields[F_LENGTH] + LOG_OVERHEAD
-            appended.append(AppendedBatch(pos, next_offset, last, batch_max_ts, size))
-            records_count += fields[F_RECORDS_COUNT]
-            next_offset = last + 1
-        last_offset = next_offset - 1
+        first_offset = self._log_end_offset
+        appended, last_offset, max_ts, offset_of_max_ts, records_count = assign_offsets(
+            buf, batches, first_offset, leader_epoch, now if log_append_time else -1, AppendedBatch
+        )
 
         self._write(buf, appended, max_ts, now, ((leader_epoch, first_offset),), idempotent, now)
         self._unflushed_messages += records_count
@@ -847,7 +866,8 @@ class PartitionLog:
         segment = self._maybe_roll(len(data), max_timestamp, last_offset, now, first_offset)
         segment.append(data, appended)
         for epoch, start in epoch_starts:
-            self._maybe_assign_epoch(epoch, start)
+            if epoch != self._latest_epoch:  # the common case returns at once: skip the call
+                self._maybe_assign_epoch(epoch, start)
         for header in producer_headers:
             self._update_producer_state(
                 segment,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import array
 import contextlib
 import logging
 import os
 import random
 import struct
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ from typing import NamedTuple
 
 from core.errors import CoreError, CorruptRecordError
 from core.log.config import LogConfig
-from core.log.file_records import FileRecords, FileSlice
+from core.log.file_records import SCAN_CHUNK_BYTES, FileRecords, FileSlice
 from core.log.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -26,15 +24,17 @@ from core.log.files import (
     segment_file,
 )
 from core.log.offset_index import OffsetIndex
+from core.log.recovery_walk import new_walk
 from core.log.time_index import TimeIndex, TimestampOffset
 from core.log.txn_index import AbortedTxn, TransactionIndex
-from core.records.batch import NO_TIMESTAMP, RecordBatchHeader
+from core.records.batch import LENGTH_POS, LOG_OVERHEAD, NO_TIMESTAMP, RecordBatchHeader
 from core.records.record import decode_records
 
 log = logging.getLogger(__name__)
 
 INT32_MAX = (1 << 31) - 1
 _TIME_ENTRY = struct.Struct(">qi")  # the time index's entry: timestamp, relative offset
+_I32 = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,13 @@ class AppendedBatch(NamedTuple):
     last_offset: int
     max_timestamp: int
     size: int
+
+
+class SegmentRecovery(NamedTuple):
+    """What ``LogSegment.recover`` found."""
+
+    truncated_bytes: int  # cut from the end of the log: the first invalid batch and after
+    producer_batch_positions: list[int]  # of the valid batches with a producer id, in order
 
 
 class LogSegment:
@@ -237,11 +244,11 @@ class LogSegment:
         config: LogConfig,
     ) -> bool:
         """Kafka's roll rule: size, age, a full index, or an offset the indexes cannot hold."""
-        size = self.size
+        size = self.log.size
         # Cheapest tests first: this runs on every append.
         if (
             size > config.segment_bytes - messages_size
-            or not self.can_convert_to_relative_offset(max_offset)
+            or not 0 <= max_offset - self.base_offset <= INT32_MAX
             or self.offset_index.is_full()
             or self.time_index.is_full()
         ):
@@ -274,14 +281,15 @@ class LogSegment:
         """
         if not batches:
             return
-        if not self.can_convert_to_relative_offset(batches[-1].last_offset):
+        last_offset = batches[-1][2]
+        if not 0 <= last_offset - self.base_offset <= INT32_MAX:
             raise CorruptRecordError(
-                f"offset {batches[-1].last_offset} cannot be stored in segment "
+                f"offset {last_offset} cannot be stored in segment "
                 f"{self.base_offset}: relative offset overflow"
             )
         start = self.log.append(data)
-        if self.log.size == len(data) and batches[0].max_timestamp != NO_TIMESTAMP:
-            self._rolling_based_timestamp = batches[0].max_timestamp
+        if start == 0 and batches[0][3] != NO_TIMESTAMP:
+            self._rolling_based_timestamp = batches[0][3]
         self._index_batches(start, batches)
 
     def _index_batches(
@@ -430,18 +438,25 @@ class LogSegment:
     def recover(
         self,
         max_message_size: int | None,
-        on_batch: Callable[[RecordBatchHeader], None] | None = None,
-    ) -> int:
+        on_epoch: Callable[[int, int], None] | None = None,
+        buffer: bytearray | None = None,
+    ) -> SegmentRecovery:
         """Rebuild the indexes from the log and drop everything from the first bad batch.
 
-        Every batch is fully validated (framing, magic, CRC, offsets within the segment).
-        ``on_batch`` sees each valid batch in order (producer state, leader epochs).
+        Every batch is fully validated (framing, magic, CRC, offsets within the segment) by
+        the walk of ``core.log.recovery_walk``, compiled when built.
+        ``on_epoch(epoch, base offset)`` sees, in order, the leader epoch of the first valid
+        batch and of every valid batch whose epoch differs from the previous batch's.
         ``max_message_size`` bounds batch sizes if not None; the partition log passes None,
         as Kafka's recovery has no bound: a follower stores batches above its own
         ``max.message.bytes``, and the setting may shrink after data was written.
 
+        ``buffer``: where to read the file's chunks (``SCAN_CHUNK_BYTES`` is enough); a
+        caller recovering several segments passes one, as new memory is slow to fault in.
+
         Returns:
-            The number of bytes truncated from the end of the log.
+            The bytes truncated from the end of the log, and where the batches with a
+            producer id are (the producer-state replay that follows reads only those).
         """
         self.verify_indexes_on_open = False  # rebuilt below: no need to check them
         # The entries are collected in memory and each index file is written once at the
@@ -458,56 +473,42 @@ class LogSegment:
         self.txn_index.reset()
         self._rolling_based_timestamp = None
         base = self.base_offset
-        interval = self.index_interval_bytes
-        offsets = array.array("i")  # relative offset, position; pairs
-        times: list[tuple[int, int]] = []  # timestamp, relative offset
-        max_ts, max_ts_offset, since = -1, base, 0
-        valid_bytes = 0
-        last_offset = base - 1
+        walk = new_walk(base, self.index_interval_bytes, max_message_size, self.log.path)
+        end = self.log.size
+        # One buffer for every chunk: a new 8 MiB bytes object per read costs page faults.
+        chunk = buffer if buffer is not None else bytearray(min(SCAN_CHUNK_BYTES, max(end, 1)))
+        position = 0
         try:
-            for position, header in self.log.scan_batches(0, max_size=max_message_size):
-                batch_last = header.last_offset
-                if header.base_offset <= last_offset or not self.can_convert_to_relative_offset(
-                    batch_last
-                ):
-                    raise CorruptRecordError(
-                        f"{self.log.path}: batch at byte {position} has offsets "
-                        f"{header.base_offset}..{batch_last} out of order or outside "
-                        f"the segment"
-                    )
-                last_offset = batch_last
-                batch_ts = header.max_timestamp
-                if batch_ts > max_ts:
-                    max_ts, max_ts_offset = batch_ts, batch_last
-                if since > interval:
-                    offsets.append(batch_last - base)
-                    offsets.append(position)
-                    if max_ts > (times[-1][0] if times else -1):
-                        times.append((max_ts, max_ts_offset - base))
-                    since = 0
-                size = header.size_in_bytes
-                since += size
-                if on_batch is not None:
-                    on_batch(header)
-                valid_bytes = position + size
+            while position < end:
+                length = self.log.read_into(chunk, position, end - position)
+                consumed = walk.feed(chunk, length, position, end)
+                if consumed == 0:
+                    # A batch larger than the buffer (its length field was read: the walk
+                    # refuses a tail too short to hold one): grow the buffer to hold it.
+                    chunk = bytearray(_I32.unpack_from(chunk, LENGTH_POS)[0] + LOG_OVERHEAD)
+                position += consumed
         except CoreError as e:
             log.warning(
                 "found invalid data in %s, truncating to %d bytes: %s",
                 self.log.path,
-                valid_bytes,
+                walk.valid_bytes,
                 e,
             )
-        truncated = self.log.truncate_to(valid_bytes)
-        if max_ts >= 0 and max_ts > (times[-1][0] if times else -1):
-            times.append((max_ts, max_ts_offset - base))  # the final entry, as at a roll
-        if sys.byteorder == "little":
-            offsets.byteswap()
-        self._offset_index_path.write_bytes(offsets.tobytes())
-        self._time_index_path.write_bytes(b"".join(_TIME_ENTRY.pack(*t) for t in times))
+        del chunk
+        truncated = self.log.truncate_to(walk.valid_bytes)
+        max_ts, max_ts_offset = walk.max_timestamp, walk.max_timestamp_offset
+        time_entries = walk.time_entries
+        if max_ts >= 0 and max_ts > walk.last_entry_timestamp:
+            time_entries += _TIME_ENTRY.pack(max_ts, max_ts_offset - base)  # as at a roll
+        self._offset_index_path.write_bytes(walk.offset_entries)
+        self._time_index_path.write_bytes(time_entries)
         self._max_timestamp_so_far = TimestampOffset(max_ts, max_ts_offset)
-        self._bytes_since_last_index_entry = since
+        self._bytes_since_last_index_entry = walk.bytes_since_last_entry
         self._open_indexes()
-        return truncated
+        if on_epoch is not None:
+            for epoch, start in walk.epochs:
+                on_epoch(epoch, start)
+        return SegmentRecovery(truncated, walk.producer_positions)
 
     def truncate_to(self, offset: int) -> int:
         """Remove the batches holding offsets >= ``offset``; returns the bytes removed.

@@ -25,8 +25,10 @@ patches baseOffset and partitionLeaderEpoch in place without recomputing the CRC
 from __future__ import annotations
 
 import enum
+import os
 import struct
 from collections.abc import Iterator
+from types import ModuleType
 
 import crc32c
 
@@ -36,6 +38,7 @@ from core.errors import (
     RecordTooLargeError,
     UnsupportedVersionError,
 )
+from core.records.native import PURE_PYTHON_ENV
 
 MAGIC_V2 = 2
 
@@ -283,7 +286,7 @@ class RecordBatchHeader:
         """
         if fields is None:
             fields = HEADER.unpack_from(self._buf, self.position)
-        _check_structure(self._buf, self.position, fields, max_size)
+        check_structure(self._buf, self.position, fields, max_size)
 
     def validate_from_client(self) -> None:
         """``validate`` plus the rules Kafka's LogValidator applies to batches from clients.
@@ -294,7 +297,7 @@ class RecordBatchHeader:
                 idempotent batch without a sequence, or an undefined codec.
         """
         fields = HEADER.unpack_from(self._buf, self.position)
-        _check_structure(self._buf, self.position, fields, None)
+        check_structure(self._buf, self.position, fields, None)
         _check_client_rules(self.position, fields)
 
     # -- patches (outside the CRC'd range) -----------------------------------------------
@@ -370,9 +373,11 @@ F_RECORDS_COUNT = 12
 _KNOWN_CODECS = frozenset(int(c) for c in Compression)
 
 
-def _check_structure(
+def check_structure(
     buf: bytes | bytearray | memoryview, pos: int, fields: tuple[int, ...], max_size: int | None
 ) -> None:
+    """The rules every stored batch obeys (``RecordBatchHeader.validate``): minimum length,
+    ``max_size``, framing within ``buf``, magic 2, CRC-32C. ``fields``: its header, unpacked."""
     length = fields[F_LENGTH]
     if length < HEADER_SIZE - LOG_OVERHEAD:
         raise CorruptRecordError(
@@ -443,6 +448,12 @@ def scan_client_batches(
         CorruptRecordError, UnsupportedVersionError, InvalidRecordError: as
             ``RecordBatchHeader.validate_from_client``.
     """
+    if COMPILED_SCAN is not None:
+        # The compiled loop decides the same; on invalid input it returns None and the loop
+        # below runs to raise the error with its message.
+        scanned = COMPILED_SCAN.scan_client_batches(buf, max_size, crc32c.crc32c)
+        if scanned is not None:
+            return scanned  # type: ignore[no-any-return]
     out: list[tuple[int, tuple[int, ...]]] = []
     position, end = 0, len(buf)
     if end == 0:
@@ -461,11 +472,74 @@ def scan_client_batches(
             raise RecordTooLargeError(
                 f"batch of {size} bytes at byte {position} exceeds max.message.bytes={max_size}"
             )
-        _check_structure(buf, position, fields, None)
+        check_structure(buf, position, fields, None)
         _check_client_rules(position, fields)
         out.append((position, fields))
         position += size
     return out
+
+
+def assign_offsets(
+    buf: bytearray | memoryview,
+    scanned: list[tuple[int, tuple[int, ...]]],
+    next_offset: int,
+    epoch: int,
+    append_time: int,
+    batch_type: type[tuple[int, ...]] = tuple,
+) -> tuple[list[tuple[int, ...]], int, int, int, int]:
+    """Give the scanned client batches of ``buf`` their offsets and leader epoch, in place.
+
+    Each batch gets base offset ``next_offset`` onwards and ``epoch``; with ``append_time``
+    >= 0 (the topic's LogAppendTime) it is also marked LogAppendTime with that max
+    timestamp and its CRC recomputed (``set_log_append_time``).
+
+    Args:
+        scanned: ``scan_client_batches(buf, ...)``.
+        batch_type: a tuple type built for each batch (``LogSegment``'s ``AppendedBatch``).
+
+    Returns:
+        ``(batches, last offset, max timestamp, offset of the max timestamp, records)``;
+        ``batches`` holds ``(position, base offset, last offset, max timestamp, size)`` per
+        batch, as ``batch_type``. The max timestamp is -1 (and its offset the first offset)
+        when no batch has one.
+    """
+    if COMPILED_SCAN is not None:
+        return COMPILED_SCAN.assign_offsets(  # type: ignore[no-any-return]
+            buf, scanned, next_offset, epoch, append_time, crc32c.crc32c, batch_type
+        )
+    max_ts, offset_of_max_ts, records = -1, next_offset, 0
+    batches: list[tuple[int, ...]] = []
+    new = tuple.__new__
+    for pos, fields in scanned:
+        pack_base_offset_and_epoch(buf, pos, next_offset, epoch)
+        last = next_offset + fields[F_LAST_OFFSET_DELTA]
+        batch_max_ts = fields[F_MAX_TIMESTAMP]
+        if append_time >= 0:
+            set_log_append_time(RecordBatchHeader(buf, pos), append_time)
+            batch_max_ts = append_time
+        if batch_max_ts > max_ts:
+            max_ts, offset_of_max_ts = batch_max_ts, last
+        size = fields[F_LENGTH] + LOG_OVERHEAD
+        batches.append(new(batch_type, (pos, next_offset, last, batch_max_ts, size)))
+        records += fields[F_RECORDS_COUNT]
+        next_offset = last + 1
+    return batches, next_offset - 1, max_ts, offset_of_max_ts, records
+
+
+def _load_compiled_scan() -> ModuleType | None:
+    """The compiled ``scan_client_batches`` (``core.records._append``), or None when
+    TIERLOG_PURE_PYTHON=1 or it was not built."""
+    if os.environ.get(PURE_PYTHON_ENV) == "1":
+        return None
+    try:
+        from core.records import _append  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _append
+
+
+COMPILED_SCAN: ModuleType | None = _load_compiled_scan()
+"""The compiled request validation this process uses, or None (the tests switch it)."""
 
 
 def pack_base_offset_and_epoch(

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import CorruptIndexError, InvalidOffsetError
+from core.log.abstract_index import PENDING_BYTES
 from core.log.offset_index import OffsetIndex, OffsetPosition
 
 BASE = 1_000
@@ -271,3 +272,40 @@ def test_rename_keeps_the_index_working(tmp_path: Path) -> None:
     assert index.delete_if_exists() is True
     assert index.delete_if_exists() is False
     assert not (tmp_path / "a.index.deleted").exists()
+
+
+def test_entries_reach_the_file_a_page_at_a_time_and_on_flush(tmp_path: Path) -> None:
+    """New entries are written with pwrite (not through the mapping), a page at a time;
+    lookups see them at once, the file once a page is full or the index is flushed."""
+    path = tmp_path / "a.index"
+    index = OffsetIndex(path, BASE, max_index_size=64 * 1024)
+    per_page = PENDING_BYTES // OffsetIndex.ENTRY_SIZE
+    entries = [(BASE + 2 * i, 10 * i) for i in range(per_page + 7)]
+    fill(index, entries[:5])
+    assert index.lookup(BASE + 9) == OffsetPosition(BASE + 8, 40)
+    assert path.read_bytes()[:40] == bytes(40)  # not written yet: zeros, as after a crash
+    fill(index, entries[5:])
+    on_disk = path.read_bytes()
+    assert on_disk[:PENDING_BYTES] == kafka_bytes(entries[:per_page])
+    assert on_disk[PENDING_BYTES:] == bytes(len(on_disk) - PENDING_BYTES)
+    # A crash now keeps the written page: a valid prefix, which recovery extends.
+    crashed = tmp_path / "crashed.index"
+    shutil.copyfile(path, crashed)
+    reopened = OffsetIndex(crashed, BASE, writable=False)
+    assert reopened.entries == per_page
+    reopened.sanity_check()
+    index.flush()
+    assert path.read_bytes()[: len(entries) * 8] == kafka_bytes(entries)
+    index.close()
+    assert path.read_bytes() == kafka_bytes(entries)
+
+
+def test_truncation_and_trim_with_entries_not_yet_written(tmp_path: Path) -> None:
+    path = tmp_path / "a.index"
+    index = OffsetIndex(path, BASE, max_index_size=800)
+    fill(index, ENTRIES[:3])
+    index.truncate_to(BASE + 4)
+    assert index.entries == 2
+    index.append(BASE + 5, 5_000)
+    index.trim_to_valid_size()
+    assert path.read_bytes() == kafka_bytes([*ENTRIES[:2], (BASE + 5, 5_000)])
