@@ -4,6 +4,7 @@ over it, for the rlmm and tiered tests."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.topic_client import MetadataRecord, MetadataTopicError
@@ -19,13 +20,19 @@ S = RemoteLogSegmentState
 
 
 class MemoryTopic:
-    """An in-memory ``MetadataTopicClient`` that counts the records it serves."""
+    """An in-memory ``MetadataTopicClient`` that counts the records it serves.
+
+    It models what a crash of the machine keeps: a durable append makes its partition's
+    records up to it durable (as a flush of the log does), and ``crash`` drops the rest.
+    ``on_append`` is called with (partition, value, durable) after each append."""
 
     def __init__(self, partitions: int = 5) -> None:
         self.partitions: list[list[bytes]] | None = None
         self.wanted = partitions
         self.lock = threading.Lock()
         self.records_read = 0
+        self.durable_end: dict[int, int] = {}
+        self.on_append: Callable[[int, bytes, bool], None] | None = None
 
     def ensure_topic(self, num_partitions: int) -> None:
         if self.partitions is None:
@@ -37,11 +44,27 @@ class MemoryTopic:
         assert self.partitions is not None
         return len(self.partitions)
 
-    def append(self, partition: int, value: bytes) -> int:
+    def append(self, partition: int, value: bytes, *, durable: bool = True) -> int:
         assert self.partitions is not None
         with self.lock:
             self.partitions[partition].append(value)
-            return len(self.partitions[partition]) - 1
+            offset = len(self.partitions[partition]) - 1
+            if durable:
+                self.durable_end[partition] = offset + 1
+        if self.on_append is not None:
+            self.on_append(partition, value, durable)
+        return offset
+
+    def is_durable(self, partition: int, offset: int) -> bool:
+        with self.lock:
+            return offset < self.durable_end.get(partition, 0)
+
+    def crash(self) -> None:
+        """Drop every record no durable append covered (a power loss)."""
+        assert self.partitions is not None
+        with self.lock:
+            for i, records in enumerate(self.partitions):
+                del records[self.durable_end.get(i, 0) :]
 
     def read(self, partition: int, start_offset: int, max_records: int) -> list[MetadataRecord]:
         assert self.partitions is not None

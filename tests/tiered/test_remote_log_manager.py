@@ -14,6 +14,7 @@ from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
 from core.records.builder import RecordBatchBuilder, build_control_batch
 from core.records.record import ControlRecordType
+from tests.support.memory_metadata import manager
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -173,6 +174,79 @@ def test_local_dir_rsm_end_to_end(tmp_path):
         env.close()
 
 
+def test_a_machine_crash_after_local_retention_loses_no_copied_offset(env, memory_rsm):
+    """Local retention deletes a copied segment only once its COPY_SEGMENT_FINISHED is
+    durable: a crash of the machine that loses the metadata topic's unsynced tail (the
+    COPY_SEGMENT_STARTED events are not synced) right after local retention still finds
+    every deleted offset in a finished remote segment."""
+    produce(env.plog, 40)
+    before = local_reads(env, env.plog.active_segment.base_offset, 700)
+    env.copy()
+    assert env.plog.delete_old_segments() > 0
+    local_start = env.plog.local_log_start_offset
+    env.rlm.shutdown()
+    env.rlmm.close()
+    env.topic.crash()
+    env.rlmm = manager(env.topic)
+    env.rlm = env.new_rlm()
+    finished = env.segments(S.COPY_SEGMENT_FINISHED)
+    assert finished and finished[-1].end_offset >= local_start - 1
+    for offset, expected in before.items():
+        assert env.rlm.read_remote(env.tp, env.plog, offset, 700) == expected, offset
+
+
+def test_a_machine_crash_between_a_copy_and_its_finish_leaves_nothing_served(env, memory_rsm):
+    """A crash after the RSM copy, before COPY_SEGMENT_FINISHED: the copy's unsynced
+    STARTED is lost with the crash, nothing refers to its objects, no local segment was
+    deleted, and the next leader's run copies the segment again."""
+    produce(env.plog, 20)
+    task = env.task(CopyTask)
+    copy = memory_rsm.copy_log_segment_data
+
+    def copy_then_lose_leadership(md, data):
+        result = copy(md, data)
+        task.cancel()  # stops the run here, as the crash does
+        return result
+
+    memory_rsm.copy_log_segment_data = copy_then_lose_leadership
+    assert task.run_once() == 0
+    assert env.plog.highest_offset_in_remote_storage == -1
+    assert env.plog.delete_old_segments() == 0
+    env.rlm.shutdown()
+    env.rlmm.close()
+    env.topic.crash()
+    env.rlmm = manager(env.topic)
+    del memory_rsm.copy_log_segment_data
+    env.rlm = env.new_rlm()
+    assert env.segments() == []
+    before = local_reads(env, env.plog.active_segment.base_offset, 700)
+    assert env.copy() == len(env.plog.segments()) - 1
+    env.plog.delete_old_segments()
+    for offset, expected in before.items():
+        assert env.rlm.read_remote(env.tp, env.plog, offset, 700) == expected, offset
+
+
+def test_a_machine_crash_after_remote_deletions_serves_no_deleted_segment(env, memory_rsm):
+    """DELETE_SEGMENT_STARTED is durable before the remote objects go: after a crash of the
+    machine that loses the unsynced tail of the metadata topic, no segment whose objects
+    were deleted is FINISHED again."""
+    produce(env.plog, 40)
+    env.copy()
+    env.plog.delete_old_segments()
+    env.plog.update_config(tiered_config(retention_bytes=0, local_retention_bytes=0))
+    assert env.expire() > 0
+    env.rlm.shutdown()
+    env.rlmm.close()
+    env.topic.crash()
+    env.rlmm = manager(env.topic)
+    env.rlm = env.new_rlm()
+    assert env.segments(S.COPY_SEGMENT_FINISHED) == []
+    assert env.segments(S.DELETE_SEGMENT_STARTED) or env.segments() == []
+    env.expire()  # the deletions a crash interrupted are resumed
+    assert env.segments() == []
+    assert memory_rsm.segment_ids() == set()
+
+
 def test_failed_copy_is_cleaned_up_and_retried(env, memory_rsm):
     produce(env.plog, 20)
     memory_rsm.fail_copies = 1
@@ -181,7 +255,8 @@ def test_failed_copy_is_cleaned_up_and_retried(env, memory_rsm):
     assert env.segments() == []  # DELETE_SEGMENT_FINISHED segments are forgotten
     assert memory_rsm.segment_ids() == set()  # the partial copy is gone
     assert env.plog.highest_offset_in_remote_storage == -1
-    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS, env.tp) == 1
+    # The rolled segments are copied together: the failure fails each of them.
+    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS, env.tp) == len(env.plog.segments()) - 1
     copied = env.copy()
     assert copied == len(env.plog.segments()) - 1
     finished = env.segments(S.COPY_SEGMENT_FINISHED)
@@ -289,8 +364,9 @@ def test_expiration_by_size_counts_a_just_finished_copy_once(env, memory_rsm, mo
     assert [deleted for _, deleted in in_window] == [0] * copied
     remote = sorted(env.segments(), key=lambda m: m.start_offset)
     assert copied == len(remote) == len(in_window) >= 4
-    # The window is real: each expiration saw the segment FINISHED before highest moved.
-    assert [seen for seen, _ in in_window] == [-1] + [md.end_offset for md in remote[:-1]]
+    # The window is real: each expiration saw the segment FINISHED before highest moved
+    # over it (the segments are copied in one batch, whose FINISHED events come first).
+    assert all(seen < md.end_offset for (seen, _), md in zip(in_window, remote, strict=True))
     assert all(md.state == S.COPY_SEGMENT_FINISHED for md in remote)
     assert env.plog.log_start_offset == 0
     # One byte over: the oldest segment is still not wholly past retention.bytes ...
@@ -432,7 +508,8 @@ def test_scheduled_tasks_copy_and_retry_after_failure(env, memory_rsm):
     while env.plog.highest_offset_in_remote_storage < target and time.monotonic() < deadline:
         time.sleep(0.02)
     assert env.plog.highest_offset_in_remote_storage == target
-    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 2
+    # Two failed runs, each of the rolled segments copied together.
+    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 2 * (len(env.plog.segments()) - 1)
 
 
 def test_reader_rejects_beyond_pending_bound(env):
@@ -638,13 +715,15 @@ def test_a_leader_deposed_during_a_copy_leaves_it_started_for_the_next_leader(en
     memory_rsm.copy_log_segment_data = copy_then_lose_leadership
     assert task.run_once() == 0
     dangling = env.segments(S.COPY_SEGMENT_STARTED)
-    assert len(dangling) == 1 and env.segments(S.COPY_SEGMENT_FINISHED) == []
+    # The rolled segments were copied together: all of them are left started.
+    assert len(dangling) == len(env.plog.segments()) - 1
+    assert env.segments(S.COPY_SEGMENT_FINISHED) == []
     assert env.plog.highest_offset_in_remote_storage == -1  # nothing may leave the disk
     memory_rsm.copy_log_segment_data = copy
     next_leader = CopyTask(task.ctx, env.tp, env.plog)
     assert next_leader.run_once() == len(env.plog.segments()) - 1
-    assert dangling[0].segment_id not in {md.segment_id for md in env.segments()}
-    assert dangling[0].segment_id not in memory_rsm.segment_ids()
+    remaining = {md.segment_id for md in env.segments()} | memory_rsm.segment_ids()
+    assert not remaining & {md.segment_id for md in dangling}
     assert env.segments(S.COPY_SEGMENT_STARTED) == []
 
 
@@ -706,7 +785,7 @@ def test_a_deposed_leaders_late_finish_of_a_dangling_copy_loses_no_offset(env, m
     memory_rsm.copy_log_segment_data = copy_then_lose_leadership
     assert deposed.run_once() == 0
     memory_rsm.copy_log_segment_data = copy
-    ((dangling, custom),) = in_flight
+    dangling, custom = in_flight[0]  # the others of its batch are left dangling too
     update = env.rlmm.update_remote_log_segment_metadata
     late = []
 
