@@ -210,6 +210,20 @@ class CopyTask(RLMTask):
 
     kind = "copy"
 
+    def __init__(self, ctx: TaskContext, tp: TopicIdPartition, plog: PartitionLog) -> None:
+        super().__init__(ctx, tp, plog)
+        # Whether the last run stopped at its time bound with segments left to copy.
+        self.behind = False
+
+    def run(self) -> float:
+        """As ``RLMTask.run``; a run that stopped at its time bound with segments left is
+        followed at once by the next (rescheduled, so that the copier threads take the
+        other partitions' due runs first), not a task interval later."""
+        delay = super().run()
+        if self.behind and not self.cancelled and self.failures == 0:
+            return 0.0
+        return delay
+
     def run_once(self) -> int:
         """One run; returns the number of segments copied.
 
@@ -248,15 +262,20 @@ class CopyTask(RLMTask):
         # task interval later (a partition produced faster than one segment per interval
         # would otherwise keep that interval's data local beyond local.retention.*). The
         # further passes stop after one task interval, so that a partition produced faster
-        # than it can be copied does not hold a copier thread forever.
+        # than it can be copied does not hold a copier thread forever; the next run of such
+        # a partition is then due at once (``run``), behind the other partitions' due runs.
         until = time.monotonic() + ctx.config.remote_log_manager_task_interval_ms / 1000
         copied = 0
+        self.behind = False
         while candidates:
             done = self._copy_all(candidates)
             copied += done
-            if done < len(candidates) or time.monotonic() >= until:
-                break  # stopped (leadership, quota), or the next run continues
+            if done < len(candidates):
+                break  # stopped (leadership, quota)
             candidates = self.candidates(plog, plog.highest_offset_in_remote_storage)
+            if candidates and time.monotonic() >= until:
+                self.behind = True  # the next run continues at once
+                break
         if copied:
             self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
         return copied

@@ -12,9 +12,11 @@ import pytest
 
 from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
+from core.log.partition_log import PartitionLog
 from core.records.builder import RecordBatchBuilder, build_control_batch
 from core.records.record import ControlRecordType
 from tests.support.memory_metadata import manager
+from tests.support.waiting import wait_until
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -87,6 +89,69 @@ def test_a_copy_run_also_copies_segments_rolled_while_it_ran(env, memory_rsm):
     assert len(env.plog.segments()) > before
     assert copied == len(env.plog.segments()) - 1  # every rolled segment, old and new
     assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
+
+
+def test_a_copy_run_stopped_at_its_time_bound_is_followed_at_once(env, memory_rsm, monkeypatch):
+    """A run copies further passes for at most one task interval; when it stops there with
+    segments left (the partition is produced faster than one run copies), the next run is
+    due at once, not a task interval later."""
+    produce(env.plog, 20)
+    task = env.task(CopyTask)
+    copy = memory_rsm.copy_log_segment_data
+    produced = []
+
+    def copy_while_producing(md, data):
+        if not produced:
+            produced.append(produce(env.plog, 20))
+        return copy(md, data)
+
+    memory_rsm.copy_log_segment_data = copy_while_producing
+    now = [0.0]
+
+    def slow_clock() -> float:  # every look at the clock is 10 s later: each pass is late
+        now[0] += 10.0
+        return now[0]
+
+    monkeypatch.setattr("tiered.rlm_tasks.time.monotonic", slow_clock)
+    assert task.run() == 0.0
+    assert 0 < env.plog.highest_offset_in_remote_storage < env.plog.active_segment.base_offset - 1
+    assert task.run() == env.rlm.config.remote_log_manager_task_interval_ms  # caught up
+    assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
+
+
+def test_copies_of_different_partitions_overlap_on_the_copier_pool(env, memory_rsm, tmp_path):
+    """Two partitions' copy tasks run on different copier threads at once: each RSM copy
+    waits (with a deadline) until the other partition's copy is in progress too."""
+    other_tp = TopicIdPartition(uuid.UUID(int=43), "u", 0)
+    other = PartitionLog(tmp_path / "logs" / "u-0", "u", 0, tiered_config(), clock=env.clock)
+    try:
+        env.rlm.on_leadership([(other_tp, other)])
+        assert env.rlmm.wait_ready(other_tp, 10)
+        produce(env.plog, 20)
+        produce(other, 20)
+        both = threading.Barrier(2, timeout=20)
+        met: set[str] = set()
+        copy = memory_rsm.copy_log_segment_data
+
+        def copy_when_both_copy(md, data):
+            if md.topic_id_partition.topic not in met:
+                both.wait()  # BrokenBarrierError (a failed copy) if the other never comes
+                met.add(md.topic_id_partition.topic)
+            return copy(md, data)
+
+        memory_rsm.copy_log_segment_data = copy_when_both_copy
+        env.rlm.start()
+        for plog in (env.plog, other):
+            target = plog.active_segment.base_offset - 1
+            wait_until(
+                lambda p=plog, t=target: p.highest_offset_in_remote_storage == t,
+                what=f"{plog.topic} copied",
+            )
+        assert met == {"t", "u"}
+        assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 0
+    finally:
+        env.rlm.shutdown()
+        other.close()
 
 
 def test_copy_stops_at_the_last_stable_offset(env):
