@@ -6,7 +6,9 @@
   last stable offset (the high watermark: no transactions yet). Each goes
   COPY_SEGMENT_STARTED (fresh id) -> RSM copy -> COPY_SEGMENT_FINISHED ->
   ``PartitionLog.highest_offset_in_remote_storage``, which is what lets local retention
-  delete the local copy. A failed copy is deleted through the usual deletion states; copies
+  delete the local copy. Consecutive segments are copied in batches (one RSM call,
+  ``copy_log_segments_data``, so that the plugin may sync them together), their FINISHED
+  events after the batch. A failed copy is deleted through the usual deletion states; copies
   left in COPY_SEGMENT_STARTED by a crash, or by a leader that lost its leadership during
   the copy (it stops there: only the leader finishes copies), are deleted on the next run,
   by whichever broker leads then.
