@@ -8,10 +8,10 @@
   ``PartitionLog.highest_offset_in_remote_storage``, which is what lets local retention
   delete the local copy. Consecutive segments are copied in batches (one RSM call,
   ``copy_log_segments_data``, so that the plugin may sync them together), their FINISHED
-  events after the batch. A failed copy is deleted through the usual deletion states; copies
-  left in COPY_SEGMENT_STARTED by a crash, or by a leader that lost its leadership during
-  the copy (it stops there: only the leader finishes copies), are deleted on the next run,
-  by whichever broker leads then.
+  events after the batch, one after another in offset order. A failed copy is deleted
+  through the usual deletion states; copies left in COPY_SEGMENT_STARTED by a crash, or by
+  a leader that lost its leadership during the copy (it stops there: only the leader
+  finishes copies), are deleted on the next run, by whichever broker leads then.
 - ``ExpirationTask`` (RLMExpirationTask), on a leader. FINISHED segments go, oldest first,
   when past ``retention.ms`` (by their max timestamp), beyond ``retention.bytes`` (remote
   bytes plus the local segments above the highest offset of those remote segments), or
@@ -422,20 +422,20 @@ class CopyTask(RLMTask):
                 copies[-1][0].end_offset,
             )
             return False
-        finishes = [
-            ctx.rlmm.update_remote_log_segment_metadata(
-                RemoteLogSegmentMetadataUpdate(
-                    md.remote_log_segment_id, ctx.clock(), custom, _S.COPY_SEGMENT_FINISHED,
-                    ctx.broker_id,
-                )
-            )
-            for (md, _), custom in zip(copies, customs, strict=True)
-        ]  # fmt: skip
         ms = round((time.monotonic() - began) * 1000)
-        for (md, _), finished in zip(copies, finishes, strict=True):
-            # In order: local retention may delete a segment once its FINISHED is stored
-            # (durably: see rlmm.manager) and every segment before it is remote.
-            self.wait(finished)
+        for (md, _), custom in zip(copies, customs, strict=True):
+            # One after another, in offset order: a FINISHED stored before an earlier
+            # segment's would make the RLMM's highest remote offset jump over a segment
+            # that may never finish (a failure, a crash: the sync of a FINISHED covers only
+            # the events before it), and the next run would not copy that segment's offsets.
+            self.wait(
+                ctx.rlmm.update_remote_log_segment_metadata(
+                    RemoteLogSegmentMetadataUpdate(
+                        md.remote_log_segment_id, ctx.clock(), custom,
+                        _S.COPY_SEGMENT_FINISHED, ctx.broker_id,
+                    )
+                )
+            )  # fmt: skip
             with plog.lock:
                 plog.highest_offset_in_remote_storage = max(
                     plog.highest_offset_in_remote_storage, md.end_offset

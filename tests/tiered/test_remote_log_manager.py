@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 
 import pytest
 
@@ -152,6 +153,38 @@ def test_copies_of_different_partitions_overlap_on_the_copier_pool(env, memory_r
     finally:
         env.rlm.shutdown()
         other.close()
+
+
+def test_a_failed_finish_in_a_batch_leaves_no_offset_uncopied(env, memory_rsm):
+    """The FINISHED events of a batch go one after another in offset order: when the first
+    one fails, no later segment of the batch is FINISHED (which would move the highest
+    remote offset over the unfinished one, and the next run would never copy it)."""
+    produce(env.plog, 40)
+    assert len(env.plog.segments()) >= 4
+    update = env.rlmm.update_remote_log_segment_metadata
+    failed = []
+
+    def fail_the_first_finish(u):
+        if u.state == S.COPY_SEGMENT_FINISHED and not failed:
+            failed.append(u)
+            future: Future[None] = Future()
+            future.set_exception(RemoteStorageError("injected: the metadata write failed"))
+            return future
+        return update(u)
+
+    env.rlmm.update_remote_log_segment_metadata = fail_the_first_finish
+    with pytest.raises(RemoteStorageError):
+        env.copy()
+    assert env.plog.highest_offset_in_remote_storage == -1
+    assert env.segments(S.COPY_SEGMENT_FINISHED) == []
+    del env.rlmm.update_remote_log_segment_metadata
+    env.copy()
+    highest = env.plog.highest_offset_in_remote_storage
+    assert highest == env.plog.active_segment.base_offset - 1
+    for offset in range(env.plog.log_start_offset, highest + 1):
+        epoch = env.plog.leader_epoch_cache.epoch_for_offset(offset)
+        served = env.rlmm.remote_log_segment_metadata(env.tp, epoch, offset)
+        assert served is not None and served.state == S.COPY_SEGMENT_FINISHED, offset
 
 
 def test_copy_stops_at_the_last_stable_offset(env):
