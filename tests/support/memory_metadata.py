@@ -4,7 +4,6 @@ over it, for the rlmm and tiered tests."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
 from rlmm.topic_client import MetadataRecord, MetadataTopicError
@@ -23,8 +22,7 @@ class MemoryTopic:
     """An in-memory ``MetadataTopicClient`` that counts the records it serves.
 
     It models what a crash of the machine keeps: a durable append makes its partition's
-    records up to it durable (as a flush of the log does), and ``crash`` drops the rest.
-    ``on_append`` is called with (partition, value, durable) after each append."""
+    records up to it durable (as a flush of the log does), and ``crash`` drops the rest."""
 
     def __init__(self, partitions: int = 5) -> None:
         self.partitions: list[list[bytes]] | None = None
@@ -32,7 +30,6 @@ class MemoryTopic:
         self.lock = threading.Lock()
         self.records_read = 0
         self.durable_end: dict[int, int] = {}
-        self.on_append: Callable[[int, bytes, bool], None] | None = None
 
     def ensure_topic(self, num_partitions: int) -> None:
         if self.partitions is None:
@@ -51,13 +48,7 @@ class MemoryTopic:
             offset = len(self.partitions[partition]) - 1
             if durable:
                 self.durable_end[partition] = offset + 1
-        if self.on_append is not None:
-            self.on_append(partition, value, durable)
-        return offset
-
-    def is_durable(self, partition: int, offset: int) -> bool:
-        with self.lock:
-            return offset < self.durable_end.get(partition, 0)
+            return offset
 
     def crash(self) -> None:
         """Drop every record no durable append covered (a power loss)."""
