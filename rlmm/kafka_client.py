@@ -232,8 +232,10 @@ class KafkaMetadataTopicClient:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def append(self, partition: int, value: bytes) -> int:
-        """See ``MetadataTopicClient.append``: returns once acknowledged with ``acks=all``.
+    def append(self, partition: int, value: bytes, *, durable: bool = True) -> int:
+        """See ``MetadataTopicClient.append``: returns once acknowledged with ``acks=all``
+        (durable by replication, as Kafka's own metadata manager writes; ``durable`` changes
+        nothing).
 
         Raises:
             MetadataTopicError: the delivery failed or was not reported within

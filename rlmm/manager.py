@@ -1,10 +1,21 @@
 """TopicBasedRemoteLogMetadataManager: the RLMM on the ``__remote_log_metadata`` topic.
 
 Writes: an event is serialised (Kafka's RemoteLogMetadataSerde), appended to the metadata
-partition of its user partition (Kafka's partitioner) through a ``MetadataTopicClient``,
-which returns once it is durable; the returned future completes only when this manager's
-own consumer has read the event back and applied it to the cache, so a caller sees its
-write in every later read.
+partition of its user partition (Kafka's partitioner) through a ``MetadataTopicClient``;
+the returned future completes only when this manager's own consumer has read the event back
+and applied it to the cache, so a caller sees its write in every later read.
+
+Which writes are synced (``_needs_sync``). Kafka syncs no metadata event (the topic is
+replicated and flushed by the log's flush policy); a single tierlog broker has no replica,
+so the events a crash of the machine must not lose are made durable before their future
+completes: COPY_SEGMENT_FINISHED (it lets local retention delete the local copy, the only
+other copy of the data; its sync covers the COPY_SEGMENT_STARTED before it in the same
+metadata partition), DELETE_SEGMENT_STARTED (the remote objects are deleted after it; lost,
+a restart would serve a FINISHED segment whose objects are gone) and the partition-deletion
+events. COPY_SEGMENT_STARTED and DELETE_SEGMENT_FINISHED are not synced: losing the first
+leaves the copy's objects unreferenced in the store, never read (as Kafka can when the
+metadata topic's unflushed tail is lost); losing the second leaves the segment in
+DELETE_SEGMENT_STARTED, whose deletion the next run resumes.
 
 Reads: a consumer thread reads the metadata partitions of the user partitions this broker
 hosts and applies each event to the cache (``rlmm.metadata_cache``). ``is_ready(tp)`` turns
@@ -402,13 +413,14 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         client = self.client
         mp = self.metadata_partition_of(tp)
         data = serialize(event)
+        durable = _needs_sync(event)
 
         def write() -> None:
             # Known as ours before it can be read back (the consumer may read it before
             # append returns).
             self._own_change(data, +1)
             try:
-                offset = client.append(mp, data)
+                offset = client.append(mp, data, durable=durable)
             except BaseException:
                 self._own_change(data, -1)
                 raise
@@ -638,6 +650,16 @@ _UNFINISHED = (
     RemotePartitionDeleteState.DELETE_PARTITION_MARKED,
     RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
 )
+
+
+def _needs_sync(event: object) -> bool:
+    """Whether a crash of the machine must not lose ``event`` once its write completed
+    (see the module docstring): all but COPY_SEGMENT_STARTED and DELETE_SEGMENT_FINISHED."""
+    if isinstance(event, RemoteLogSegmentMetadata):
+        return event.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED
+    if isinstance(event, RemoteLogSegmentMetadataUpdate):
+        return event.state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+    return True
 
 
 def _segment_of(event: object) -> str:

@@ -53,8 +53,12 @@ class MetadataTopicClient(Protocol):
     def partition_count(self) -> int:
         """The topic's partition count."""
 
-    def append(self, partition: int, value: bytes) -> int:
-        """Append one record (null key) and return its offset once it is durable.
+    def append(self, partition: int, value: bytes, *, durable: bool = True) -> int:
+        """Append one record (null key) and return its offset once it is stored; with
+        ``durable`` (the default) once it, and every record before it in ``partition``,
+        survives a crash of this machine. ``durable=False`` lets a client skip its own sync
+        (a later durable append covers the record); a client whose every append is durable
+        (replicated, acknowledged by ``acks=all``) ignores it.
 
         Raises:
             MetadataTopicError: the append failed; nothing was acknowledged.
@@ -102,7 +106,7 @@ class LogDirMetadataTopicReader:
     def partition_count(self) -> int:
         return max(self._partitions) + 1
 
-    def append(self, partition: int, value: bytes) -> int:
+    def append(self, partition: int, value: bytes, *, durable: bool = True) -> int:
         raise MetadataTopicError("the offline log-dir reader cannot append")
 
     def _records(self, partition: int, start_offset: int = 0) -> Iterator[MetadataRecord]:

@@ -5,7 +5,9 @@ Each plugin supplies its settings and a store; this class owns the object layout
 
 * copy: each file is streamed once into the store, which returns the size and CRC32C of what
   it stored; the manifest goes last, so its presence means the copy completed. A repeated copy
-  of the same segment id rewrites the same objects (idempotent).
+  of the same segment id rewrites the same objects (idempotent). Segments copied together
+  (``copy_log_segments_data``, as the copy task does) share the store's syncs: every object
+  of every segment in one ``put_objects``, then every manifest in another.
 * fetch_log_segment: a ranged read of the ``.log`` object; a read of the whole object from
   position 0 is checked against the manifest's size and checksum as it streams.
 * fetch_index: the object is read whole and checked against the manifest before it is
@@ -194,32 +196,54 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     def copy_log_segment_data(
         self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
     ) -> bytes | None:
-        files: list[tuple[ObjectSuffix, Path]] = [
-            (ObjectSuffix.LOG, segment_data.log_segment),
-            (ObjectSuffix.OFFSET_INDEX, segment_data.offset_index),
-            (ObjectSuffix.TIME_INDEX, segment_data.time_index),
-            (ObjectSuffix.PRODUCER_SNAPSHOT, segment_data.producer_snapshot_index),
-        ]
-        if segment_data.transaction_index is not None:
-            files.append((ObjectSuffix.TRANSACTION_INDEX, segment_data.transaction_index))
+        return self.copy_log_segments_data([(metadata, segment_data)])[0]
+
+    def copy_log_segments_data(
+        self, segments: Sequence[tuple[RemoteLogSegmentMetadata, LogSegmentData]]
+    ) -> list[bytes | None]:
+        """Every object of every segment in one ``put_objects`` call, then their manifests
+        in another: a store makes each call's objects durable together, and a manifest is
+        stored only once all the objects it lists are."""
         store = self.store
-        for _, path in files:
-            if not path.is_file():
-                raise RemoteStorageError(f"{metadata.remote_log_segment_id}: no local file {path}")
-        items: list[tuple[ObjectSuffix, Path | bytes]] = [
-            *files,
-            (ObjectSuffix.LEADER_EPOCH, bytes(segment_data.leader_epoch_index)),
+        puts: list[tuple[str, Path | bytes]] = []
+        per_segment: list[list[ObjectSuffix]] = []
+        for metadata, segment_data in segments:
+            files: list[tuple[ObjectSuffix, Path]] = [
+                (ObjectSuffix.LOG, segment_data.log_segment),
+                (ObjectSuffix.OFFSET_INDEX, segment_data.offset_index),
+                (ObjectSuffix.TIME_INDEX, segment_data.time_index),
+                (ObjectSuffix.PRODUCER_SNAPSHOT, segment_data.producer_snapshot_index),
+            ]
+            if segment_data.transaction_index is not None:
+                files.append((ObjectSuffix.TRANSACTION_INDEX, segment_data.transaction_index))
+            for _, path in files:
+                if not path.is_file():
+                    raise RemoteStorageError(
+                        f"{metadata.remote_log_segment_id}: no local file {path}"
+                    )
+            items: list[tuple[ObjectSuffix, Path | bytes]] = [
+                *files,
+                (ObjectSuffix.LEADER_EPOCH, bytes(segment_data.leader_epoch_index)),
+            ]
+            per_segment.append([suffix for suffix, _ in items])
+            puts.extend((self._key(metadata, suffix), src) for suffix, src in items)
+        stored = iter(store.put_objects(puts))
+        manifests = [
+            SegmentManifest(
+                metadata,
+                {
+                    suffix: ObjectEntry(object_name(metadata, suffix), *next(stored))
+                    for suffix in suffixes
+                },
+            )
+            for (metadata, _), suffixes in zip(segments, per_segment, strict=True)
         ]
-        # Every object but the manifest in one call: a store may make them durable together.
-        stored = store.put_objects([(self._key(metadata, suffix), src) for suffix, src in items])
-        objects: dict[ObjectSuffix, ObjectEntry] = {
-            suffix: ObjectEntry(object_name(metadata, suffix), size, crc)
-            for (suffix, _), (size, crc) in zip(items, stored, strict=True)
-        }
-        manifest = SegmentManifest(metadata, objects)
-        store.put_bytes(self._key(metadata, ObjectSuffix.MANIFEST), manifest.to_json())
-        self._remember(metadata, manifest)
-        return None
+        store.put_objects(
+            [(self._key(m.metadata, ObjectSuffix.MANIFEST), m.to_json()) for m in manifests]
+        )
+        for manifest in manifests:
+            self._remember(manifest.metadata, manifest)
+        return [None] * len(segments)
 
     def fetch_log_segment(
         self,

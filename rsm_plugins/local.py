@@ -21,7 +21,7 @@ import mmap
 import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -63,12 +63,10 @@ def _copy_fd(source: int, target: int) -> tuple[int, str]:
     return size, crc
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _write_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 class LocalDirObjectStore(ObjectStore):
@@ -89,34 +87,52 @@ class LocalDirObjectStore(ObjectStore):
 
     def _write_all(self, items: list[tuple[str, bytes | int]]) -> list[tuple[int, str]]:
         """Write each object (bytes, or a file descriptor to copy whole) to a temp name in
-        its folder, then (durable) fsync them all at once, rename each over its key and
-        fsync each folder once: a segment's objects share one folder, so a copy pays one
-        directory sync, not one per object."""
+        its folder, (durable) fsync them all, rename each over its key and fsync each folder
+        once: a segment's objects share one folder, so a copy pays one directory sync, not
+        one per object, and several segments copied together share it too.
+
+        Every temp file is created before the first sync starts: on a journalling file
+        system a file creation waits for a commit in progress, so creations interleaved
+        with syncs would each wait for one."""
         written: list[tuple[Path, Path]] = []
+        fds: list[int] = []
         results = []
+        syncs: list[Future[None]] = []
+        parents: set[Path] = set()
         try:
-            for key, source in items:
+            for key, _ in items:
                 target = self._path(key)
-                self._make_parents(target.parent)
+                if target.parent not in parents:
+                    self._make_parents(target.parent)
+                    parents.add(target.parent)
                 tmp = target.with_name(f"{target.name}{_TMP_MARK}{uuid.uuid4().hex}")
+                fds.append(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
                 written.append((tmp, target))
-                with open(tmp, "xb", buffering=0) as f:
-                    if isinstance(source, int):
-                        results.append(_copy_fd(source, f.fileno()))
-                    else:
-                        f.write(source)
-                        results.append((len(source), checksum_bytes(source)))
-            if self.durable:
-                # The files' syncs overlap: the file system commits them together.
-                list(_SYNC_POOL.map(_fsync_path, [tmp for tmp, _ in written]))
+            for fd, (_, source) in zip(fds, items, strict=True):
+                if isinstance(source, int):
+                    results.append(_copy_fd(source, fd))
+                else:
+                    _write_fd(fd, source)
+                    results.append((len(source), checksum_bytes(source)))
+                if self.durable:
+                    # Synced while the next objects are written; the file system commits
+                    # overlapping syncs together.
+                    syncs.append(_SYNC_POOL.submit(os.fsync, fd))
+            for sync in syncs:
+                sync.result()
             for tmp, target in written:
                 os.replace(tmp, target)
             if self.durable:
-                for folder in dict.fromkeys(target.parent for _, target in written):
+                for folder in parents:
                     fsync_dir(folder)
         except OSError as e:
-            raise RemoteStorageError(f"cannot write {items[len(written) - 1][0]}: {e}") from e
+            key = items[min(len(results), len(items) - 1)][0]
+            raise RemoteStorageError(f"cannot write {key}: {e}") from e
         finally:
+            for sync in syncs:
+                sync.exception()  # done with each fd before it is closed
+            for fd in fds:
+                os.close(fd)
             for tmp, _ in written:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()

@@ -20,7 +20,7 @@ import importlib
 import itertools
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -345,6 +345,21 @@ class RemoteStorageManager(ABC):
             RetriableRemoteStorageError: a transient failure; the copy may be retried.
             RemoteStorageError: any other failure.
         """
+
+    def copy_log_segments_data(
+        self, segments: Sequence[tuple[RemoteLogSegmentMetadata, LogSegmentData]]
+    ) -> list[bytes | None]:
+        """Copy several segments (``copy_log_segment_data`` of each); returns each one's
+        custom metadata, in order. Not part of Kafka's interface: the copy task calls it
+        with the segments it copies together, so that a plugin may make them durable
+        together (one round of syncs for the lot instead of one per segment). The default
+        copies them one by one.
+
+        Raises:
+            RemoteStorageError: a copy failed; any of the segments may be partly copied
+                (the caller deletes them all).
+        """
+        return [self.copy_log_segment_data(md, data) for md, data in segments]
 
     @abstractmethod
     def fetch_log_segment(

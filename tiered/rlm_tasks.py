@@ -6,10 +6,12 @@
   last stable offset (the high watermark: no transactions yet). Each goes
   COPY_SEGMENT_STARTED (fresh id) -> RSM copy -> COPY_SEGMENT_FINISHED ->
   ``PartitionLog.highest_offset_in_remote_storage``, which is what lets local retention
-  delete the local copy. A failed copy is deleted through the usual deletion states; copies
-  left in COPY_SEGMENT_STARTED by a crash, or by a leader that lost its leadership during
-  the copy (it stops there: only the leader finishes copies), are deleted on the next run,
-  by whichever broker leads then.
+  delete the local copy. Consecutive segments are copied in batches (one RSM call,
+  ``copy_log_segments_data``, so that the plugin may sync them together), their FINISHED
+  events after the batch, one after another in offset order. A failed copy is deleted
+  through the usual deletion states; copies left in COPY_SEGMENT_STARTED by a crash, or by
+  a leader that lost its leadership during the copy (it stops there: only the leader
+  finishes copies), are deleted on the next run, by whichever broker leads then.
 - ``ExpirationTask`` (RLMExpirationTask), on a leader. FINISHED segments go, oldest first,
   when past ``retention.ms`` (by their max timestamp), beyond ``retention.bytes`` (remote
   bytes plus the local segments above the highest offset of those remote segments), or
@@ -40,7 +42,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +95,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RLMM_WRITE_TIMEOUT_S = 60.0
+# Consecutive segments of a partition copied together (one RSM call, so that a plugin may
+# sync them together; their FINISHED events follow the batch): at most this many, and this
+# many bytes unless one segment is larger. Small enough that local retention waits for a
+# batch of small segments, not for many large ones.
+COPY_BATCH_SEGMENTS = 8
+COPY_BATCH_BYTES = 64 << 20
 _S = RemoteLogSegmentState
 
 
@@ -204,6 +212,20 @@ class CopyTask(RLMTask):
 
     kind = "copy"
 
+    def __init__(self, ctx: TaskContext, tp: TopicIdPartition, plog: PartitionLog) -> None:
+        super().__init__(ctx, tp, plog)
+        # Whether the last run stopped at its time bound with segments left to copy.
+        self.behind = False
+
+    def run(self) -> float:
+        """As ``RLMTask.run``; a run that stopped at its time bound with segments left is
+        followed at once by the next (rescheduled, so that the copier threads take the
+        other partitions' due runs first), not a task interval later."""
+        delay = super().run()
+        if self.behind and not self.cancelled and self.failures == 0:
+            return 0.0
+        return delay
+
     def run_once(self) -> int:
         """One run; returns the number of segments copied.
 
@@ -242,34 +264,59 @@ class CopyTask(RLMTask):
         # task interval later (a partition produced faster than one segment per interval
         # would otherwise keep that interval's data local beyond local.retention.*). The
         # further passes stop after one task interval, so that a partition produced faster
-        # than it can be copied does not hold a copier thread forever.
+        # than it can be copied does not hold a copier thread forever; the next run of such
+        # a partition is then due at once (``run``), behind the other partitions' due runs.
         until = time.monotonic() + ctx.config.remote_log_manager_task_interval_ms / 1000
         copied = 0
+        self.behind = False
         while candidates:
             done = self._copy_all(candidates)
             copied += done
-            if done < len(candidates) or time.monotonic() >= until:
-                break  # stopped (leadership, quota), or the next run continues
+            if done < len(candidates):
+                break  # stopped (leadership, quota)
             candidates = self.candidates(plog, plog.highest_offset_in_remote_storage)
+            if candidates and time.monotonic() >= until:
+                self.behind = True  # the next run continues at once
+                break
         if copied:
             self._update_copy_lag(self.candidates(plog, plog.highest_offset_in_remote_storage))
         return copied
 
     def _copy_all(self, candidates: list[tuple[LogSegment, int]]) -> int:
-        """Copy ``candidates`` in order; the number copied, fewer when the task was
-        cancelled, the copy quota is exceeded or leadership was lost during a copy."""
+        """Copy ``candidates`` in order, in batches (``_batches``); the number copied, fewer
+        when the task was cancelled, the copy quota is exceeded or leadership was lost
+        during a copy."""
         copied = 0
-        for segment, next_base in candidates:
+        for batch in self._batches(candidates):
             if self.cancelled:
                 break  # no longer the leader: the next leader copies the rest
             quota = self.ctx.copy_quota
             if quota is not None and quota.is_exceeded():
                 log.info("%s: copy quota exceeded; the next run continues", self.tp)
                 break
-            if not self._copy_segment(segment, next_base):
+            if not self._copy_segments(batch):
                 break
-            copied += 1
+            copied += len(batch)
         return copied
+
+    def _batches(
+        self, candidates: list[tuple[LogSegment, int]]
+    ) -> Iterator[list[tuple[LogSegment, int]]]:
+        """Consecutive runs of candidates copied together: up to ``COPY_BATCH_SEGMENTS``
+        segments and ``COPY_BATCH_BYTES`` (a segment at least), so that the RSM may make
+        them durable with one round of syncs. One at a time under a copy quota, which is
+        checked between batches."""
+        most = 1 if self.ctx.copy_quota is not None else COPY_BATCH_SEGMENTS
+        batch: list[tuple[LogSegment, int]] = []
+        size = 0
+        for candidate in candidates:
+            if batch and (len(batch) >= most or size + candidate[0].size > COPY_BATCH_BYTES):
+                yield batch
+                batch, size = [], 0
+            batch.append(candidate)
+            size += candidate[0].size
+        if batch:
+            yield batch
 
     @staticmethod
     def candidates(plog: PartitionLog, highest_remote: int) -> list[tuple[LogSegment, int]]:
@@ -293,8 +340,10 @@ class CopyTask(RLMTask):
         self.ctx.metrics.set(REMOTE_COPY_LAG_SEGMENTS, self.tp, len(candidates))
         self.ctx.metrics.set(REMOTE_COPY_LAG_BYTES, self.tp, sum(s.size for s, _ in candidates))
 
-    def _copy_segment(self, segment: LogSegment, next_base: int) -> bool:
-        """Copy one segment; False when leadership was lost during the copy."""
+    def _prepare(
+        self, segment: LogSegment, next_base: int
+    ) -> tuple[RemoteLogSegmentMetadata, LogSegmentData]:
+        """The metadata (a fresh segment id) and the files of one segment's copy."""
         ctx, tp, plog = self.ctx, self.tp, self.plog
         start, end = segment.base_offset, next_base - 1
         cache = plog.leader_epoch_cache
@@ -315,9 +364,6 @@ class CopyTask(RLMTask):
             segment_leader_epochs=epochs,
             txn_index_empty=segment.txn_index.is_empty(),
         )
-        self.wait(ctx.rlmm.add_remote_log_segment_metadata(md))
-        ctx.metrics.inc(REMOTE_COPY_REQUESTS, tp)
-        began = time.monotonic()
         snapshot = plog.producer_state.snapshot_file(next_base)
         if snapshot is None or not snapshot.exists():
             # No producer state changed in the segment, so no snapshot was written at the
@@ -331,54 +377,84 @@ class CopyTask(RLMTask):
             producer_snapshot_index=snapshot,
             leader_epoch_index=checkpoint,
         )
+        return md, data
+
+    def _copy_segments(self, batch: list[tuple[LogSegment, int]]) -> bool:
+        """Copy consecutive segments together: COPY_SEGMENT_STARTED of each, one RSM call
+        for all (``copy_log_segments_data``: the plugin may sync them together), then
+        COPY_SEGMENT_FINISHED of each. False when leadership was lost during the copy."""
+        ctx, tp, plog = self.ctx, self.tp, self.plog
+        copies = [self._prepare(segment, next_base) for segment, next_base in batch]
+        for started in [ctx.rlmm.add_remote_log_segment_metadata(md) for md, _ in copies]:
+            self.wait(started)
+        for _ in copies:
+            ctx.metrics.inc(REMOTE_COPY_REQUESTS, tp)
+        began = time.monotonic()
         try:
-            custom = ctx.rsm.copy_log_segment_data(md, data)
+            customs = ctx.rsm.copy_log_segments_data(copies)
         except (RemoteStorageError, OSError) as e:
-            ctx.metrics.inc(REMOTE_COPY_ERRORS, tp)
-            log_event(
-                log,
-                logging.WARNING,
-                "remote_copy_failed",
-                tp,
-                segment_id=md.segment_id,
-                start_offset=start,
-                end_offset=end,
-                error=f"{type(e).__name__}: {e}",
-            )
-            self.delete_segment(md, reason="failed copy")
-            raise RemoteStorageError(f"{tp}: copy of segment {start}..{end} failed") from e
+            first, last = copies[0][0], copies[-1][0]
+            for md, _ in copies:
+                ctx.metrics.inc(REMOTE_COPY_ERRORS, tp)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "remote_copy_failed",
+                    tp,
+                    segment_id=md.segment_id,
+                    start_offset=md.start_offset,
+                    end_offset=md.end_offset,
+                    error=f"{type(e).__name__}: {e}",
+                )
+            for md, _ in copies:
+                self.delete_segment(md, reason="failed copy")
+            raise RemoteStorageError(
+                f"{tp}: copy of segments {first.start_offset}..{last.end_offset} failed"
+            ) from e
         if self.cancelled:
             # This broker stopped leading during the copy: only the leader finishes copies
-            # (its epoch lineage decides what the remote tier holds). The segment stays
-            # COPY_SEGMENT_STARTED, a dangling copy the next leader deletes (KIP-405).
+            # (its epoch lineage decides what the remote tier holds). The segments stay
+            # COPY_SEGMENT_STARTED, dangling copies the next leader deletes (KIP-405).
             log.info(
-                "%s: no longer the leader; segment %d..%d left to the next leader", tp, start, end
+                "%s: no longer the leader; segments %d..%d left to the next leader",
+                tp,
+                copies[0][0].start_offset,
+                copies[-1][0].end_offset,
             )
             return False
-        self.wait(
-            ctx.rlmm.update_remote_log_segment_metadata(
-                RemoteLogSegmentMetadataUpdate(
-                    md.remote_log_segment_id, ctx.clock(), custom, _S.COPY_SEGMENT_FINISHED,
-                    ctx.broker_id,
+        ms = round((time.monotonic() - began) * 1000)
+        for (md, _), custom in zip(copies, customs, strict=True):
+            # One after another, in offset order: a FINISHED stored before an earlier
+            # segment's would make the RLMM's highest remote offset jump over a segment
+            # that may never finish (a failure, a crash: the sync of a FINISHED covers only
+            # the events before it), and the next run would not copy that segment's offsets.
+            self.wait(
+                ctx.rlmm.update_remote_log_segment_metadata(
+                    RemoteLogSegmentMetadataUpdate(
+                        md.remote_log_segment_id, ctx.clock(), custom,
+                        _S.COPY_SEGMENT_FINISHED, ctx.broker_id,
+                    )
                 )
+            )  # fmt: skip
+            with plog.lock:
+                plog.highest_offset_in_remote_storage = max(
+                    plog.highest_offset_in_remote_storage, md.end_offset
+                )
+            ctx.metrics.inc(REMOTE_COPY_BYTES, tp, md.segment_size_in_bytes)
+            if ctx.copy_quota is not None:
+                ctx.copy_quota.record(md.segment_size_in_bytes)
+            log_event(
+                log,
+                logging.INFO,
+                "remote_copy",
+                tp,
+                segment_id=md.segment_id,
+                start_offset=md.start_offset,
+                end_offset=md.end_offset,
+                bytes=md.segment_size_in_bytes,
+                ms=ms,
+                batch=len(copies),
             )
-        )  # fmt: skip
-        with plog.lock:
-            plog.highest_offset_in_remote_storage = max(plog.highest_offset_in_remote_storage, end)
-        ctx.metrics.inc(REMOTE_COPY_BYTES, tp, md.segment_size_in_bytes)
-        if ctx.copy_quota is not None:
-            ctx.copy_quota.record(md.segment_size_in_bytes)
-        log_event(
-            log,
-            logging.INFO,
-            "remote_copy",
-            tp,
-            segment_id=md.segment_id,
-            start_offset=start,
-            end_offset=end,
-            bytes=md.segment_size_in_bytes,
-            ms=round((time.monotonic() - began) * 1000),
-        )
         return True
 
     def _delete_dangling_copies(self) -> None:

@@ -1,9 +1,14 @@
 """The in-process client of ``__remote_log_metadata`` inside a broker.
 
 The RLMM calls it from background threads. Appends go through the broker's own produce
-path on its event loop (so consumers of the topic are woken as for any topic), then the
-partition is fsynced on the calling thread before the offset is returned: a metadata event
-is durable before the RLMM acknowledges it.
+path on its event loop (so consumers of the topic are woken as for any topic). A durable
+append then fsyncs the partition up to and including its record, on the calling thread,
+before the offset is returned; that sync also covers every earlier record of the partition,
+so the RLMM asks for it only where a crash must not lose the event (COPY_SEGMENT_FINISHED,
+which lets local retention delete the local copy, covers the STARTED before it; see
+``rlmm.manager``). Concurrent durable appends share syncs: one whose record an earlier
+sync already covered returns without its own (``PartitionLog.flush`` of an offset below
+the recovery point does nothing).
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ class InProcessMetadataTopicClient:
             raise MetadataTopicError(f"{METADATA_TOPIC} does not exist")
         return info.partitions
 
-    def append(self, partition: int, value: bytes) -> int:
+    def append(self, partition: int, value: bytes, *, durable: bool = True) -> int:
         target = self._partition(partition)
         batch = metadata_batch(value)
 
@@ -75,7 +80,8 @@ class InProcessMetadataTopicClient:
 
         try:
             offset = asyncio.run_coroutine_threadsafe(do_append(), self.loop).result()
-            target.log.flush()
+            if durable:
+                target.log.flush(offset + 1)
         except CoreError as e:
             raise MetadataTopicError(f"append to {METADATA_TOPIC}-{partition} failed: {e}") from e
         return offset

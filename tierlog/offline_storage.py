@@ -168,7 +168,9 @@ class LogDirMetadataTopicClient:
     def partition_count(self) -> int:
         return self._info().partitions
 
-    def append(self, partition: int, value: bytes) -> int:
+    def append(self, partition: int, value: bytes, *, durable: bool = True) -> int:
+        # ``durable`` changes nothing here: the tool flushes every log before it reports
+        # success (``close``).
         info = self._info()
         plog = self._log(partition)
         epoch = info.leader_epochs[partition] if partition < len(info.leader_epochs) else 0

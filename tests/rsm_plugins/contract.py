@@ -17,6 +17,7 @@ Segments are real files written by core's PartitionLog (``segment_files``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import threading
@@ -209,6 +210,36 @@ class RemoteStorageManagerContract:
         assert backdoor.read(next(k for k in keys if k.endswith(".manifest.json"))) == manifest
         with rsm.fetch_log_segment(md, 0) as f:
             assert f.read() == seg.log_bytes()
+
+    def test_segments_copied_together_are_each_complete(self, rsm, tp, segments, backdoor):
+        """``copy_log_segments_data`` (the copy task's call) stores every segment as
+        ``copy_log_segment_data`` would, manifest included."""
+        mds = [seg.metadata(tp) for seg in segments]
+        assert rsm.copy_log_segments_data(
+            [(md, seg.data) for md, seg in zip(mds, segments, strict=True)]
+        ) == [None] * len(segments)
+        for md, seg in zip(mds, segments, strict=True):
+            keys = self.segment_keys(backdoor, md)
+            assert any(k.endswith(".manifest.json") for k in keys)
+            with rsm.fetch_log_segment(md, 0) as f:
+                assert f.read() == seg.log_bytes()
+            with rsm.fetch_index(md, IndexType.OFFSET) as f:
+                assert f.read() == seg.data.offset_index.read_bytes()
+
+    def test_segments_copied_together_store_no_manifest_when_one_fails(
+        self, rsm, tp, segments, backdoor, tmp_path
+    ) -> None:
+        """A batch whose second segment cannot be read completes none: no manifest is
+        stored (the caller then deletes what the batch left)."""
+        mds = [seg.metadata(tp) for seg in segments[:2]]
+        broken = dataclasses.replace(segments[1].data, time_index=tmp_path / "gone.timeindex")
+        with pytest.raises(RemoteStorageError):
+            rsm.copy_log_segments_data([(mds[0], segments[0].data), (mds[1], broken)])
+        for md in mds:
+            keys = self.segment_keys(backdoor, md)
+            assert not any(k.endswith(".manifest.json") for k in keys)
+            with pytest.raises(RemoteResourceNotFoundError):
+                rsm.fetch_index(md, IndexType.OFFSET)
 
     def test_another_instance_reads_what_was_copied(self, make_rsm, copied) -> None:
         md, seg = copied

@@ -19,13 +19,17 @@ S = RemoteLogSegmentState
 
 
 class MemoryTopic:
-    """An in-memory ``MetadataTopicClient`` that counts the records it serves."""
+    """An in-memory ``MetadataTopicClient`` that counts the records it serves.
+
+    It models what a crash of the machine keeps: a durable append makes its partition's
+    records up to it durable (as a flush of the log does), and ``crash`` drops the rest."""
 
     def __init__(self, partitions: int = 5) -> None:
         self.partitions: list[list[bytes]] | None = None
         self.wanted = partitions
         self.lock = threading.Lock()
         self.records_read = 0
+        self.durable_end: dict[int, int] = {}
 
     def ensure_topic(self, num_partitions: int) -> None:
         if self.partitions is None:
@@ -37,11 +41,21 @@ class MemoryTopic:
         assert self.partitions is not None
         return len(self.partitions)
 
-    def append(self, partition: int, value: bytes) -> int:
+    def append(self, partition: int, value: bytes, *, durable: bool = True) -> int:
         assert self.partitions is not None
         with self.lock:
             self.partitions[partition].append(value)
-            return len(self.partitions[partition]) - 1
+            offset = len(self.partitions[partition]) - 1
+            if durable:
+                self.durable_end[partition] = offset + 1
+            return offset
+
+    def crash(self) -> None:
+        """Drop every record no durable append covered (a power loss)."""
+        assert self.partitions is not None
+        with self.lock:
+            for i, records in enumerate(self.partitions):
+                del records[self.durable_end.get(i, 0) :]
 
     def read(self, partition: int, start_offset: int, max_records: int) -> list[MetadataRecord]:
         assert self.partitions is not None

@@ -43,8 +43,8 @@ class _SharedClient:
     def partition_count(self) -> int:
         return self.topic.partition_count()
 
-    def append(self, partition: int, value: bytes) -> int:
-        return self.topic.append(partition, value)
+    def append(self, partition: int, value: bytes, *, durable: bool = True) -> int:
+        return self.topic.append(partition, value, durable=durable)
 
     def read(self, partition: int, start_offset: int, max_records: int) -> list[MetadataRecord]:
         return self.topic.read(partition, start_offset, max_records)

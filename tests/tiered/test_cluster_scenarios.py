@@ -101,8 +101,12 @@ class Scenario:
 
     async def remote_ranges(self, node: int, ranges: list[tuple[int, int]]) -> None:
         try:
+            # A restarted broker's metadata may still be loading (listing it raises).
             await until(
-                lambda: [(s, e) for s, e, _, _ in self.finished(node)] == ranges,
+                lambda: (
+                    self.cluster.node(node).rlm.rlmm.is_ready(self.tidp)
+                    and [(s, e) for s, e, _, _ in self.finished(node)] == ranges
+                ),
                 timeout=30,
                 what=f"remote segments {ranges} seen by broker {node}",
             )

@@ -7,13 +7,17 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import Future
 
 import pytest
 
 from core.errors import KafkaStorageError, OffsetOutOfRangeError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
+from core.log.partition_log import PartitionLog
 from core.records.builder import RecordBatchBuilder, build_control_batch
 from core.records.record import ControlRecordType
+from tests.support.memory_metadata import manager
+from tests.support.waiting import wait_until
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -86,6 +90,101 @@ def test_a_copy_run_also_copies_segments_rolled_while_it_ran(env, memory_rsm):
     assert len(env.plog.segments()) > before
     assert copied == len(env.plog.segments()) - 1  # every rolled segment, old and new
     assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
+
+
+def test_a_copy_run_stopped_at_its_time_bound_is_followed_at_once(env, memory_rsm, monkeypatch):
+    """A run copies further passes for at most one task interval; when it stops there with
+    segments left (the partition is produced faster than one run copies), the next run is
+    due at once, not a task interval later."""
+    produce(env.plog, 20)
+    task = env.task(CopyTask)
+    copy = memory_rsm.copy_log_segment_data
+    produced = []
+
+    def copy_while_producing(md, data):
+        if not produced:
+            produced.append(produce(env.plog, 20))
+        return copy(md, data)
+
+    memory_rsm.copy_log_segment_data = copy_while_producing
+    now = [0.0]
+
+    def slow_clock() -> float:  # every look at the clock is 10 s later: each pass is late
+        now[0] += 10.0
+        return now[0]
+
+    monkeypatch.setattr("tiered.rlm_tasks.time.monotonic", slow_clock)
+    assert task.run() == 0.0
+    assert 0 < env.plog.highest_offset_in_remote_storage < env.plog.active_segment.base_offset - 1
+    assert task.run() == env.rlm.config.remote_log_manager_task_interval_ms  # caught up
+    assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
+
+
+def test_copies_of_different_partitions_overlap_on_the_copier_pool(env, memory_rsm, tmp_path):
+    """Two partitions' copy tasks run on different copier threads at once: each RSM copy
+    waits (with a deadline) until the other partition's copy is in progress too."""
+    other_tp = TopicIdPartition(uuid.UUID(int=43), "u", 0)
+    other = PartitionLog(tmp_path / "logs" / "u-0", "u", 0, tiered_config(), clock=env.clock)
+    try:
+        env.rlm.on_leadership([(other_tp, other)])
+        assert env.rlmm.wait_ready(other_tp, 10)
+        produce(env.plog, 20)
+        produce(other, 20)
+        both = threading.Barrier(2, timeout=20)
+        met: set[str] = set()
+        copy = memory_rsm.copy_log_segment_data
+
+        def copy_when_both_copy(md, data):
+            if md.topic_id_partition.topic not in met:
+                both.wait()  # BrokenBarrierError (a failed copy) if the other never comes
+                met.add(md.topic_id_partition.topic)
+            return copy(md, data)
+
+        memory_rsm.copy_log_segment_data = copy_when_both_copy
+        env.rlm.start()
+        for plog in (env.plog, other):
+            target = plog.active_segment.base_offset - 1
+            wait_until(
+                lambda p=plog, t=target: p.highest_offset_in_remote_storage == t,
+                what=f"{plog.topic} copied",
+            )
+        assert met == {"t", "u"}
+        assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 0
+    finally:
+        env.rlm.shutdown()
+        other.close()
+
+
+def test_a_failed_finish_in_a_batch_leaves_no_offset_uncopied(env, memory_rsm):
+    """The FINISHED events of a batch go one after another in offset order: when the first
+    one fails, no later segment of the batch is FINISHED (which would move the highest
+    remote offset over the unfinished one, and the next run would never copy it)."""
+    produce(env.plog, 40)
+    assert len(env.plog.segments()) >= 4
+    update = env.rlmm.update_remote_log_segment_metadata
+    failed = []
+
+    def fail_the_first_finish(u):
+        if u.state == S.COPY_SEGMENT_FINISHED and not failed:
+            failed.append(u)
+            future: Future[None] = Future()
+            future.set_exception(RemoteStorageError("injected: the metadata write failed"))
+            return future
+        return update(u)
+
+    env.rlmm.update_remote_log_segment_metadata = fail_the_first_finish
+    with pytest.raises(RemoteStorageError):
+        env.copy()
+    assert env.plog.highest_offset_in_remote_storage == -1
+    assert env.segments(S.COPY_SEGMENT_FINISHED) == []
+    del env.rlmm.update_remote_log_segment_metadata
+    env.copy()
+    highest = env.plog.highest_offset_in_remote_storage
+    assert highest == env.plog.active_segment.base_offset - 1
+    for offset in range(env.plog.log_start_offset, highest + 1):
+        epoch = env.plog.leader_epoch_cache.epoch_for_offset(offset)
+        served = env.rlmm.remote_log_segment_metadata(env.tp, epoch, offset)
+        assert served is not None and served.state == S.COPY_SEGMENT_FINISHED, offset
 
 
 def test_copy_stops_at_the_last_stable_offset(env):
@@ -173,6 +272,79 @@ def test_local_dir_rsm_end_to_end(tmp_path):
         env.close()
 
 
+def test_a_machine_crash_after_local_retention_loses_no_copied_offset(env, memory_rsm):
+    """Local retention deletes a copied segment only once its COPY_SEGMENT_FINISHED is
+    durable: a crash of the machine that loses the metadata topic's unsynced tail (the
+    COPY_SEGMENT_STARTED events are not synced) right after local retention still finds
+    every deleted offset in a finished remote segment."""
+    produce(env.plog, 40)
+    before = local_reads(env, env.plog.active_segment.base_offset, 700)
+    env.copy()
+    assert env.plog.delete_old_segments() > 0
+    local_start = env.plog.local_log_start_offset
+    env.rlm.shutdown()
+    env.rlmm.close()
+    env.topic.crash()
+    env.rlmm = manager(env.topic)
+    env.rlm = env.new_rlm()
+    finished = env.segments(S.COPY_SEGMENT_FINISHED)
+    assert finished and finished[-1].end_offset >= local_start - 1
+    for offset, expected in before.items():
+        assert env.rlm.read_remote(env.tp, env.plog, offset, 700) == expected, offset
+
+
+def test_a_machine_crash_between_a_copy_and_its_finish_leaves_nothing_served(env, memory_rsm):
+    """A crash after the RSM copy, before COPY_SEGMENT_FINISHED: the copy's unsynced
+    STARTED is lost with the crash, nothing refers to its objects, no local segment was
+    deleted, and the next leader's run copies the segment again."""
+    produce(env.plog, 20)
+    task = env.task(CopyTask)
+    copy = memory_rsm.copy_log_segment_data
+
+    def copy_then_lose_leadership(md, data):
+        result = copy(md, data)
+        task.cancel()  # stops the run here, as the crash does
+        return result
+
+    memory_rsm.copy_log_segment_data = copy_then_lose_leadership
+    assert task.run_once() == 0
+    assert env.plog.highest_offset_in_remote_storage == -1
+    assert env.plog.delete_old_segments() == 0
+    env.rlm.shutdown()
+    env.rlmm.close()
+    env.topic.crash()
+    env.rlmm = manager(env.topic)
+    del memory_rsm.copy_log_segment_data
+    env.rlm = env.new_rlm()
+    assert env.segments() == []
+    before = local_reads(env, env.plog.active_segment.base_offset, 700)
+    assert env.copy() == len(env.plog.segments()) - 1
+    env.plog.delete_old_segments()
+    for offset, expected in before.items():
+        assert env.rlm.read_remote(env.tp, env.plog, offset, 700) == expected, offset
+
+
+def test_a_machine_crash_after_remote_deletions_serves_no_deleted_segment(env, memory_rsm):
+    """DELETE_SEGMENT_STARTED is durable before the remote objects go: after a crash of the
+    machine that loses the unsynced tail of the metadata topic, no segment whose objects
+    were deleted is FINISHED again."""
+    produce(env.plog, 40)
+    env.copy()
+    env.plog.delete_old_segments()
+    env.plog.update_config(tiered_config(retention_bytes=0, local_retention_bytes=0))
+    assert env.expire() > 0
+    env.rlm.shutdown()
+    env.rlmm.close()
+    env.topic.crash()
+    env.rlmm = manager(env.topic)
+    env.rlm = env.new_rlm()
+    assert env.segments(S.COPY_SEGMENT_FINISHED) == []
+    assert env.segments(S.DELETE_SEGMENT_STARTED) or env.segments() == []
+    env.expire()  # the deletions a crash interrupted are resumed
+    assert env.segments() == []
+    assert memory_rsm.segment_ids() == set()
+
+
 def test_failed_copy_is_cleaned_up_and_retried(env, memory_rsm):
     produce(env.plog, 20)
     memory_rsm.fail_copies = 1
@@ -181,7 +353,8 @@ def test_failed_copy_is_cleaned_up_and_retried(env, memory_rsm):
     assert env.segments() == []  # DELETE_SEGMENT_FINISHED segments are forgotten
     assert memory_rsm.segment_ids() == set()  # the partial copy is gone
     assert env.plog.highest_offset_in_remote_storage == -1
-    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS, env.tp) == 1
+    # The rolled segments are copied together: the failure fails each of them.
+    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS, env.tp) == len(env.plog.segments()) - 1
     copied = env.copy()
     assert copied == len(env.plog.segments()) - 1
     finished = env.segments(S.COPY_SEGMENT_FINISHED)
@@ -289,8 +462,9 @@ def test_expiration_by_size_counts_a_just_finished_copy_once(env, memory_rsm, mo
     assert [deleted for _, deleted in in_window] == [0] * copied
     remote = sorted(env.segments(), key=lambda m: m.start_offset)
     assert copied == len(remote) == len(in_window) >= 4
-    # The window is real: each expiration saw the segment FINISHED before highest moved.
-    assert [seen for seen, _ in in_window] == [-1] + [md.end_offset for md in remote[:-1]]
+    # The window is real: each expiration saw the segment FINISHED before highest moved
+    # over it (the segments are copied in one batch, whose FINISHED events come first).
+    assert all(seen < md.end_offset for (seen, _), md in zip(in_window, remote, strict=True))
     assert all(md.state == S.COPY_SEGMENT_FINISHED for md in remote)
     assert env.plog.log_start_offset == 0
     # One byte over: the oldest segment is still not wholly past retention.bytes ...
@@ -432,7 +606,8 @@ def test_scheduled_tasks_copy_and_retry_after_failure(env, memory_rsm):
     while env.plog.highest_offset_in_remote_storage < target and time.monotonic() < deadline:
         time.sleep(0.02)
     assert env.plog.highest_offset_in_remote_storage == target
-    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 2
+    # Two failed runs, each of the rolled segments copied together.
+    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 2 * (len(env.plog.segments()) - 1)
 
 
 def test_reader_rejects_beyond_pending_bound(env):
@@ -638,13 +813,15 @@ def test_a_leader_deposed_during_a_copy_leaves_it_started_for_the_next_leader(en
     memory_rsm.copy_log_segment_data = copy_then_lose_leadership
     assert task.run_once() == 0
     dangling = env.segments(S.COPY_SEGMENT_STARTED)
-    assert len(dangling) == 1 and env.segments(S.COPY_SEGMENT_FINISHED) == []
+    # The rolled segments were copied together: all of them are left started.
+    assert len(dangling) == len(env.plog.segments()) - 1
+    assert env.segments(S.COPY_SEGMENT_FINISHED) == []
     assert env.plog.highest_offset_in_remote_storage == -1  # nothing may leave the disk
     memory_rsm.copy_log_segment_data = copy
     next_leader = CopyTask(task.ctx, env.tp, env.plog)
     assert next_leader.run_once() == len(env.plog.segments()) - 1
-    assert dangling[0].segment_id not in {md.segment_id for md in env.segments()}
-    assert dangling[0].segment_id not in memory_rsm.segment_ids()
+    remaining = {md.segment_id for md in env.segments()} | memory_rsm.segment_ids()
+    assert not remaining & {md.segment_id for md in dangling}
     assert env.segments(S.COPY_SEGMENT_STARTED) == []
 
 
@@ -706,7 +883,7 @@ def test_a_deposed_leaders_late_finish_of_a_dangling_copy_loses_no_offset(env, m
     memory_rsm.copy_log_segment_data = copy_then_lose_leadership
     assert deposed.run_once() == 0
     memory_rsm.copy_log_segment_data = copy
-    ((dangling, custom),) = in_flight
+    dangling, custom = in_flight[0]  # the others of its batch are left dangling too
     update = env.rlmm.update_remote_log_segment_metadata
     late = []
 
