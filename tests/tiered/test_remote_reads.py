@@ -9,13 +9,57 @@ from concurrent.futures import Future
 
 import pytest
 
+from core.errors import OffsetOutOfRangeError
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from tests.support.waiting import wait_until
-from tiered.api import TopicIdPartition
-from tiered.remote_reader import READ_AHEAD_MAX_ENTRIES, CorruptRemoteDataError, _ReadAhead
+from tiered.api import RemoteStorageError, TopicIdPartition
+from tiered.remote_reader import (
+    READ_AHEAD_DEPTH,
+    READ_AHEAD_MAX_ENTRIES,
+    CorruptRemoteDataError,
+    _ReadAhead,
+)
 
-from .harness import T0, Env, produce
+from .harness import T0, Env, MemoryRSM, produce, tiered_config
+
+
+class FreezableRSM(MemoryRSM):
+    """A MemoryRSM whose log reads fail while ``frozen``: what is served then was in hand."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = False
+
+    def fetch_log_segment(self, metadata, start_position, end_position=None):
+        if self.frozen:
+            raise RemoteStorageError("frozen: no remote read may happen now")
+        return super().fetch_log_segment(metadata, start_position, end_position)
+
+
+def next_offset_after(data: bytes) -> int:
+    """The offset after the last whole batch of ``data`` (the consumer's next fetch)."""
+    at, offset = 0, None
+    while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
+        offset = RecordBatchHeader(data, at).next_offset
+        at += size
+    assert offset is not None, "no whole batch"
+    return offset
+
+
+def whole_batches(data: bytes) -> bytes:
+    """``data`` without a partial last batch (what a client keeps)."""
+    at = 0
+    while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
+        at += size
+    return data[:at]
+
+
+def in_hand(reader, env: Env, offset: int) -> bool:
+    """The read-ahead range for a fetch at ``offset`` has arrived."""
+    md = reader._segment_for(env.tp, env.plog, offset)
+    held = reader.read_ahead.held((md.segment_id, offset)) if md is not None else None
+    return held is not None and held[1].done()
 
 
 def test_sequential_reads_are_served_from_read_ahead_and_stay_identical(env, memory_rsm):
@@ -170,3 +214,118 @@ def test_event_lines_are_one_line_of_key_value_fields():
         "reason=retention.ms"
     )
     assert 'error="OSError: disk full"' in event_line("x", tp, error="OSError: disk full")
+
+
+def test_a_sequential_consumer_finds_several_ranges_read_ahead(tmp_path):
+    """The read-ahead is a pipeline: after one fetch, more than the next fetch is in hand
+    (READ_AHEAD_DEPTH ranges; a consumer that asks again at once no longer waits for the
+    one range read since its last fetch), and the ranges hold the segments' bytes."""
+    rsm = FreezableRSM()
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        max_bytes = 600  # two batches a fetch: several fetches per segment
+        first = reader.fetch(env.tp, env.plog, 0, max_bytes).records
+        offset = next_offset_after(first)
+        got = bytearray(whole_batches(first))
+        # Two ranges in hand at once: with one (the read-ahead before the pipeline) the
+        # second fetch below found nothing and went to the remote tier.
+        assert READ_AHEAD_DEPTH >= 2
+        wait_until(lambda: reader.read_ahead.arrived() >= 2, 10)
+        rsm.frozen = True
+        for _ in range(2):
+            answer = reader.submit_fetch(env.tp, env.plog, offset, max_bytes)
+            assert answer.done(), "a fetch of a range read ahead was not answered at once"
+            data = answer.result().records
+            got += whole_batches(data)
+            offset = next_offset_after(data)
+        assert bytes(got) == expected[: len(got)]
+    finally:
+        env.close()
+
+
+def test_read_committed_fetches_are_served_from_read_ahead_with_their_aborts(env):
+    """librdkafka consumes READ_COMMITTED by default: such fetches are answered from the
+    read-ahead too, with the aborted transactions the pool's read gives, also for segments
+    whose transaction index has left the index cache (read again by the pool)."""
+    produce(env.plog, 40, ts=T0)
+    segments = env.plog.segments()
+    s1, s2 = segments[1].base_offset, segments[2].base_offset
+    add_abort(env, 1, AbortedTxn(7, s1, s1 + 3, s1 + 4))
+    add_abort(env, 2, AbortedTxn(8, s1 + 2, s2 + 1, s2 + 2))
+    env.copy()
+    env.plog.delete_old_segments()
+    reader = env.rlm.reader
+    md2 = reader._segment_for(env.tp, env.plog, s2)
+    answers = []
+    offset, from_memory = 0, 0
+    while offset < env.plog.local_log_start_offset:
+        if offset == s2:
+            reader.index_cache.remove(md2.segment_id)  # not in memory: the pool reads it
+        elif offset > 0:
+            wait_until(lambda o=offset: in_hand(reader, env, o), 10)
+        answer = reader.submit_fetch(env.tp, env.plog, offset, 600, read_committed=True)
+        from_memory += answer.done()
+        result = answer.result(10)
+        answers.append((offset, result))
+        offset = next_offset_after(result.records)
+    assert from_memory >= len(answers) // 2
+    for offset, result in answers:
+        expected = reader.fetch(env.tp, env.plog, offset, 600, read_committed=True)
+        assert result.records[: len(expected.records)] == expected.records[: len(result.records)]
+        assert result.aborted_txns == expected.aborted_txns, offset
+    assert any((8, s1 + 2) in r.aborted_txns for _, r in answers)
+
+
+def test_a_corrupt_batch_read_ahead_is_never_served(env, memory_rsm):
+    """A range in hand is checked as a range read for the fetch is: a batch that fails its
+    CRC32C fails the fetch, answered at once from memory, never served."""
+    produce(env.plog, 40, ts=T0)
+    env.copy()
+    env.plog.delete_old_segments()
+    reader = env.rlm.reader
+    md = sorted(env.segments(), key=lambda m: m.start_offset)[1]
+    key = (md.segment_id, "log")
+    data = bytearray(memory_rsm.objects[key])
+    data[HEADER_SIZE + 10] ^= 0xFF  # inside the segment's first batch
+    memory_rsm.objects[key] = bytes(data)
+    offset = 0
+    while offset < md.start_offset:
+        answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
+        offset = next_offset_after(answer.result(10).records)
+    assert offset == md.start_offset
+    wait_until(lambda: in_hand(reader, env, offset), 10)
+    answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
+    assert answer.done(), "the range in hand was not used"
+    with pytest.raises(CorruptRemoteDataError, match="fails its CRC32C"):
+        answer.result()
+
+
+def test_a_range_read_ahead_of_a_deleted_segment_is_not_served(env, memory_rsm):
+    """Retention deletes remote segments a consumer had ranges read ahead of: a fetch of
+    them is out of range, as without read-ahead, not answered with the deleted bytes."""
+    produce(env.plog, 40, ts=T0)
+    env.copy()
+    env.plog.delete_old_segments()
+    reader = env.rlm.reader
+    remote = sorted(env.segments(), key=lambda m: m.start_offset)
+    # A consumer at the end of segment 0: the start of segment 1 is read ahead.
+    first = reader.fetch(env.tp, env.plog, 0, remote[0].segment_size_in_bytes).records
+    assert next_offset_after(first) == remote[1].start_offset
+    wait_until(lambda: in_hand(reader, env, remote[1].start_offset), 10)
+    local_only = sum(
+        s.size
+        for s in env.plog.segments()
+        if s.base_offset > env.plog.highest_offset_in_remote_storage
+    )
+    keep = sum(md.segment_size_in_bytes for md in remote[2:])
+    env.plog.update_config(tiered_config(retention_bytes=keep + local_only))
+    assert env.expire() == 2
+    assert env.plog.log_start_offset == remote[2].start_offset
+    answer = reader.submit_fetch(env.tp, env.plog, remote[1].start_offset, 600)
+    with pytest.raises(OffsetOutOfRangeError):
+        answer.result(10)
