@@ -134,10 +134,12 @@ class _SegmentRanges:
 
 class _ReadAhead:
     """Ranges fetched ahead for sequential consumers: (segment id, next fetch offset) ->
-    (byte position of that offset's batch, the bytes from there). A range is handed out
-    once. LRU, bounded by READ_AHEAD_MAX_ENTRIES and READ_AHEAD_MAX_BYTES (counted when a
-    range arrives). Thread-safe; futures are never cancelled under the lock, because a
-    cancellation runs the future's callbacks (``_arrived``) at once in the same thread."""
+    (byte position of that offset's batch, the bytes from there). Every range starts at a
+    batch and had the CRC32C of its whole batches checked before it was put here (or is
+    the rest of such a range from a batch on). A range is handed out once. LRU, bounded by
+    READ_AHEAD_MAX_ENTRIES and READ_AHEAD_MAX_BYTES (counted when a range arrives).
+    Thread-safe; futures are never cancelled under the lock, because a cancellation runs
+    the future's callbacks (``_arrived``) at once in the same thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -346,14 +348,11 @@ class RemoteLogReader:
                 self.read_ahead.put(key, position, _done_future(prefix))
                 return None
             aborted = tuple((t.producer_id, t.first_offset) for t in txns)
+        # No CRC32C pass here: every range in hand was checked when it arrived (in the
+        # thread that read it), and ``data`` starts where its range does, so its whole
+        # batches are among those checked.
         self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
         answer: Future[RemoteFetchResult] = Future()
-        try:
-            _verify_batches(md, position, data)
-        except CorruptRemoteDataError as e:
-            self._count_failed(tp, fetch_offset, e)
-            answer.set_exception(e)
-            return answer
         self._count_served(tp, len(data))
         if len(data) < len(prefix):
             self._keep_rest(md, position, prefix, data)
@@ -651,6 +650,8 @@ class RemoteLogReader:
         self._read_ahead(tp, plog, md, position, arrived.result(), chunk, depth)
 
     def _fetch_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+        """A read-ahead range, its whole batches' CRC32C checked (a range that fails is
+        never in hand: the fetch that wants it reads it again and reports the failure)."""
         with self.rsm.fetch_log_segment(md, start, end) as stream:
             parts = []
             got = 0
@@ -660,7 +661,9 @@ class RemoteLogReader:
                     break
                 parts.append(part)
                 got += len(part)
-        return b"".join(parts)
+        data = b"".join(parts)
+        _verify_batches(md, start, data)
+        return data
 
     # -- ListOffsets ---------------------------------------------------------------------
     def find_offset_by_timestamp(

@@ -25,13 +25,16 @@ from .harness import T0, Env, MemoryRSM, produce, tiered_config
 
 
 class FreezableRSM(MemoryRSM):
-    """A MemoryRSM whose log reads fail while ``frozen``: what is served then was in hand."""
+    """A MemoryRSM whose log reads fail while ``frozen``: what is served then was in hand.
+    ``reads`` lists the (segment id, start) of every log read."""
 
     def __init__(self) -> None:
         super().__init__()
         self.frozen = False
+        self.reads: list[tuple[uuid.UUID, int]] = []
 
     def fetch_log_segment(self, metadata, start_position, end_position=None):
+        self.reads.append((metadata.segment_id, start_position))
         if self.frozen:
             raise RemoteStorageError("frozen: no remote read may happen now")
         return super().fetch_log_segment(metadata, start_position, end_position)
@@ -281,28 +284,35 @@ def test_read_committed_fetches_are_served_from_read_ahead_with_their_aborts(env
     assert any((8, s1 + 2) in r.aborted_txns for _, r in answers)
 
 
-def test_a_corrupt_batch_read_ahead_is_never_served(env, memory_rsm):
-    """A range in hand is checked as a range read for the fetch is: a batch that fails its
-    CRC32C fails the fetch, answered at once from memory, never served."""
-    produce(env.plog, 40, ts=T0)
-    env.copy()
-    env.plog.delete_old_segments()
-    reader = env.rlm.reader
-    md = sorted(env.segments(), key=lambda m: m.start_offset)[1]
-    key = (md.segment_id, "log")
-    data = bytearray(memory_rsm.objects[key])
-    data[HEADER_SIZE + 10] ^= 0xFF  # inside the segment's first batch
-    memory_rsm.objects[key] = bytes(data)
-    offset = 0
-    while offset < md.start_offset:
+def test_a_corrupt_batch_read_ahead_is_never_served(tmp_path):
+    """A read-ahead range is checked when it arrives: one holding a batch that fails its
+    CRC32C is dropped, never in hand, and the fetch that wants it fails as without
+    read-ahead."""
+    rsm = FreezableRSM()
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        md = sorted(env.segments(), key=lambda m: m.start_offset)[1]
+        key = (md.segment_id, "log")
+        data = bytearray(rsm.objects[key])
+        data[HEADER_SIZE + 10] ^= 0xFF  # inside the segment's first batch
+        rsm.objects[key] = bytes(data)
+        offset = 0
+        while offset < md.start_offset:
+            answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
+            offset = next_offset_after(answer.result(10).records)
+        assert offset == md.start_offset
+        # Serving the end of segment 0 read the start of segment 1 ahead; it failed.
+        wait_until(lambda: (md.segment_id, 0) in rsm.reads, 10, what="the read-ahead")
+        wait_until(lambda: reader.read_ahead.held((md.segment_id, offset)) is None, 10)
         answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
-        offset = next_offset_after(answer.result(10).records)
-    assert offset == md.start_offset
-    wait_until(lambda: in_hand(reader, env, offset), 10)
-    answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
-    assert answer.done(), "the range in hand was not used"
-    with pytest.raises(CorruptRemoteDataError, match="fails its CRC32C"):
-        answer.result()
+        with pytest.raises(CorruptRemoteDataError, match="fails its CRC32C"):
+            answer.result(10)
+    finally:
+        env.close()
 
 
 def test_a_range_read_ahead_of_a_deleted_segment_is_not_served(env, memory_rsm):
