@@ -160,6 +160,15 @@ class _ReadAhead:
                 if f.done() and not f.cancelled() and f.exception() is None
             )
 
+    def roomy(self) -> bool:
+        """Less than half full (entries and bytes): room for ranges beyond the next one of
+        each consumer without evicting another consumer's next range."""
+        with self._lock:
+            return (
+                len(self._ranges) < READ_AHEAD_MAX_ENTRIES // 2
+                and self._bytes < READ_AHEAD_MAX_BYTES // 2
+            )
+
     def held(self, key: tuple[uuid.UUID, int]) -> tuple[int, Future[bytes]] | None:
         """The (position, range) kept for ``key``, left in place; None if none is."""
         with self._lock:
@@ -309,10 +318,11 @@ class RemoteLogReader:
         """A fetch answered in the caller's thread from a read-ahead range already in
         memory (a done future), or None: the pool then serves it. A sequential consumer's
         next range is usually in hand when it asks, and handing the fetch to a pool thread
-        and the answer back cost more than the work (an RLMM lookup, a slice, the CRC32C
-        check). Never waits for I/O: a range too short for the answer is left for the pool,
-        and so is a READ_COMMITTED fetch (librdkafka's default) whose aborted transactions
-        need a remote transaction index not parsed in memory yet."""
+        and the answer back cost more than the work (an RLMM lookup and a slice; the
+        range's CRC32C was checked when it arrived). Never waits for I/O: a range too short
+        for the answer is left for the pool, and so is a READ_COMMITTED fetch (librdkafka's
+        default) whose aborted transactions need a remote transaction index not parsed in
+        memory yet."""
         if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
             return None
         try:
@@ -618,9 +628,16 @@ class RemoteLogReader:
         if held is not None:
             start, future = held
         else:
+            # The next range of a consumer when a pool thread is idle; the ones after it
+            # only while half the pool is idle and the cache half empty, so that with many
+            # consumers they neither delay reads asked for nor evict others' next ranges.
+            further = depth < READ_AHEAD_DEPTH
             with self._pending_lock:
-                if self._pending >= min(self.threads, self.max_pending_tasks):
-                    return  # no idle thread: reading ahead would delay reads asked for
+                idle = min(self.threads, self.max_pending_tasks) - self._pending
+            if idle <= 0 or (
+                further and (idle <= self.threads // 2 or not self.read_ahead.roomy())
+            ):
+                return
             end = min(start + chunk, md.segment_size_in_bytes)
             try:
                 future = self._submit(lambda: self._fetch_range(md, start, end))
