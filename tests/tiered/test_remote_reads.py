@@ -348,3 +348,32 @@ def test_a_range_read_ahead_of_a_deleted_segment_is_not_served(env, memory_rsm):
     answer = reader.submit_fetch(env.tp, env.plog, remote[1].start_offset, 600)
     with pytest.raises(OffsetOutOfRangeError):
         answer.result(10)
+
+
+def test_a_smaller_fetch_keeps_the_rest_of_a_range_in_hand(tmp_path):
+    """A fetch with a smaller ``max_bytes`` than the range read ahead for it (the response's
+    budget shrank) is answered from the range, and the rest of the range answers the next
+    fetch, also from memory: the same bytes as the segment, no read."""
+    rsm = FreezableRSM()
+    env = Env(tmp_path, rsm, tiered_config(segment_bytes=8192))
+    try:
+        produce(env.plog, 40, ts=T0)
+        expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        first = reader.fetch(env.tp, env.plog, 0, 2000).records
+        got = bytearray(whole_batches(first))
+        offset = next_offset_after(first)
+        wait_until(lambda: in_hand(reader, env, offset), 10)
+        rsm.frozen = True
+        for max_bytes in (700, 700):
+            answer = reader.submit_fetch(env.tp, env.plog, offset, max_bytes)
+            assert answer.done(), "the rest of the range was not in hand"
+            data = answer.result().records
+            assert len(whole_batches(data)) <= max_bytes
+            got += whole_batches(data)
+            offset = next_offset_after(data)
+        assert bytes(got) == expected[: len(got)]
+    finally:
+        env.close()
