@@ -78,6 +78,10 @@ READ_AHEAD_MAX_BYTES = 64 * 1024 * 1024
 # arrived before it (a pool hop and a wait per fetch). Two or more keep one arrived while
 # the next is read (parallel ranged GETs on S3).
 READ_AHEAD_DEPTH = 3
+# A READ_COMMITTED fetch answered on the event loop looks up at most this many remote
+# segments for aborted transactions (Kafka's search goes on through later segments until a
+# transaction index says it is complete); one that needs more goes to the reader pool.
+EVENT_LOOP_TXN_SEARCH_SEGMENTS = 16
 
 
 class CorruptRemoteDataError(RemoteStorageError):
@@ -352,7 +356,12 @@ class RemoteLogReader:
         if read_committed:
             upper = _upper_bound_offset(data, fetch_offset)
             txns = self._collect_aborted_txns(
-                tp, plog, fetch_offset, upper, self.index_cache.txn_index_in_memory
+                tp,
+                plog,
+                fetch_offset,
+                upper,
+                self.index_cache.txn_index_in_memory,
+                max_segments=EVENT_LOOP_TXN_SEARCH_SEGMENTS,
             )
             if txns is None:
                 self.read_ahead.put(key, position, _done_future(prefix))
@@ -471,12 +480,19 @@ class RemoteLogReader:
         start_offset: int,
         upper_bound: int,
         txn_index: Callable[[RemoteLogSegmentMetadata], TransactionIndex | None],
+        *,
+        max_segments: int | None = None,
     ) -> list[AbortedTxn] | None:
         """``collect_aborted_txns`` with the remote transaction indexes from ``txn_index``;
-        None as soon as it gives None for one (not in memory)."""
+        None as soon as it gives None for one (not in memory), or when more than
+        ``max_segments`` remote segments would be searched."""
         out: list[AbortedTxn] = []
         offset = start_offset
+        searched = 0
         while offset < plog.local_log_start_offset:
+            searched += 1
+            if max_segments is not None and searched > max_segments:
+                return None
             md = self._segment_for(tp, plog, offset)
             if md is None:
                 break

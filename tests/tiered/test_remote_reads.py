@@ -15,6 +15,7 @@ from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from tests.support.waiting import wait_until
 from tiered.api import RemoteStorageError, TopicIdPartition
 from tiered.remote_reader import (
+    EVENT_LOOP_TXN_SEARCH_SEGMENTS,
     READ_AHEAD_DEPTH,
     READ_AHEAD_MAX_ENTRIES,
     CorruptRemoteDataError,
@@ -377,3 +378,27 @@ def test_a_smaller_fetch_keeps_the_rest_of_a_range_in_hand(tmp_path):
         assert bytes(got) == expected[: len(got)]
     finally:
         env.close()
+
+
+def test_a_read_committed_fetch_far_from_the_local_log_still_gets_a_late_abort(env):
+    """A transaction that starts in the first segment and is aborted many segments later:
+    a READ_COMMITTED fetch of the first segment learns of it whether it is answered from
+    the read-ahead or (with more segments to search than the event loop takes on) by the
+    reader pool."""
+    produce(env.plog, 160, ts=T0)
+    segments = env.plog.segments()
+    assert len(segments) > EVENT_LOOP_TXN_SEARCH_SEGMENTS + 4
+    first = segments[0].base_offset
+    late = segments[-3]
+    add_abort(env, len(segments) - 3, AbortedTxn(9, first + 2, late.base_offset, late.base_offset))
+    env.copy()
+    env.plog.delete_old_segments()
+    reader = env.rlm.reader
+    offset = 0
+    for _ in range(3):
+        if offset > 0:
+            wait_until(lambda o=offset: in_hand(reader, env, o), 10)
+        result = reader.submit_fetch(env.tp, env.plog, offset, 300, read_committed=True)
+        answer = result.result(10)
+        assert (9, first + 2) in answer.aborted_txns, offset
+        offset = next_offset_after(answer.records)
