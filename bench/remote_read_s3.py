@@ -102,6 +102,10 @@ def bench(base: Path, total_mb: int, rounds: int, segment_kb: int, range_kb: int
         objects = _log_objects(client, bucket)
         remote_bytes = sum(size for _, size in objects)
         times: dict[str, list[float]] = {"tierlog": [], "boto3": []}
+        # CPU seconds of each side's reader: the broker process for tierlog (its boto3
+        # GETs and the Kafka answers), this process for boto3 (the GETs alone).
+        cpu: dict[str, list[float]] = {"tierlog": [], "boto3": []}
+        cpu_of = {"tierlog": broker.cpu_seconds, "boto3": time.process_time}
 
         def tierlog() -> None:
             _consume_all(broker.bootstrap, "remote", count)
@@ -113,9 +117,11 @@ def bench(base: Path, total_mb: int, rounds: int, segment_kb: int, range_kb: int
         for r in range(rounds):
             order = [("tierlog", tierlog), ("boto3", raw)]
             for name, fn in order if r % 2 == 0 else reversed(order):
+                cpu0 = cpu_of[name]()
                 began = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - began)
+                cpu[name].append(cpu_of[name]() - cpu0)
         client.close()
         mbps = {k: remote_bytes / MiB / statistics.median(v) for k, v in times.items()}
         return {
@@ -124,6 +130,10 @@ def bench(base: Path, total_mb: int, rounds: int, segment_kb: int, range_kb: int
             "remote MiB": remote_bytes / MiB,
             "objects": len(objects),
             "rounds": {k: [round(remote_bytes / MiB / t, 1) for t in v] for k, v in times.items()},
+            "cpu s/GiB": {
+                k: round(statistics.median(v) * 1024 * MiB / remote_bytes, 2)
+                for k, v in cpu.items()
+            },
         }
     finally:
         if broker is not None:
@@ -150,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         f"remote read-back from S3 (moto), {r['remote MiB']:.0f} MiB in {r['objects']} "
         f"segments: tierlog consumer {r['tierlog']:.1f} MB/s, boto3 ranged GETs of "
         f"{args.range_kb} KiB {r['boto3']:.1f} MB/s, ratio {r['ratio']:.2f} "
-        f"(target >= {TARGET}: {verdict}); rounds {r['rounds']}",
+        f"(target >= {TARGET}: {verdict}); rounds {r['rounds']}; reader CPU s/GiB "
+        f"{r['cpu s/GiB']}",
         flush=True,
     )
     return 0

@@ -288,6 +288,16 @@ class RemoteIndexCache:
         assert entry.txns is not None
         return entry.txns
 
+    def txn_index_in_memory(self, md: RemoteLogSegmentMetadata) -> TransactionIndex | None:
+        """The segment's aborted transactions if they are parsed in memory; None (nothing
+        read, nothing fetched) otherwise. For callers that must not block on I/O."""
+        with self._lock:
+            entry = self._entries.get(md.segment_id)
+            if entry is None or not entry.parsed:
+                return None
+            self._entries.move_to_end(md.segment_id)
+            return entry.txns
+
     def lookup_position(self, md: RemoteLogSegmentMetadata, offset: int) -> int:
         """A byte position in the segment's log at or before the batch holding ``offset``."""
         return self.offset_index(md).lookup(offset)

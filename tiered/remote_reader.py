@@ -7,13 +7,17 @@ until the batch holding the offset and ``max_bytes`` after it are in hand. READ_
 fetches also get the aborted transactions overlapping what was read, from the remote
 transaction indexes and then the local log's (Kafka's ``collectAbortedTransactions``).
 
-Sequential consumers are read ahead: after serving a range, the next range of the same
-segment is fetched in the background (when a pool thread is idle) and kept, keyed by the
+Sequential consumers are read ahead: after serving a range, the next ranges of the
+segment are fetched in the background (when a pool thread is idle) and kept, keyed by the
 segment and the offset a consumer will ask for next, in a small memory-bounded cache; the
-next fetch starts from those bytes instead of a fresh round trip to the remote tier. A read
-that ends a segment reads ahead the start of the next one, and a read from a segment's
-first offset starts at byte 0: a consumer walking the remote tier from offset 0 needs no
-segment's indexes.
+next fetch starts from those bytes instead of a fresh round trip to the remote tier. The
+read-ahead is a pipeline READ_AHEAD_DEPTH ranges deep: when a range arrives, the one after
+it is asked for, so that a consumer that asks for its next fetch as soon as it has the
+last one (librdkafka does) finds it in memory instead of waiting for the one range read
+since. Each range is the fetch's ``max_bytes`` long and starts at a batch, so a fetch
+served from one ends where the next range starts. A read that ends a segment reads ahead
+the start of the next one, and a read from a segment's first offset starts at byte 0: a
+consumer walking the remote tier from offset 0 needs no segment's indexes.
 
 Every call here blocks: the broker uses ``submit_fetch`` / ``submit_offset_for_timestamp``,
 which run on a bounded pool and return ``concurrent.futures.Future`` objects for
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from core.errors import OffsetOutOfRangeError
 from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
-from core.log.txn_index import AbortedTxn
+from core.log.txn_index import AbortedTxn, TransactionIndex
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from core.records.record import decode_records
 from core.server.remote_seam import RemoteFetchResult
@@ -69,6 +73,17 @@ READ_SLACK_BYTES = 16 * 1024
 # Read-ahead: ranges kept for sequential consumers, bounded in count and bytes.
 READ_AHEAD_MAX_ENTRIES = 64
 READ_AHEAD_MAX_BYTES = 64 * 1024 * 1024
+# Ranges in hand or in flight ahead of a sequential consumer. One was not enough: the range
+# after a fetch was asked for when that fetch was served, and the consumer's next fetch
+# arrived before it (a pool hop and a wait per fetch). Two or more keep one arrived while
+# the next is read (parallel ranged GETs on S3).
+READ_AHEAD_DEPTH = 3
+# A READ_COMMITTED fetch answered on the event loop looks up at most this many remote
+# segments for aborted transactions (Kafka's search goes on through later segments until a
+# transaction index says it is complete); one that needs more goes to the reader pool. An
+# RLMM lookup takes about 7 us here: 64 of them, 0.5 ms, about what sending the 1 MiB
+# answer costs the event loop.
+EVENT_LOOP_TXN_SEARCH_SEGMENTS = 64
 
 
 class CorruptRemoteDataError(RemoteStorageError):
@@ -125,10 +140,12 @@ class _SegmentRanges:
 
 class _ReadAhead:
     """Ranges fetched ahead for sequential consumers: (segment id, next fetch offset) ->
-    (byte position of that offset's batch, the bytes from there). A range is handed out
-    once. LRU, bounded by READ_AHEAD_MAX_ENTRIES and READ_AHEAD_MAX_BYTES (counted when a
-    range arrives). Thread-safe; futures are never cancelled under the lock, because a
-    cancellation runs the future's callbacks (``_arrived``) at once in the same thread."""
+    (byte position of that offset's batch, the bytes from there). Every range starts at a
+    batch and had the CRC32C of its whole batches checked before it was put here (or is
+    the rest of such a range from a batch on). A range is handed out once. LRU, bounded by
+    READ_AHEAD_MAX_ENTRIES and READ_AHEAD_MAX_BYTES (counted when a range arrives).
+    Thread-safe; futures are never cancelled under the lock, because a cancellation runs
+    the future's callbacks (``_arrived``) at once in the same thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -139,6 +156,29 @@ class _ReadAhead:
     def __contains__(self, key: object) -> bool:
         with self._lock:
             return key in self._ranges
+
+    def arrived(self) -> int:
+        """How many ranges are in hand (read, not yet handed out)."""
+        with self._lock:
+            return sum(
+                1
+                for _, f in self._ranges.values()
+                if f.done() and not f.cancelled() and f.exception() is None
+            )
+
+    def roomy(self) -> bool:
+        """Less than half full (entries and bytes): room for ranges beyond the next one of
+        each consumer without evicting another consumer's next range."""
+        with self._lock:
+            return (
+                len(self._ranges) < READ_AHEAD_MAX_ENTRIES // 2
+                and self._bytes < READ_AHEAD_MAX_BYTES // 2
+            )
+
+    def held(self, key: tuple[uuid.UUID, int]) -> tuple[int, Future[bytes]] | None:
+        """The (position, range) kept for ``key``, left in place; None if none is."""
+        with self._lock:
+            return self._ranges.get(key)
 
     def put(self, key: tuple[uuid.UUID, int], position: int, future: Future[bytes]) -> None:
         with self._lock:
@@ -266,22 +306,29 @@ class RemoteLogReader:
         Raises:
             RemoteReadRejectedError: the pending-task bound is reached (raised at once).
         """
-        if not read_committed:
-            served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes)
-            if served is not None:
-                return served
+        served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+        if served is not None:
+            return served
         return self._submit(
             lambda: self.fetch(tp, plog, fetch_offset, max_bytes, read_committed=read_committed)
         )
 
     def _serve_read_ahead(
-        self, tp: TopicIdPartition, plog: PartitionLog, fetch_offset: int, max_bytes: int
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
     ) -> Future[RemoteFetchResult] | None:
         """A fetch answered in the caller's thread from a read-ahead range already in
         memory (a done future), or None: the pool then serves it. A sequential consumer's
         next range is usually in hand when it asks, and handing the fetch to a pool thread
-        and the answer back cost more than the work (an RLMM lookup, a slice, the CRC32C
-        check). Never waits for I/O: a range too short for the answer is left for the pool."""
+        and the answer back cost more than the work (an RLMM lookup and a slice; the
+        range's CRC32C was checked when it arrived). Never waits for I/O: a range too short
+        for the answer is left for the pool, and so is a READ_COMMITTED fetch (librdkafka's
+        default) whose aborted transactions need a remote transaction index not parsed in
+        memory yet."""
         if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
             return None
         try:
@@ -307,18 +354,48 @@ class RemoteLogReader:
             self.read_ahead.put(key, position, _done_future(prefix))
             return None
         data = prefix[: max(max_bytes, size)]
+        aborted = None
+        if read_committed:
+            upper = _upper_bound_offset(data, fetch_offset)
+            txns = self._collect_aborted_txns(
+                tp,
+                plog,
+                fetch_offset,
+                upper,
+                self.index_cache.txn_index_in_memory,
+                max_segments=EVENT_LOOP_TXN_SEARCH_SEGMENTS,
+            )
+            if txns is None:
+                self.read_ahead.put(key, position, _done_future(prefix))
+                return None
+            aborted = tuple((t.producer_id, t.first_offset) for t in txns)
+        # No CRC32C pass here: every range in hand was checked when it arrived (in the
+        # thread that read it), and ``data`` starts where its range does, so its whole
+        # batches are among those checked.
         self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
         answer: Future[RemoteFetchResult] = Future()
-        try:
-            _verify_batches(md, position, data)
-        except CorruptRemoteDataError as e:
-            self._count_failed(tp, fetch_offset, e)
-            answer.set_exception(e)
-            return answer
         self._count_served(tp, len(data))
-        self._read_ahead(tp, plog, md, position, data, max_bytes + READ_SLACK_BYTES)
-        answer.set_result(RemoteFetchResult(data))
+        if len(data) < len(prefix):
+            self._keep_rest(md, position, prefix, data)
+        self._read_ahead(tp, plog, md, position, data, max_bytes)
+        answer.set_result(RemoteFetchResult(data, aborted))
         return answer
+
+    def _keep_rest(
+        self, md: RemoteLogSegmentMetadata, position: int, prefix: bytes, data: bytes
+    ) -> None:
+        """A fetch asked for less than a read-ahead range held (a smaller ``max_bytes``
+        than the fetch before): keep the rest, from the first batch not wholly served, for
+        the next fetch, when it holds a whole batch (without one, the next range of the
+        pipeline is keyed by the same offset and has these bytes)."""
+        at, next_offset = _whole_batches(data)
+        if next_offset is None:
+            return
+        if _whole_batches(prefix, at)[1] is None:
+            return
+        key = (md.segment_id, next_offset)
+        if key not in self.read_ahead:
+            self.read_ahead.put(key, position + at, _done_future(prefix[at:]))
 
     def submit_offset_for_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
@@ -392,16 +469,40 @@ class RemoteLogReader:
             RemoteStorageError: a transaction index could not be fetched.
             CorruptIndexError: a transaction index is corrupt.
         """
+        found = self._collect_aborted_txns(
+            tp, plog, start_offset, upper_bound, self.index_cache.txn_index
+        )
+        assert found is not None  # txn_index fetches what it does not hold
+        return found
+
+    def _collect_aborted_txns(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        start_offset: int,
+        upper_bound: int,
+        txn_index: Callable[[RemoteLogSegmentMetadata], TransactionIndex | None],
+        *,
+        max_segments: int | None = None,
+    ) -> list[AbortedTxn] | None:
+        """``collect_aborted_txns`` with the remote transaction indexes from ``txn_index``;
+        None as soon as it gives None for one (not in memory), or when more than
+        ``max_segments`` remote segments would be searched."""
         out: list[AbortedTxn] = []
         offset = start_offset
+        searched = 0
         while offset < plog.local_log_start_offset:
+            searched += 1
+            if max_segments is not None and searched > max_segments:
+                return None
             md = self._segment_for(tp, plog, offset)
             if md is None:
                 break
             if not md.txn_index_empty:  # KIP-1058: no fetch for a segment without aborts
-                txns, complete = self.index_cache.txn_index(md).collect_aborted_txns(
-                    start_offset, upper_bound
-                )
+                index = txn_index(md)
+                if index is None:
+                    return None
+                txns, complete = index.collect_aborted_txns(start_offset, upper_bound)
                 out.extend(txns)
                 if complete:
                     return out
@@ -504,7 +605,7 @@ class RemoteLogReader:
                 held = ranges.ensure(end)
                 data = bytes(ranges.buf[at : min(end, held)])
                 _verify_batches(md, ranges.start + at, data)
-                self._read_ahead(tp, plog, md, ranges.start + at, data, chunk)
+                self._read_ahead(tp, plog, md, ranges.start + at, data, max_bytes)
                 return data
             at += size
 
@@ -516,26 +617,23 @@ class RemoteLogReader:
         position: int,
         data: bytes,
         chunk: int,
+        depth: int = READ_AHEAD_DEPTH,
     ) -> None:
-        """Fetch the range a sequential consumer asks for next, if a pool thread is idle:
-        from the first batch not wholly in ``data`` (its offset is the next fetch offset).
-        When ``data`` ends the segment, the range is the start of the segment holding the
-        next offset: byte 0 is at or before any of its batches, so neither its indexes nor
-        a round trip for them are needed (with small segments, a cold index fetch per
-        segment, four requests, used to set the pace of a consumer reading from offset 0)."""
-        at, next_offset = 0, None
-        while at + HEADER_SIZE <= len(data):
-            size = peek_batch_size(data, at)
-            if size is None or size < HEADER_SIZE or at + size > len(data):
-                break
-            next_offset = RecordBatchHeader(data, at).next_offset
-            at += size
-        if next_offset is None:
+        """Fetch the ranges a sequential consumer asks for next, ``depth`` of them, each
+        ``chunk`` bytes, if a pool thread is idle: the first from the first batch not
+        wholly in ``data`` (its offset is the next fetch offset), each following one from
+        the first batch not wholly in the range before it, asked for when that range
+        arrives. When a range ends the segment, the next is the start of the segment
+        holding the next offset: byte 0 is at or before any of its batches, so neither its
+        indexes nor a round trip for them are needed (with small segments, a cold index
+        fetch per segment, four requests, used to set the pace of a consumer reading from
+        offset 0). Nothing is read ahead from the local log start on: the local log serves
+        it."""
+        at, next_offset = _whole_batches(data)
+        if next_offset is None or next_offset >= plog.local_log_start_offset:
             return
         start = position + at
         if start >= md.segment_size_in_bytes:
-            if next_offset >= plog.local_log_start_offset:
-                return  # the local log serves it
             try:
                 following = self._segment_for(tp, plog, next_offset)
             except RemoteStorageError:
@@ -544,19 +642,51 @@ class RemoteLogReader:
                 return
             md, start = following, 0
         key = (md.segment_id, next_offset)
-        if key in self.read_ahead:
+        held = self.read_ahead.held(key)
+        if held is not None:
+            start, future = held
+        else:
+            # The next range of a consumer when a pool thread is idle; the ones after it
+            # only while half the pool is idle and the cache half empty, so that with many
+            # consumers they neither delay reads asked for nor evict others' next ranges.
+            further = depth < READ_AHEAD_DEPTH
+            with self._pending_lock:
+                idle = min(self.threads, self.max_pending_tasks) - self._pending
+            if idle <= 0 or (
+                further and (idle <= self.threads // 2 or not self.read_ahead.roomy())
+            ):
+                return
+            end = min(start + chunk, md.segment_size_in_bytes)
+            try:
+                future = self._submit(lambda: self._fetch_range(md, start, end))
+            except (RemoteReadRejectedError, RuntimeError):
+                return
+            self.read_ahead.put(key, start, future)
+        if depth > 1:
+            future.add_done_callback(
+                lambda f: self._read_ahead_after(tp, plog, md, start, f, chunk, depth - 1)
+            )
+
+    def _read_ahead_after(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        md: RemoteLogSegmentMetadata,
+        position: int,
+        arrived: Future[bytes],
+        chunk: int,
+        depth: int,
+    ) -> None:
+        """A read-ahead range arrived (in the thread that read it, or in the caller's when
+        it was in hand already): read ahead the ones after it. A failed range stops the
+        pipeline; the next fetch reads it again and reports the failure."""
+        if arrived.cancelled() or arrived.exception() is not None:
             return
-        with self._pending_lock:
-            if self._pending >= min(self.threads, self.max_pending_tasks):
-                return  # no idle thread: reading ahead would delay reads asked for
-        end = min(start + chunk, md.segment_size_in_bytes)
-        try:
-            future = self._submit(lambda: self._fetch_range(md, start, end))
-        except (RemoteReadRejectedError, RuntimeError):
-            return
-        self.read_ahead.put(key, start, future)
+        self._read_ahead(tp, plog, md, position, arrived.result(), chunk, depth)
 
     def _fetch_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+        """A read-ahead range, its whole batches' CRC32C checked (a range that fails is
+        never in hand: the fetch that wants it reads it again and reports the failure)."""
         with self.rsm.fetch_log_segment(md, start, end) as stream:
             parts = []
             got = 0
@@ -566,7 +696,9 @@ class RemoteLogReader:
                     break
                 parts.append(part)
                 got += len(part)
-        return b"".join(parts)
+        data = b"".join(parts)
+        _verify_batches(md, start, data)
+        return data
 
     # -- ListOffsets ---------------------------------------------------------------------
     def find_offset_by_timestamp(
@@ -667,6 +799,19 @@ class RemoteLogReader:
                         return record.timestamp, record.offset, batch.partition_leader_epoch
             at += size
         return None
+
+
+def _whole_batches(data: bytes, at: int = 0) -> tuple[int, int | None]:
+    """Where the whole batches of ``data`` from byte ``at`` end, and the offset after the
+    last of them (None when there is none)."""
+    next_offset = None
+    while at + HEADER_SIZE <= len(data):
+        size = peek_batch_size(data, at)
+        if size is None or size < HEADER_SIZE or at + size > len(data):
+            break
+        next_offset = RecordBatchHeader(data, at).next_offset
+        at += size
+    return at, next_offset
 
 
 def _upper_bound_offset(data: bytes, fetch_offset: int) -> int:

@@ -12,6 +12,13 @@ part by part: the encoded chunks with the transport's ``write``, each slice with
 TLS encrypts in user space, so there is no ``sendfile`` on a TLS connection: the slice is
 read (``pread``) and written, one copy, as before.
 
+Records a remote read put in memory (``bytes`` of IN_MEMORY_PART_BYTES or more) are kept as
+parts of their own too, not copied into the encoded chunks, and written in pieces of
+MEMORY_WRITE_CHUNK_BYTES, each once the one before has left asyncio's write buffer: a
+piece the socket does not take at once is copied into that buffer, and the buffer is
+shifted after every ``send`` from it, so a 1 MiB answer written whole cost more there
+(copies and shifts of up to 1 MiB per ``send``) than encoding the rest of the response.
+
 A slice is sent from a duplicate of the segment's descriptor taken just before the response
 is written, so a segment deleted by retention while the response goes out still sends its
 bytes (as Kafka's channel of a deleted file does). If the file has fewer bytes than the
@@ -55,9 +62,17 @@ class ResponseFrame:
         return b"".join(p.read_bytes() if isinstance(p, FileSlice) else p for p in self.parts)
 
 
+# ``bytes`` written to a SplicingBuffer from this size on are kept as parts of their own.
+IN_MEMORY_PART_BYTES = 64 * 1024
+# An in-memory part goes to the transport in writes of at most this many bytes.
+MEMORY_WRITE_CHUNK_BYTES = 256 * 1024
+
+
 class SplicingBuffer:
-    """A write-only buffer for kio's writers that keeps ``FileSlice`` values as parts of
-    their own instead of copying their bytes in."""
+    """A write-only buffer for kio's writers that keeps ``FileSlice`` values, and ``bytes``
+    of IN_MEMORY_PART_BYTES or more (records read from the remote tier), as parts of their
+    own instead of copying their bytes in. Only ``bytes`` are kept: they cannot change
+    before the frame is sent."""
 
     def __init__(self) -> None:
         self._parts: list[bytes | FileSlice] = []
@@ -67,7 +82,7 @@ class SplicingBuffer:
     def write(self, data: bytes | bytearray | memoryview | FileSlice) -> int:
         n = len(data)
         self.size += n
-        if isinstance(data, FileSlice):
+        if isinstance(data, FileSlice) or (type(data) is bytes and n >= IN_MEMORY_PART_BYTES):
             if self._out.tell():
                 self._parts.append(self._out.getvalue())
                 self._out = io.BytesIO()
@@ -127,6 +142,9 @@ async def send_response(
         ]
         for part, file in zip(frame.parts, opened, strict=True):
             if not isinstance(part, FileSlice):
+                if len(part) > MEMORY_WRITE_CHUNK_BYTES:
+                    await _write_in_pieces(transport, protocol, part, stall_timeout_s)
+                    continue
                 transport.write(part)
             elif file is None:
                 raise AssertionError("a slice without its file")
@@ -136,6 +154,20 @@ async def send_response(
             else:
                 transport.write(_read_slice(part, file))
             await protocol.drain(stall_timeout_s)
+
+
+async def _write_in_pieces(
+    transport: asyncio.Transport,
+    protocol: _Drainable,
+    data: bytes,
+    stall_timeout_s: float | None,
+) -> None:
+    view = memoryview(data)
+    for at in range(0, len(view), MEMORY_WRITE_CHUNK_BYTES):
+        if transport.is_closing():
+            raise ConnectionResetError("connection closed")
+        transport.write(view[at : at + MEMORY_WRITE_CHUNK_BYTES])
+        await protocol.drain(stall_timeout_s)
 
 
 def _open(part: FileSlice) -> io.FileIO:

@@ -9,13 +9,61 @@ from concurrent.futures import Future
 
 import pytest
 
+from core.errors import OffsetOutOfRangeError
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from tests.support.waiting import wait_until
-from tiered.api import TopicIdPartition
-from tiered.remote_reader import READ_AHEAD_MAX_ENTRIES, CorruptRemoteDataError, _ReadAhead
+from tiered.api import RemoteStorageError, TopicIdPartition
+from tiered.remote_reader import (
+    EVENT_LOOP_TXN_SEARCH_SEGMENTS,
+    READ_AHEAD_DEPTH,
+    READ_AHEAD_MAX_ENTRIES,
+    CorruptRemoteDataError,
+    _ReadAhead,
+)
 
-from .harness import T0, Env, produce
+from .harness import T0, Env, MemoryRSM, produce, tiered_config
+
+
+class FreezableRSM(MemoryRSM):
+    """A MemoryRSM whose log reads fail while ``frozen``: what is served then was in hand.
+    ``reads`` lists the (segment id, start) of every log read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = False
+        self.reads: list[tuple[uuid.UUID, int]] = []
+
+    def fetch_log_segment(self, metadata, start_position, end_position=None):
+        self.reads.append((metadata.segment_id, start_position))
+        if self.frozen:
+            raise RemoteStorageError("frozen: no remote read may happen now")
+        return super().fetch_log_segment(metadata, start_position, end_position)
+
+
+def next_offset_after(data: bytes) -> int:
+    """The offset after the last whole batch of ``data`` (the consumer's next fetch)."""
+    at, offset = 0, None
+    while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
+        offset = RecordBatchHeader(data, at).next_offset
+        at += size
+    assert offset is not None, "no whole batch"
+    return offset
+
+
+def whole_batches(data: bytes) -> bytes:
+    """``data`` without a partial last batch (what a client keeps)."""
+    at = 0
+    while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
+        at += size
+    return data[:at]
+
+
+def in_hand(reader, env: Env, offset: int) -> bool:
+    """The read-ahead range for a fetch at ``offset`` has arrived."""
+    md = reader._segment_for(env.tp, env.plog, offset)
+    held = reader.read_ahead.held((md.segment_id, offset)) if md is not None else None
+    return held is not None and held[1].done()
 
 
 def test_sequential_reads_are_served_from_read_ahead_and_stay_identical(env, memory_rsm):
@@ -42,7 +90,9 @@ def test_sequential_reads_are_served_from_read_ahead_and_stay_identical(env, mem
     assert reader.read_ahead.hits > 0
 
 
-def test_a_consumer_from_offset_0_walks_remote_segments_without_their_indexes(env, memory_rsm):
+def test_a_consumer_from_offset_0_walks_remote_segments_without_their_indexes(
+    env, memory_rsm, monkeypatch
+):
     """Fetches that start a segment need no index: the first from byte 0, the following
     ones from a read-ahead of the next segment's start, answered at once from memory.
     Each cold index costs four remote requests (manifest and three indexes); with small
@@ -53,18 +103,24 @@ def test_a_consumer_from_offset_0_walks_remote_segments_without_their_indexes(en
     env.copy()
     env.plog.delete_old_segments()
     reader = env.rlm.reader
+    reads: list[tuple[uuid.UUID, int]] = []
+    fetch_log_segment = memory_rsm.fetch_log_segment
+
+    def recording(metadata, start_position, end_position=None):
+        reads.append((metadata.segment_id, start_position))
+        return fetch_log_segment(metadata, start_position, end_position)
+
+    monkeypatch.setattr(memory_rsm, "fetch_log_segment", recording)
     got = bytearray()
     offset = 0
-    ahead = None  # the remote requests made so far, when the next range is in hand
+    ahead = False  # whether the next range is in hand (read ahead and arrived)
     while offset < env.plog.local_log_start_offset:
         answer = reader.submit_fetch(env.tp, env.plog, offset, 64 * 1024)
-        if ahead is not None:
+        if ahead:
             # In memory already: answered in this thread, not queued for the pool.
             assert answer.done(), "a fetch of a range in hand waited for a pool thread"
         data = answer.result(10).records
         assert data, f"nothing at offset {offset}"
-        if ahead is not None:
-            assert memory_rsm.fetches == ahead, "a read-ahead range was fetched again"
         got += data
         at = 0
         while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
@@ -76,8 +132,9 @@ def test_a_consumer_from_offset_0_walks_remote_segments_without_their_indexes(en
             # thread, so the pool is idle): wait until it is in hand.
             wait_until(lambda md=md, o=offset: (md.segment_id, o) in reader.read_ahead, 10)
             wait_until(lambda: reader._pending == 0, 10, what="the read-ahead done")
-            ahead = memory_rsm.fetches
+            ahead = True
     assert bytes(got) == expected
+    assert len(reads) == len(set(reads)), "a range was fetched again"
     assert memory_rsm.index_fetches == 0
     assert reader.read_ahead.hits >= len(segments) - 1
 
@@ -170,3 +227,178 @@ def test_event_lines_are_one_line_of_key_value_fields():
         "reason=retention.ms"
     )
     assert 'error="OSError: disk full"' in event_line("x", tp, error="OSError: disk full")
+
+
+def test_a_sequential_consumer_finds_several_ranges_read_ahead(tmp_path):
+    """The read-ahead is a pipeline: after one fetch, more than the next fetch is in hand
+    (READ_AHEAD_DEPTH ranges; a consumer that asks again at once no longer waits for the
+    one range read since its last fetch), and the ranges hold the segments' bytes."""
+    rsm = FreezableRSM()
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        max_bytes = 600  # two batches a fetch: several fetches per segment
+        first = reader.fetch(env.tp, env.plog, 0, max_bytes).records
+        offset = next_offset_after(first)
+        got = bytearray(whole_batches(first))
+        # Two ranges in hand at once: with one (the read-ahead before the pipeline) the
+        # second fetch below found nothing and went to the remote tier.
+        assert READ_AHEAD_DEPTH >= 2
+        wait_until(lambda: reader.read_ahead.arrived() >= 2, 10)
+        rsm.frozen = True
+        for _ in range(2):
+            answer = reader.submit_fetch(env.tp, env.plog, offset, max_bytes)
+            assert answer.done(), "a fetch of a range read ahead was not answered at once"
+            data = answer.result().records
+            got += whole_batches(data)
+            offset = next_offset_after(data)
+        assert bytes(got) == expected[: len(got)]
+    finally:
+        env.close()
+
+
+def test_read_committed_fetches_are_served_from_read_ahead_with_their_aborts(env):
+    """librdkafka consumes READ_COMMITTED by default: such fetches are answered from the
+    read-ahead too, with the aborted transactions the pool's read gives, also for segments
+    whose transaction index has left the index cache (read again by the pool)."""
+    produce(env.plog, 40, ts=T0)
+    segments = env.plog.segments()
+    s1, s2 = segments[1].base_offset, segments[2].base_offset
+    add_abort(env, 1, AbortedTxn(7, s1, s1 + 3, s1 + 4))
+    add_abort(env, 2, AbortedTxn(8, s1 + 2, s2 + 1, s2 + 2))
+    env.copy()
+    env.plog.delete_old_segments()
+    reader = env.rlm.reader
+    md2 = reader._segment_for(env.tp, env.plog, s2)
+    answers = []
+    offset, from_memory = 0, 0
+    while offset < env.plog.local_log_start_offset:
+        if offset == s2:
+            reader.index_cache.remove(md2.segment_id)  # not in memory: the pool reads it
+        elif offset > 0:
+            wait_until(lambda o=offset: in_hand(reader, env, o), 10)
+        answer = reader.submit_fetch(env.tp, env.plog, offset, 600, read_committed=True)
+        from_memory += answer.done()
+        result = answer.result(10)
+        answers.append((offset, result))
+        offset = next_offset_after(result.records)
+    assert from_memory >= len(answers) // 2
+    for offset, result in answers:
+        expected = reader.fetch(env.tp, env.plog, offset, 600, read_committed=True)
+        assert result.records[: len(expected.records)] == expected.records[: len(result.records)]
+        assert result.aborted_txns == expected.aborted_txns, offset
+    assert any((8, s1 + 2) in r.aborted_txns for _, r in answers)
+
+
+def test_a_corrupt_batch_read_ahead_is_never_served(tmp_path):
+    """A read-ahead range is checked when it arrives: one holding a batch that fails its
+    CRC32C is dropped, never in hand, and the fetch that wants it fails as without
+    read-ahead."""
+    rsm = FreezableRSM()
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        md = sorted(env.segments(), key=lambda m: m.start_offset)[1]
+        key = (md.segment_id, "log")
+        data = bytearray(rsm.objects[key])
+        data[HEADER_SIZE + 10] ^= 0xFF  # inside the segment's first batch
+        rsm.objects[key] = bytes(data)
+        offset = 0
+        while offset < md.start_offset:
+            answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
+            offset = next_offset_after(answer.result(10).records)
+        assert offset == md.start_offset
+        # Serving the end of segment 0 read the start of segment 1 ahead; it failed.
+        wait_until(lambda: (md.segment_id, 0) in rsm.reads, 10, what="the read-ahead")
+        wait_until(lambda: reader.read_ahead.held((md.segment_id, offset)) is None, 10)
+        answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
+        with pytest.raises(CorruptRemoteDataError, match="fails its CRC32C"):
+            answer.result(10)
+    finally:
+        env.close()
+
+
+def test_a_range_read_ahead_of_a_deleted_segment_is_not_served(env, memory_rsm):
+    """Retention deletes remote segments a consumer had ranges read ahead of: a fetch of
+    them is out of range, as without read-ahead, not answered with the deleted bytes."""
+    produce(env.plog, 40, ts=T0)
+    env.copy()
+    env.plog.delete_old_segments()
+    reader = env.rlm.reader
+    remote = sorted(env.segments(), key=lambda m: m.start_offset)
+    # A consumer at the end of segment 0: the start of segment 1 is read ahead.
+    first = reader.fetch(env.tp, env.plog, 0, remote[0].segment_size_in_bytes).records
+    assert next_offset_after(first) == remote[1].start_offset
+    wait_until(lambda: in_hand(reader, env, remote[1].start_offset), 10)
+    local_only = sum(
+        s.size
+        for s in env.plog.segments()
+        if s.base_offset > env.plog.highest_offset_in_remote_storage
+    )
+    keep = sum(md.segment_size_in_bytes for md in remote[2:])
+    env.plog.update_config(tiered_config(retention_bytes=keep + local_only))
+    assert env.expire() == 2
+    assert env.plog.log_start_offset == remote[2].start_offset
+    answer = reader.submit_fetch(env.tp, env.plog, remote[1].start_offset, 600)
+    with pytest.raises(OffsetOutOfRangeError):
+        answer.result(10)
+
+
+def test_a_smaller_fetch_keeps_the_rest_of_a_range_in_hand(tmp_path):
+    """A fetch with a smaller ``max_bytes`` than the range read ahead for it (the response's
+    budget shrank) is answered from the range, and the rest of the range answers the next
+    fetch, also from memory: the same bytes as the segment, no read."""
+    rsm = FreezableRSM()
+    env = Env(tmp_path, rsm, tiered_config(segment_bytes=8192))
+    try:
+        produce(env.plog, 40, ts=T0)
+        expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        first = reader.fetch(env.tp, env.plog, 0, 2000).records
+        got = bytearray(whole_batches(first))
+        offset = next_offset_after(first)
+        wait_until(lambda: in_hand(reader, env, offset), 10)
+        rsm.frozen = True
+        for max_bytes in (700, 700):
+            answer = reader.submit_fetch(env.tp, env.plog, offset, max_bytes)
+            assert answer.done(), "the rest of the range was not in hand"
+            data = answer.result().records
+            assert len(whole_batches(data)) <= max_bytes
+            got += whole_batches(data)
+            offset = next_offset_after(data)
+        assert bytes(got) == expected[: len(got)]
+    finally:
+        env.close()
+
+
+def test_a_read_committed_fetch_far_from_the_local_log_still_gets_a_late_abort(env):
+    """A transaction that starts in the first segment and is aborted many segments later:
+    a READ_COMMITTED fetch of the first segment learns of it whether it is answered from
+    the read-ahead or (with more segments to search than the event loop takes on) by the
+    reader pool."""
+    while len(env.plog.segments()) <= EVENT_LOOP_TXN_SEARCH_SEGMENTS + 4:
+        produce(env.plog, 20, ts=T0)
+    segments = env.plog.segments()
+    first = segments[0].base_offset
+    late = segments[-3]
+    add_abort(env, len(segments) - 3, AbortedTxn(9, first + 2, late.base_offset, late.base_offset))
+    env.copy()
+    env.plog.delete_old_segments()
+    reader = env.rlm.reader
+    offset = 0
+    for _ in range(3):
+        if offset > 0:
+            wait_until(lambda o=offset: in_hand(reader, env, o), 10)
+        result = reader.submit_fetch(env.tp, env.plog, offset, 300, read_committed=True)
+        answer = result.result(10)
+        assert (9, first + 2) in answer.aborted_txns, offset
+        offset = next_offset_after(answer.records)

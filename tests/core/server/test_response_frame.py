@@ -23,7 +23,12 @@ from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.kio_build import make, nested
 from core.server.network import ListenerSpec, SocketServer
 from core.server.protocol import ProtocolCodec, RequestContext, load_request_schema
-from core.server.response_frame import SENDFILE_CHUNK_BYTES, ResponseFrame
+from core.server.response_frame import (
+    IN_MEMORY_PART_BYTES,
+    MEMORY_WRITE_CHUNK_BYTES,
+    SENDFILE_CHUNK_BYTES,
+    ResponseFrame,
+)
 
 CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
 LOW, HIGH = SUPPORTED_VERSIONS[ApiKey.FETCH]
@@ -181,6 +186,45 @@ def test_fetch_records_are_sent_from_the_file_with_sendfile(segment: FileRecords
     expected = expected[:4] + SIZE.pack(9) + expected[8:]  # the request's correlation id
     assert received == expected
     assert calls == [(1000, 250_000)]
+
+
+def test_records_read_from_the_remote_tier_are_sent_whole_and_in_order_without_a_copy(
+    segment: FileRecords,
+) -> None:
+    """Remote records (``bytes`` in memory) are parts of their own, written in pieces:
+    the client gets exactly the copied response, with a file slice and small inline records
+    around them in order."""
+    remote = os.urandom(3 * MEMORY_WRITE_CHUNK_BYTES + 12_345)
+    small = os.urandom(IN_MEMORY_PART_BYTES - 1)
+    piece = FileSlice(segment, 7, 20_000)
+    partitions: list[bytes | FileSlice] = [small, remote, piece, b"inline"]
+
+    frame = CODEC.encode_response_frame(context(12), fetch_response(12, partitions))
+    assert isinstance(frame, ResponseFrame)
+    assert any(p is remote for p in frame.parts), "the remote records were copied"
+    assert not any(p is small for p in frame.parts)
+
+    async def scenario() -> bytes:
+        async def handler(ctx: RequestContext, request: Any) -> Any:
+            return fetch_response(ctx.api_version, partitions)
+
+        server = SocketServer(CODEC, handler, lambda ctx: None)
+        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
+            writer.write(fetch_request_frame())
+            async with asyncio.timeout(DEADLINE_S):
+                (size,) = SIZE.unpack(await reader.readexactly(4))
+                body = await reader.readexactly(size)
+            writer.close()
+            return SIZE.pack(size) + body
+        finally:
+            await server.stop()
+
+    received = asyncio.run(scenario())
+    copied = fetch_response(12, [small, remote, piece.read_bytes(), b"inline"])
+    expected = CODEC.encode_response(context(12), copied)
+    assert received == expected[:4] + SIZE.pack(9) + expected[8:]
 
 
 def test_a_slice_truncated_before_it_is_sent_closes_the_connection(
