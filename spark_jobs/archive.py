@@ -16,7 +16,7 @@ import dataclasses
 import io
 import struct
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -33,6 +33,7 @@ from core.records.batch import (
     Attributes,
     RecordBatchHeader,
 )
+from core.records.codec import DecompressionBuffer
 from core.records.record import (
     RecordColumns,
     decode_columns,
@@ -268,33 +269,73 @@ def plan_partition(
 _CONTROL = int(Attributes.CONTROL)
 _TRANSACTIONAL = int(Attributes.TRANSACTIONAL)
 
-# Segment bytes are read this much at a time and cut into batches in memory: one read call
-# per batch would cost more than decoding the batch.
+# Segment bytes are read about this much at a time (or a whole batch, if larger) and cut
+# into batches in memory: one read call per batch would cost more than decoding small
+# batches, and reads much larger than this leave the bytes out of the CPU's caches by the
+# time the batches are checked and decoded.
 READ_CHUNK_BYTES = 1024 * 1024
+# The buffer the reads go to, reused: batches are read into its free end, and the bytes of a
+# batch cut by a read move to its front only when the end is reached (once per this much
+# read, not once per read).
+READ_BUFFER_BYTES = 8 * READ_CHUNK_BYTES
 
 
 def _batches(stream: io.RawIOBase | io.BufferedIOBase) -> Iterator[RecordBatchHeader]:
-    """Whole batches from a stream positioned at a batch start; stops at a torn tail."""
-    chunk = b""
-    pos = 0
+    """Whole batches from a stream positioned at a batch start; stops at a torn tail.
+
+    The headers view one buffer, reused: a header (and any view of its bytes) is valid only
+    until the next one is taken.
+    """
+    buffer = bytearray(READ_BUFFER_BYTES)
+    view = memoryview(buffer)
+    readinto = _readinto(stream)
+    start = end = 0  # buffer[start:end]: read, not yet yielded
     eof = False
     while True:
-        left = len(chunk) - pos
-        size = None
+        left = end - start
+        size = LOG_OVERHEAD  # the bytes needed to know the next batch's size
         if left >= LOG_OVERHEAD:
-            size = int.from_bytes(chunk[pos + 8 : pos + 12], "big", signed=True) + LOG_OVERHEAD
+            size = int.from_bytes(view[start + 8 : start + 12], "big", signed=True)
+            size += LOG_OVERHEAD
             if size < HEADER_SIZE:
                 return
             if size <= left:
-                yield RecordBatchHeader(chunk, pos)
-                pos += size
+                yield RecordBatchHeader(buffer, start)
+                start += size
                 continue
         if eof:
             return  # a torn tail: the rest does not make a whole batch
-        more = stream.read(max(READ_CHUNK_BYTES, (size or 0) - left))
-        eof = not more
-        chunk = chunk[pos:] + more if left else more
-        pos = 0
+        if start + size > len(buffer):
+            # The batch does not fit the buffer's end: move its start to the front (into a
+            # larger buffer if it is larger than the whole buffer).
+            if size > len(buffer):
+                view.release()
+                grown = bytearray(size)
+                grown[:left] = buffer[start:end]
+                buffer = grown
+                view = memoryview(buffer)
+            else:
+                view[:left] = view[start:end]
+            start, end = 0, left
+        want = max(READ_CHUNK_BYTES, size - left)
+        n = readinto(view[end : min(len(buffer), end + want)])
+        eof = not n
+        end += n
+
+
+def _readinto(stream: io.RawIOBase | io.BufferedIOBase) -> Callable[[memoryview], int]:
+    """The stream's ``readinto`` (no copy), or one made of ``read`` for a plugin's stream
+    that has none."""
+    method = getattr(stream, "readinto", None)
+    if method is not None:
+        return lambda view: method(view) or 0
+
+    def copy(view: memoryview) -> int:
+        data = stream.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    return copy
 
 
 def read_range(
@@ -367,6 +408,9 @@ def _read_range_lists(
 # The compiled decoder's buffers are handed to Arrow well before any nears 2 GiB (binary
 # columns have int32 offsets); one batch adds at most MAX_DECOMPRESSED_BYTES (256 MiB).
 _MAX_BUFFER_BYTES = 8 * 1024 * 1024
+# Room reserved for values in each set of buffers: the cut above plus a batch of Kafka's
+# default message.max.bytes (1 MiB), so that they never grow (by copying) for such batches.
+_BUFFER_CAPACITY = _MAX_BUFFER_BYTES + 1024 * 1024 + 64 * 1024
 
 
 def _read_range_buffers(
@@ -378,11 +422,12 @@ def _read_range_buffers(
     since_ms: int | None,
     until_ms: int | None,
 ) -> Iterator[pa.RecordBatch]:
-    buffers = new_column_buffers()
+    buffers = new_column_buffers(_BUFFER_CAPACITY)
+    scratch = DecompressionBuffer()
     dropped: list[int] = []  # rows of aborted transactions, left out by the final filter
     for header, fields in _batches_in_range(rsm, r):
         before = buffers.rows
-        decode_into_buffers(header, buffers, fields=fields)
+        decode_into_buffers(header, buffers, fields=fields, scratch=scratch)
         producer_id = fields[F_PRODUCER_ID]
         if fields[F_ATTRIBUTES] & _TRANSACTIONAL and producer_id in aborted:
             spans = aborted[producer_id]
@@ -394,7 +439,7 @@ def _read_range_buffers(
         full = buffers.data_bytes >= _MAX_BUFFER_BYTES
         if buffers.rows - len(dropped) >= ROWS_PER_BATCH or full:
             yield _buffers_to_arrow(buffers, dropped, topic, partition, r, since_ms, until_ms)
-            buffers = new_column_buffers()
+            buffers = new_column_buffers(_BUFFER_CAPACITY)
             dropped = []
     if buffers.rows > len(dropped):
         yield _buffers_to_arrow(buffers, dropped, topic, partition, r, since_ms, until_ms)

@@ -278,6 +278,10 @@ cdef class ColumnBuffers(_Sink):
     key and value (binary: validity, int32 offsets, data); headers (list offsets over
     header key strings and header value binaries). ``buffers()`` hands them out as bytes.
     A batch either appends all its records or nothing.
+
+    ``data_capacity``: bytes reserved for values at once (allocated, not touched), so that
+    a caller who cuts its batches near a known size never pays a copy of the values buffer
+    when it doubles.
     """
 
     cdef Buf bufs[B_COUNT]
@@ -287,12 +291,14 @@ cdef class ColumnBuffers(_Sink):
     cdef int64_t pid
     cdef bint taken
 
-    def __cinit__(self):
+    def __cinit__(self, Py_ssize_t data_capacity=0):
         cdef int i
         for i in range(B_COUNT):
             self.bufs[i].data = NULL
             self.bufs[i].size = 0
             self.bufs[i].cap = 0
+        if data_capacity > 0:
+            _reserve(&self.bufs[B_VALUE_DATA], data_capacity)
         self.rows = 0
         self.key_nulls = self.value_nulls = self.hvalue_nulls = self.header_count = 0
         for i in (B_KEY_OFFSETS, B_VALUE_OFFSETS, B_HEADER_ENDS, B_HKEY_OFFSETS,
