@@ -171,6 +171,11 @@ class DecompressionBuffer:
                 f"{name} data of {len(data)} bytes cannot be decompressed: {e}"
             ) from e
 
+    @property
+    def capacity(self) -> int:
+        """The bytes this object holds now (its buffer's size)."""
+        return len(self._buffer)
+
     def _room(self, size: int) -> bytearray:
         """The buffer, at least ``size`` bytes long (contents undefined). A larger buffer is
         a new object, so that views of the old one stay valid until dropped."""

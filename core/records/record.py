@@ -311,15 +311,17 @@ def decode_into_buffers(
         )
 
 
-def new_column_buffers(data_capacity: int = 0) -> ColumnBuffers | None:
+def new_column_buffers(data_capacity: int = 0, timestamp_scale: int = 1) -> ColumnBuffers | None:
     """Empty ``ColumnBuffers`` for ``decode_into_buffers``, or None without the compiled
     decoder (then use ``RecordColumns`` and ``decode_columns``).
 
     ``data_capacity``: the bytes of values to make room for at once (memory is reserved, not
     touched): a buffer grown batch by batch would be copied at each doubling.
+    ``timestamp_scale``: timestamps are written multiplied by it (1000: Arrow's
+    microseconds, wrapping at int64 as Arrow's multiply does).
     """
     compiled = native.COMPILED
-    return None if compiled is None else compiled.ColumnBuffers(data_capacity)
+    return None if compiled is None else compiled.ColumnBuffers(data_capacity, timestamp_scale)
 
 
 def flatten_headers(headers: list[Headers]) -> tuple[list[str], list[bytes | None], list[int]]:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 
-from core.records.builder import RecordBatchBuilder
 from rsm_plugins.local import LocalDirRemoteStorageManager
-from spark_jobs import archive as archive_module
+from spark_jobs import segment_batches
 from spark_jobs.archive import SCHEMA, plan_partition, read_partition, segments_from_manifests
 from tests.support.record_decoders import IMPLEMENTATIONS, using
 
@@ -115,8 +113,8 @@ def test_any_read_size_and_buffer_size_give_the_same_rows(tmp_path, monkeypatch,
     archive = write_archive(tmp_path)
     plan = plan_partition_all(archive)
     want = table(archive, plan)
-    monkeypatch.setattr(archive_module, "READ_CHUNK_BYTES", chunk)
-    monkeypatch.setattr(archive_module, "READ_BUFFER_BYTES", buffer)
+    monkeypatch.setattr(segment_batches, "READ_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(segment_batches, "READ_BUFFER_BYTES", buffer)
     got = table(archive, plan)
     assert got.num_rows == want.num_rows > 0
     assert got.equals(want)
@@ -149,21 +147,3 @@ def test_a_plugin_stream_without_readinto_is_read_too(tmp_path, monkeypatch):
         lambda self, *args: ReadOnlyStream(fetch(self, *args)),
     )
     assert table(archive, plan).equals(want)
-
-
-def batch_bytes(n: int, value_size: int) -> bytes:
-    builder = RecordBatchBuilder()
-    for i in range(n):
-        builder.append(b"v" * value_size, key=b"k%d" % i, timestamp=T0)
-    return bytes(builder.build())
-
-
-@pytest.mark.parametrize(("chunk", "buffer"), [(5, 64), (50, 200), (1 << 20, 8 << 20)])
-def test_batches_stop_at_a_torn_tail(monkeypatch, chunk, buffer):
-    monkeypatch.setattr(archive_module, "READ_CHUNK_BYTES", chunk)
-    monkeypatch.setattr(archive_module, "READ_BUFFER_BYTES", buffer)
-    whole = [batch_bytes(1, 10), batch_bytes(5, 300), batch_bytes(2, 40)]
-    data = b"".join(whole)
-    for tail in (b"", b"\x00" * 5, whole[1][:20], whole[1][:-1]):
-        got = [bytes(h.raw()) for h in archive_module._batches(io.BytesIO(data + tail))]
-        assert got == whole
