@@ -23,7 +23,9 @@ varints say.
 from cpython.buffer cimport PyBUF_FORMAT, PyBUF_ND, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport (
+    INT32_MAX, INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t,
+)
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
 
@@ -278,22 +280,32 @@ cdef class ColumnBuffers(_Sink):
     key and value (binary: validity, int32 offsets, data); headers (list offsets over
     header key strings and header value binaries). ``buffers()`` hands them out as bytes.
     A batch either appends all its records or nothing.
+
+    ``data_capacity``: bytes reserved for values at once (allocated, not touched), so that
+    a caller who cuts its batches near a known size never pays a copy of the values buffer
+    when it doubles. ``timestamp_scale``: what timestamps (milliseconds) are multiplied by
+    as they are written, 1000 for Arrow's microseconds (wrapping at int64 as Arrow's
+    unchecked multiply does); ``offset_bounds``: the lowest and highest offset appended.
     """
 
     cdef Buf bufs[B_COUNT]
     cdef readonly Py_ssize_t rows
     cdef Py_ssize_t key_nulls, value_nulls, hvalue_nulls, header_count
     cdef int32_t ts_type, epoch
-    cdef int64_t pid
+    cdef int64_t pid, scale, min_offset, max_offset
     cdef bint taken
 
-    def __cinit__(self):
+    def __cinit__(self, Py_ssize_t data_capacity=0, int64_t timestamp_scale=1):
         cdef int i
         for i in range(B_COUNT):
             self.bufs[i].data = NULL
             self.bufs[i].size = 0
             self.bufs[i].cap = 0
+        if data_capacity > 0:
+            _reserve(&self.bufs[B_VALUE_DATA], data_capacity)
         self.rows = 0
+        self.scale = timestamp_scale
+        self.min_offset, self.max_offset = INT64_MAX, INT64_MIN
         self.key_nulls = self.value_nulls = self.hvalue_nulls = self.header_count = 0
         for i in (B_KEY_OFFSETS, B_VALUE_OFFSETS, B_HEADER_ENDS, B_HKEY_OFFSETS,
                   B_HVALUE_OFFSETS):
@@ -319,6 +331,15 @@ cdef class ColumnBuffers(_Sink):
     def header_rows(self):
         return self.header_count
 
+    @property
+    def timestamp_scale(self):
+        return self.scale
+
+    @property
+    def offset_bounds(self):
+        """(lowest, highest) offset of the rows, or None without rows."""
+        return (self.min_offset, self.max_offset) if self.rows else None
+
     def decode(self, const unsigned char[::1] data, Py_ssize_t count, long long base_offset,
                long long base_timestamp, log_append_time, int timestamp_type, int epoch,
                long long producer_id):
@@ -332,7 +353,7 @@ cdef class ColumnBuffers(_Sink):
         cdef Py_ssize_t nulls[3]
         cdef Py_ssize_t i
         cdef int64_t *ts
-        cdef long long lat
+        cdef int64_t lat, bounds[2]
         if self.taken:
             raise RuntimeError("these columns were handed over by buffers(): use new ones")
         # Keys and values take at most the batch's bytes; header keys up to three times
@@ -342,6 +363,7 @@ cdef class ColumnBuffers(_Sink):
         for i in range(B_COUNT):
             sizes[i] = self.bufs[i].size
         nulls[0], nulls[1], nulls[2] = self.key_nulls, self.value_nulls, self.hvalue_nulls
+        bounds[0], bounds[1] = self.min_offset, self.max_offset
         self.ts_type, self.epoch, self.pid = timestamp_type, epoch, producer_id
         self._reserve_for(data.shape[0], min(count, data.shape[0] // MIN_RECORD_SIZE))
         ok = False
@@ -350,10 +372,11 @@ cdef class ColumnBuffers(_Sink):
         finally:
             if not ok:
                 self._rollback(sizes, rows, header_count, nulls)
+                self.min_offset, self.max_offset = bounds[0], bounds[1]
         if not ok:
             return False
         if log_append_time is not None:
-            lat = log_append_time
+            lat = <int64_t>(<uint64_t>(<long long>log_append_time) * <uint64_t>self.scale)
             ts = <int64_t*>(self.bufs[B_TIMESTAMP].data)
             for i in range(rows, self.rows):
                 ts[i] = lat
@@ -389,13 +412,19 @@ cdef class ColumnBuffers(_Sink):
 
     def buffers(self):
         """Every buffer by name, handed over without a copy (each a ``Memory``); the
-        validity bitmaps are LSB first. The columns are then empty: use them no more."""
+        validity bitmaps are LSB first, and only there for a column with nulls. The columns
+        are then empty: use them no more."""
         def take(int i):
             return _take(&self.bufs[i])
-        out = {
-            "key_validity": _bitmap(&self.bufs[B_KEY_VALID], self.rows),
-            "value_validity": _bitmap(&self.bufs[B_VALUE_VALID], self.rows),
-            "header_value_validity": _bitmap(&self.bufs[B_HVALUE_VALID], self.header_count),
+        out = {}
+        if self.key_nulls:
+            out["key_validity"] = _bitmap(&self.bufs[B_KEY_VALID], self.rows)
+        if self.value_nulls:
+            out["value_validity"] = _bitmap(&self.bufs[B_VALUE_VALID], self.rows)
+        if self.hvalue_nulls:
+            out["header_value_validity"] = _bitmap(&self.bufs[B_HVALUE_VALID],
+                                                   self.header_count)
+        out.update({
             "offset": take(B_OFFSET),
             "timestamp": take(B_TIMESTAMP),
             "timestamp_type": take(B_TS_TYPE),
@@ -410,7 +439,7 @@ cdef class ColumnBuffers(_Sink):
             "header_key_data": take(B_HKEY_DATA),
             "header_value_offsets": take(B_HVALUE_OFFSETS),
             "header_value_data": take(B_HVALUE_DATA),
-        }
+        })
         self.taken = True
         return out
 
@@ -465,7 +494,11 @@ cdef class ColumnBuffers(_Sink):
         if tierlog_add_overflows(ts_base, ts_delta, &ts):
             raise OverflowError(f"timestamp {ts_base} + {ts_delta} is past int64")
         _i64(&self.bufs[B_OFFSET], offset)
-        _i64(&self.bufs[B_TIMESTAMP], ts)
+        _i64(&self.bufs[B_TIMESTAMP], <int64_t>(<uint64_t>ts * <uint64_t>self.scale))
+        if offset < self.min_offset:
+            self.min_offset = offset
+        if offset > self.max_offset:
+            self.max_offset = offset
         _i32(&self.bufs[B_TS_TYPE], self.ts_type)
         _i32(&self.bufs[B_EPOCH], self.epoch)
         _i64(&self.bufs[B_PID], self.pid)

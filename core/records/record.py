@@ -57,7 +57,7 @@ from core.records.batch import (
     RecordBatchHeader,
     TimestampType,
 )
-from core.records.codec import BytesLike, decompress
+from core.records.codec import BytesLike, DecompressionBuffer, decompress
 from core.records.varint import decode_varint, decode_varlong
 
 if TYPE_CHECKING:
@@ -193,8 +193,13 @@ class EndTransactionMarker:
 
 
 # -- decoding ------------------------------------------------------------------------------
-def records_data(header: RecordBatchHeader) -> bytes:
+def records_data(
+    header: RecordBatchHeader, scratch: DecompressionBuffer | None = None
+) -> BytesLike:
     """The batch's records section, decompressed when the batch is compressed.
+
+    ``scratch``: decompress into its reused buffer (the result is then valid until its next
+    use); without it the result is bytes of its own.
 
     Raises:
         UnsupportedCompressionTypeError: the batch's codec id is not one Kafka defines.
@@ -202,6 +207,8 @@ def records_data(header: RecordBatchHeader) -> bytes:
     """
     codec = header.compression
     try:
+        if scratch is not None:
+            return scratch.decompress(codec, header.records_view)
         return decompress(codec, header.records_view)
     except CorruptRecordError as e:
         raise CorruptRecordError(f"batch at byte {header.position}: {e}") from e
@@ -260,13 +267,15 @@ def decode_into_buffers(
     verify: bool = True,
     include_control: bool = False,
     fields: tuple[int, ...] | None = None,
+    scratch: DecompressionBuffer | None = None,
 ) -> None:
     """``decode_columns`` for the compiled decoder: append the batch's records to ``into``
     (a ``core.records._native.ColumnBuffers``, from ``new_column_buffers``) in Arrow's
     memory layout, with no Python object per record. Same arguments and errors as
     ``decode_columns``, plus ``fields``: the batch's ``fields()`` when the caller has them
-    (this runs once per batch: every header property read costs an unpack). On error
-    ``into`` is left unchanged.
+    (this runs once per batch: every header property read costs an unpack), and
+    ``scratch``: a buffer to decompress into, reused from batch to batch (the records are
+    copied out of it). On error ``into`` is left unchanged.
     """
     compiled = native.COMPILED
     if compiled is None:
@@ -281,7 +290,7 @@ def decode_into_buffers(
     if attributes & _CODEC_MASK == Compression.NONE:
         data: BytesLike = header.raw()[HEADER_SIZE:]
     else:
-        data = records_data(header)
+        data = records_data(header, scratch)
     count = fields[F_RECORDS_COUNT]
     log_append_time = fields[F_MAX_TIMESTAMP] if attributes & _LOG_APPEND_TIME else None
     base_offset, base_ts = fields[F_BASE_OFFSET], fields[F_BASE_TIMESTAMP]
@@ -302,11 +311,17 @@ def decode_into_buffers(
         )
 
 
-def new_column_buffers() -> ColumnBuffers | None:
+def new_column_buffers(data_capacity: int = 0, timestamp_scale: int = 1) -> ColumnBuffers | None:
     """Empty ``ColumnBuffers`` for ``decode_into_buffers``, or None without the compiled
-    decoder (then use ``RecordColumns`` and ``decode_columns``)."""
+    decoder (then use ``RecordColumns`` and ``decode_columns``).
+
+    ``data_capacity``: the bytes of values to make room for at once (memory is reserved, not
+    touched): a buffer grown batch by batch would be copied at each doubling.
+    ``timestamp_scale``: timestamps are written multiplied by it (1000: Arrow's
+    microseconds, wrapping at int64 as Arrow's multiply does).
+    """
     compiled = native.COMPILED
-    return None if compiled is None else compiled.ColumnBuffers()
+    return None if compiled is None else compiled.ColumnBuffers(data_capacity, timestamp_scale)
 
 
 def flatten_headers(headers: list[Headers]) -> tuple[list[str], list[bytes | None], list[int]]:

@@ -374,6 +374,22 @@ class RemoteStorageManagerContract:
         with pytest.raises(RemoteStorageError), rsm.fetch_log_segment(md, 0) as f:
             f.read()
 
+    @pytest.mark.parametrize("damage", ["flipped", "truncated"])
+    def test_a_damaged_log_fails_a_whole_read_into_a_buffer(
+        self, rsm, copied, backdoor, damage
+    ) -> None:
+        # How the archive reader reads: readinto a reused buffer (no copy of each read).
+        md, _ = copied
+        if damage == "flipped":
+            self._corrupt(backdoor, md, "log")
+        else:
+            key = next(k for k in self.segment_keys(backdoor, md) if k.endswith(".log"))
+            backdoor.write(key, (backdoor.read(key) or b"")[:-10])
+        buffer = bytearray(4096)
+        with pytest.raises(RemoteStorageError), rsm.fetch_log_segment(md, 0) as f:
+            while f.readinto(buffer):
+                pass
+
     def test_corrupted_manifest_is_an_error_not_missing(self, make_rsm, copied, backdoor) -> None:
         md, _ = copied
         key = next(k for k in self.segment_keys(backdoor, md) if k.endswith(".manifest.json"))

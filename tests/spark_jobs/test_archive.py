@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
+from rsm_plugins.local import LocalDirRemoteStorageManager
+from spark_jobs import segment_batches
 from spark_jobs.archive import SCHEMA, plan_partition, read_partition, segments_from_manifests
 from tests.support.record_decoders import IMPLEMENTATIONS, using
 
@@ -102,3 +104,46 @@ def test_both_decoders_give_the_same_arrow_columns(tmp_path):
         assert pure.num_rows > 0
         for got in tables.values():
             assert got.equals(pure), (got.to_pylist()[:3], pure.to_pylist()[:3])
+
+
+@pytest.mark.parametrize(("chunk", "buffer"), [(7, 4096), (64, 256), (100, 100), (1000, 3000)])
+def test_any_read_size_and_buffer_size_give_the_same_rows(tmp_path, monkeypatch, chunk, buffer):
+    # Batches cut by reads, moved to the buffer's front, larger than the whole buffer (it
+    # grows): the rows are those of the default sizes.
+    archive = write_archive(tmp_path)
+    plan = plan_partition_all(archive)
+    want = table(archive, plan)
+    monkeypatch.setattr(segment_batches, "READ_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(segment_batches, "READ_BUFFER_BYTES", buffer)
+    got = table(archive, plan)
+    assert got.num_rows == want.num_rows > 0
+    assert got.equals(want)
+
+
+class ReadOnlyStream:
+    """A plugin's stream with ``read`` and nothing else (no ``readinto``)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def read(self, n: int = -1) -> bytes:
+        return self._stream.read(n)
+
+    def __enter__(self) -> ReadOnlyStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stream.close()
+
+
+def test_a_plugin_stream_without_readinto_is_read_too(tmp_path, monkeypatch):
+    archive = write_archive(tmp_path)
+    plan = plan_partition_all(archive)
+    want = table(archive, plan)
+    fetch = LocalDirRemoteStorageManager.fetch_log_segment
+    monkeypatch.setattr(
+        LocalDirRemoteStorageManager,
+        "fetch_log_segment",
+        lambda self, *args: ReadOnlyStream(fetch(self, *args)),
+    )
+    assert table(archive, plan).equals(want)

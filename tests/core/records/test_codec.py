@@ -20,6 +20,9 @@ from core.records.codec import (
     decompress,
 )
 
+# Every test runs with each gzip inflater (tests/core/records/conftest.py).
+pytestmark = pytest.mark.usefixtures("gzip_inflater")
+
 PAYLOADS = {
     "empty": b"",
     "one byte": b"x",

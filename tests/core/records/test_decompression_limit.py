@@ -14,7 +14,7 @@ from core.records.codec import compress, decompress
 from core.records.record import decode_records
 
 # Every test runs with each record decoder (tests/core/records/conftest.py).
-pytestmark = pytest.mark.usefixtures("decoder")
+pytestmark = pytest.mark.usefixtures("decoder", "gzip_inflater")
 
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 MiB = 1 << 20

@@ -31,6 +31,7 @@ from core.records.batch import (
     TimestampType,
 )
 from core.records.builder import RecordBatchBuilder
+from core.records.codec import DecompressionBuffer
 from core.records.record import (
     RecordColumns,
     decode_columns,
@@ -111,14 +112,16 @@ def with_section(template: bytes, section: bytes, count: int) -> bytearray:
     return buf
 
 
-def columns_from_buffers(buf: bytes | bytearray) -> RecordColumns:
+def columns_from_buffers(
+    buf: bytes | bytearray, scratch: DecompressionBuffer | None = None, capacity: int = 0
+) -> RecordColumns:
     """What the compiled ColumnBuffers hold for a batch, read back into lists."""
     assert COMPILED is not None
-    into = COMPILED.ColumnBuffers()
+    into = COMPILED.ColumnBuffers(capacity)
     saved = native.COMPILED
     native.COMPILED = COMPILED
     try:
-        decode_into_buffers(RecordBatchHeader(buf), into, verify=False)
+        decode_into_buffers(RecordBatchHeader(buf), into, verify=False, scratch=scratch)
     finally:
         native.COMPILED = saved
     n, nh = into.rows, into.header_rows
@@ -159,6 +162,9 @@ def columns_from_buffers(buf: bytes | bytearray) -> RecordColumns:
     )
 
 
+SHARED_SCRATCH = DecompressionBuffer()
+
+
 @needs_compiled
 @settings(max_examples=150, deadline=None)
 @given(
@@ -180,6 +186,9 @@ def test_valid_batches_decode_to_the_same_values(
     compiled, pure = both(lambda: decode_columns(RecordBatchHeader(buf)))
     assert compiled == pure
     assert columns_from_buffers(buf) == pure[1]
+    # As the archive reader decodes: into reserved columns, through a decompression buffer
+    # reused from example to example (batches of every size and codec in turn).
+    assert columns_from_buffers(buf, SHARED_SCRATCH, capacity=len(buf)) == pure[1]
     flat = both(lambda: flatten_headers(pure[1].headers))
     assert flat[0] == flat[1]
 
@@ -258,3 +267,33 @@ def test_a_failed_batch_leaves_the_column_buffers_unchanged() -> None:
         assert into.offsets_from(0) == [10, 11, 10, 11]
     finally:
         native.COMPILED = saved
+
+
+@needs_compiled
+@pytest.mark.parametrize("timestamp_type", list(TimestampType))
+def test_column_buffers_scale_timestamps_and_know_their_offset_bounds(timestamp_type) -> None:
+    # What the archive reader asks for: microseconds for Arrow (wrapping at int64 as Arrow's
+    # multiply does) and the offsets' bounds (no kernel to find them).
+    assert COMPILED is not None
+    inputs = [(5, b"a", b"1", []), (-7, None, b"2", []), (2**63 // 1000 + 1, b"c", None, [])]
+    good = bytes(build(inputs, base_offset=10, timestamp_type=timestamp_type))
+    bad = build(inputs, base_offset=100, timestamp_type=timestamp_type)
+    struct.pack_into(">i", bad, RECORDS_COUNT_POS, 4)  # one record more than there is
+    want = decode_columns(RecordBatchHeader(good)).timestamps
+    into = COMPILED.ColumnBuffers(0, 1000)
+    assert into.offset_bounds is None
+    assert into.timestamp_scale == 1000
+    saved = native.COMPILED
+    native.COMPILED = COMPILED
+    try:
+        decode_into_buffers(RecordBatchHeader(good), into)
+        with pytest.raises(CorruptRecordError):
+            decode_into_buffers(RecordBatchHeader(bytes(bad)), into, verify=False)
+    finally:
+        native.COMPILED = saved
+    assert into.offset_bounds == (10, 12)  # the failed batch left no trace
+    micros = struct.unpack("=3q", bytes(memoryview(into.buffers()["timestamp"])))
+    wrapped = [(t * 1000 + 2**63) % 2**64 - 2**63 for t in want]
+    assert list(micros) == wrapped
+    if timestamp_type == TimestampType.CREATE_TIME:
+        assert any(w != t * 1000 for w, t in zip(wrapped, want, strict=True))  # one wrapped
