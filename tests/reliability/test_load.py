@@ -81,7 +81,12 @@ class Producers:
     def run(self, n: int) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5})
+        config = {"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5}
+        if RATE <= 0:
+            # Unthrottled, batches grow: keep them below segment.bytes (the soak's batches
+            # are of a few records and never near it).
+            config["batch.size"] = 128 * 1024
+        producer = Producer(config)
         sent = 0
         began = time.monotonic()
         while not self.stop.is_set():
@@ -266,6 +271,12 @@ def test_many_partitions_producers_and_consumers(
         f" {clients:.0f} s; offered {RATE or 'unthrottled'} records/s; load average"
         f" {load_before:.1f} -> {load_after:.1f}"
     )
+    if len(rss) > 600:  # a 10-minute run: the target's window, its last five minutes
+        last = rss[-300:]
+        print(
+            f"broker RSS over the last 5 minutes: {min(last):.0f}-{max(last):.0f} MB"
+            f" (+{(max(last) / min(last) - 1):.0%})"
+        )
     step = max(1, len(rss) // 10)  # the RSS samples are one a second: print ten of them
     print(
         "broker RSS over time (s: MB): "
