@@ -2,9 +2,10 @@
 
 A connection is served as Kafka's socket server serves it: one request at a time, in
 arrival order. Its loop reads one size-prefixed frame (into buffers of its own:
-core.server.frame_protocol), decodes it, runs its handler to the end, writes the answer (a
-Fetch answer's records from the segment files with ``sendfile``: core.server.response_frame),
-and only then reads the next frame (Kafka mutes a channel once a request has arrived and
+core.server.frame_protocol), decodes it, runs its handler to the end, hands the answer over
+for writing (a Fetch answer's records from the segment files with ``sendfile``:
+core.server.response_frame; small answers queued, see below), and only then reads the next
+frame (Kafka mutes a channel once a request has arrived and
 unmutes it when the response has been sent, or at once for a produce with acks=0, which has
 none). So a client may pipeline requests on one
 connection and rely on their order: a read behind a change sees the change, and answers go
