@@ -134,6 +134,19 @@ class FrameProtocol(asyncio.BufferedProtocol):
         if self._gone:
             on_gone()
 
+    def buffered(self) -> int:
+        """Bytes received into the read-ahead buffer and not read yet."""
+        return self._end - self._start
+
+    def frame_buffered(self) -> bool:
+        """Whether a whole frame (size prefix and body) is already in the read-ahead
+        buffer, so that reading it will not wait for the peer."""
+        unread = self._end - self._start
+        if unread < 4:
+            return False
+        size = int.from_bytes(self._ahead_view[self._start : self._start + 4], "big", signed=True)
+        return 0 <= size <= unread - 4
+
     async def read_exactly(self, n: int) -> bytes:
         """The next ``n`` bytes (``n`` at most the read-ahead size).
 

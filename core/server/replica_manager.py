@@ -985,6 +985,15 @@ class ReplicaManager:
         ``min.insync.replicas`` when it does; NOT_LEADER_OR_FOLLOWER if the leadership moved
         first; REQUEST_TIMED_OUT after ``timeout_ms``.
         """
+        # Kafka's tryCompleteElseWatch tries first: with the leader alone in the ISR (or
+        # followers already there) the high watermark has moved at the append, and no
+        # delayed operation is made.
+        hosted = self.partitions.get(partition.tp)
+        if hosted is None:
+            return NOT_LEADER_OR_FOLLOWER  # as DelayedProduce.try_complete says
+        done, error = hosted.check_enough_replicas_reached(required_offset)
+        if done:
+            return error
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         op = DelayedProduce(self, partition.tp, required_offset, timeout_ms, future)
         self.produce_purgatory.try_complete_else_watch(op, [partition.tp])

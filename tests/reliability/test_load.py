@@ -28,7 +28,9 @@ from .soak import SOAK
 PARTITIONS, PRODUCERS, CONSUMERS, SECONDS = (100, 20, 20, 600) if SOAK else (20, 4, 4, 20)
 # A shortened soak for profiling: TIERLOG_SOAK=1 TIERLOG_LOAD_SECONDS=180.
 SECONDS = int(os.environ.get("TIERLOG_LOAD_SECONDS", SECONDS))
-RATE = 10_000  # records/s offered by all producers together
+# Records/s offered by all producers together. TIERLOG_LOAD_RATE=0 leaves the producers
+# unthrottled, to measure what the broker acknowledges at most (its capacity here).
+RATE = int(os.environ.get("TIERLOG_LOAD_RATE", "10000"))
 TOPIC = "load"
 VALUE = b"v" * 200
 
@@ -50,6 +52,21 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int, tid: int | None = None) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process (all its threads) or of one of its threads."""
+    stat = Path(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat").read_text()
+    fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def run_queue_seconds(pid: int) -> float:
+    """Seconds a thread has spent runnable but waiting for a CPU (its schedstat): how much
+    the other processes on the machine held the broker's event loop back."""
+    path = Path(f"/proc/{pid}/task/{pid}/schedstat")
+    return int(path.read_text().split()[1]) / 1e9 if path.exists() else 0.0
+
+
 class Producers:
     """PRODUCERS threads sending keyed records round-robin over the partitions."""
 
@@ -64,7 +81,12 @@ class Producers:
     def run(self, n: int) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5})
+        config = {"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5}
+        if RATE <= 0:
+            # Unthrottled, batches grow: keep them below segment.bytes (the soak's batches
+            # are of a few records and never near it).
+            config["batch.size"] = 128 * 1024
+        producer = Producer(config)
         sent = 0
         began = time.monotonic()
         while not self.stop.is_set():
@@ -87,7 +109,7 @@ class Producers:
             except BufferError:
                 producer.poll(0.05)
             producer.poll(0)
-            if sent % 50 == 0:
+            if RATE > 0 and sent % 50 == 0:
                 # A steady offered load (RATE records/s over all producers), not a
                 # saturating one: latency then measures the broker, not a client queue.
                 ahead = began + sent / (RATE / PRODUCERS) - time.monotonic()
@@ -197,6 +219,11 @@ def test_many_partitions_producers_and_consumers(
     threads += [threading.Thread(target=consumers.run, args=(i,)) for i in range(CONSUMERS)]
     sampler = threading.Thread(target=sample)
     began = time.monotonic()
+    # The broker's CPU over the load period: all its threads, and its event loop's thread
+    # (the main one) alone, which serves every request.
+    cpu_before, loop_before = cpu_seconds(broker.pid), cpu_seconds(broker.pid, broker.pid)
+    waited_before, clients_before = run_queue_seconds(broker.pid), os.times()
+    load_before = os.getloadavg()[0]
     for t in [*threads, sampler]:
         t.start()
     try:
@@ -216,6 +243,9 @@ def test_many_partitions_producers_and_consumers(
         sampler.join(10)
     elapsed = time.monotonic() - began
     assert broker.proc.poll() is None, broker.log_tail()
+    cpu_after, loop_after = cpu_seconds(broker.pid), cpu_seconds(broker.pid, broker.pid)
+    waited, clients_after = run_queue_seconds(broker.pid) - waited_before, os.times()
+    load_after = os.getloadavg()[0]
     assert not producers.errors, producers.errors[:5]
     assert not consumers.errors, consumers.errors[:5]
     verified = verify(broker.bootstrap, producers.acked)
@@ -229,6 +259,24 @@ def test_many_partitions_producers_and_consumers(
         f"{min(rss):.0f}-{max(rss):.0f} MB; {verified} records verified from offset 0; "
         f"{consumers.retried} retriable consumer errors"
     )
+    cpu = sum(cpu_after) - sum(cpu_before)
+    clients = sum(clients_after[:2]) - sum(clients_before[:2])
+    loop_user, loop_sys = (a - b for a, b in zip(loop_after, loop_before, strict=True))
+    print(
+        f"broker CPU over the load period: {cpu:.0f} s ({cpu / elapsed:.0%} of a core,"
+        f" {cpu / max(count, 1) * 1e6:.0f} us per acknowledged record); its event loop's"
+        f" thread {loop_user + loop_sys:.0f} s ({(loop_user + loop_sys) / elapsed:.0%} of a"
+        f" core: user {loop_user:.0f} s, system {loop_sys:.0f} s), runnable but waiting for"
+        f" a CPU {waited:.0f} s ({waited / elapsed:.0%}); the clients' process"
+        f" {clients:.0f} s; offered {RATE or 'unthrottled'} records/s; load average"
+        f" {load_before:.1f} -> {load_after:.1f}"
+    )
+    if len(rss) > 600:  # a 10-minute run: the target's window, its last five minutes
+        last = rss[-300:]
+        print(
+            f"broker RSS over the last 5 minutes: {min(last):.0f}-{max(last):.0f} MB"
+            f" (+{(max(last) / min(last) - 1):.0%})"
+        )
     step = max(1, len(rss) // 10)  # the RSS samples are one a second: print ten of them
     print(
         "broker RSS over time (s: MB): "

@@ -141,6 +141,56 @@ def test_pipelined_requests_are_handled_one_at_a_time_in_order() -> None:
     asyncio.run(scenario())
 
 
+def test_answers_to_pipelined_requests_arrive_complete_and_in_order() -> None:
+    """Answers to frames that arrived together are written together; none is lost or
+    reordered, and the connection serves on afterwards."""
+
+    async def scenario() -> None:
+        script = Script()
+        async with serving(script) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"".join(frame(cid) for cid in range(1, 201)))
+            assert [await answered(reader) for _ in range(200)] == list(range(1, 201))
+            writer.write(frame(201))
+            assert await answered(reader) == 201
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_is_not_held_back_by_a_waiting_request_behind_it() -> None:
+    """The answer to a request goes out while the next pipelined request waits (a long
+    poll, an acks=all produce waiting for followers), not when that one ends."""
+
+    async def scenario() -> None:
+        script = Script()
+        parked = script.gate(2)
+        async with serving(script) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(frame(1) + frame(2))
+            assert await answered(reader) == 1
+            assert script.started == [1, 2] and not parked.done()
+            parked.set_result(ANSWER)
+            assert await answered(reader) == 2
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_answers_are_written_before_the_connection_closes_after_end_of_stream() -> None:
+    async def scenario() -> None:
+        script = Script()
+        async with serving(script) as (server, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(frame(1) + frame(2) + frame(3))
+            writer.write_eof()
+            assert [await answered(reader) for _ in range(3)] == [1, 2, 3]
+            await until(lambda: server.connection_count == 0, "the connection closed")
+            writer.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_request_without_an_answer_lets_the_next_one_through() -> None:
     async def scenario() -> None:
         script = Script()

@@ -1,0 +1,133 @@
+"""Produce answers written by the hand encoder are byte for byte kio's."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_writer
+from kio.static.primitive import i32, i64
+
+from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
+from core.server.produce_response import encode_produce_response
+from core.server.protocol import ProtocolCodec, RequestContext
+
+CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
+LOW, HIGH = SUPPORTED_VERSIONS[ApiKey.PRODUCE]
+VERSIONS = list(range(LOW, HIGH + 1))
+_TEXT = st.text(max_size=12)
+
+
+def _kio_frame(version: int, correlation_id: int, response: object) -> bytes:
+    """The frame as kio's generic writer encodes it."""
+    cls = load_response_schema(ApiKey.PRODUCE, version)
+    header_cls = cls.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(out, header_cls(correlation_id=i32(correlation_id)))
+    entity_writer(cls)(out, response)
+    body = out.getvalue()
+    return struct.pack(">i", len(body)) + body
+
+
+def _module(version: int) -> object:
+    cls = load_response_schema(ApiKey.PRODUCE, version)
+    return __import__(cls.__module__, fromlist=["x"])
+
+
+def _response_strategy(version: int, tagged: bool) -> st.SearchStrategy[object]:
+    """ProduceResponses of ``version``; with ``tagged``, v10+ ones may set the tagged
+    fields (current leader, node endpoints)."""
+    m = _module(version)
+    fields: dict[str, st.SearchStrategy[object]] = {
+        "index": st.integers(-(2**31), 2**31 - 1).map(i32),
+        "error_code": st.sampled_from(list(ErrorCode)),
+        "base_offset": st.integers(-1, 2**63 - 1).map(i64),
+        "log_append_time": st.none()
+        | st.integers(0, 2**41).map(
+            lambda ms: datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+        ),
+    }
+    if version >= 5:
+        fields["log_start_offset"] = st.integers(-1, 2**63 - 1).map(i64)
+    if version >= 8:
+        fields["record_errors"] = st.lists(
+            st.builds(
+                m.BatchIndexAndErrorMessage,  # type: ignore[attr-defined]
+                batch_index=st.integers(0, 2**31 - 1).map(i32),
+                batch_index_error_message=st.none() | _TEXT,
+            ),
+            max_size=3,
+        ).map(tuple)
+        fields["error_message"] = st.none() | _TEXT
+    top: dict[str, st.SearchStrategy[object]] = {}
+    if version >= 10 and tagged:
+        fields["current_leader"] = st.builds(
+            m.LeaderIdAndEpoch,  # type: ignore[attr-defined]
+            leader_id=st.integers(-1, 5).map(i32),
+            leader_epoch=st.integers(-1, 5).map(i32),
+        )
+        top["node_endpoints"] = st.lists(
+            st.builds(
+                m.NodeEndpoint,  # type: ignore[attr-defined]
+                node_id=st.integers(0, 5).map(i32),
+                host=_TEXT,
+                port=st.integers(0, 65535).map(i32),
+                rack=st.none() | _TEXT,
+            ),
+            max_size=2,
+        ).map(tuple)
+    partition = st.builds(m.PartitionProduceResponse, **fields)  # type: ignore[attr-defined]
+    topic = st.builds(
+        m.TopicProduceResponse,  # type: ignore[attr-defined]
+        name=_TEXT,
+        partition_responses=st.lists(partition, max_size=4).map(tuple),
+    )
+    return st.builds(
+        load_response_schema(ApiKey.PRODUCE, version),
+        responses=st.lists(topic, max_size=3).map(tuple),
+        throttle_time=st.integers(0, 2**31 - 1).map(lambda ms: datetime.timedelta(milliseconds=ms)),
+        **top,
+    )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_hand_encoding_matches_kio(version, data, correlation_id):
+    response = data.draw(_response_strategy(version, tagged=False))
+    assert encode_produce_response(correlation_id, version, response) == _kio_frame(
+        version, correlation_id, response
+    )
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 10])
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_answers_with_tagged_fields_are_kios(version, data, correlation_id):
+    """A leader hint (tagged fields) is left to kio, and the codec's answer is kio's."""
+    response = data.draw(_response_strategy(version, tagged=True))
+    context = RequestContext(ApiKey.PRODUCE, version, correlation_id, None, "PLAINTEXT", "x")
+    assert CODEC.encode_response(context, response) == _kio_frame(version, correlation_id, response)
+
+
+def test_a_leader_hint_goes_to_kio():
+    m = _module(11)
+    partition = m.PartitionProduceResponse(  # type: ignore[attr-defined]
+        index=i32(0),
+        error_code=ErrorCode.not_leader_or_follower,
+        base_offset=i64(-1),
+        record_errors=(),
+        current_leader=m.LeaderIdAndEpoch(leader_id=i32(2), leader_epoch=i32(7)),  # type: ignore[attr-defined]
+    )
+    response = m.ProduceResponse(  # type: ignore[attr-defined]
+        responses=(m.TopicProduceResponse(name="t", partition_responses=(partition,)),)  # type: ignore[attr-defined]
+    )
+    assert encode_produce_response(1, 11, response) is None
+    context = RequestContext(ApiKey.PRODUCE, 11, 1, None, "PLAINTEXT", "x")
+    assert CODEC.encode_response(context, response) == _kio_frame(11, 1, response)
