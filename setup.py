@@ -1,4 +1,5 @@
-"""Builds the compiled record decoder (core/records/_native.pyx) with Cython.
+"""Builds the compiled modules with Cython: the record decoder (core/records/_native.pyx)
+and the RLMM cache's restore path (rlmm/_native.pyx).
 
 Everything else about the package is in pyproject.toml; setuptools reads both. Cython is a
 build requirement there, so ``pip install .`` and ``pip install -e .`` compile the extension;
@@ -18,7 +19,10 @@ else:
     from Cython.Build import cythonize
 
     ext_modules = cythonize(
-        [Extension("core.records._native", ["core/records/_native.pyx"])],
+        [
+            Extension("core.records._native", ["core/records/_native.pyx"]),
+            Extension("rlmm._native", ["rlmm/_native.pyx"]),
+        ],
         compiler_directives={"language_level": "3"},
     )
 

@@ -36,10 +36,12 @@ import uuid
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import chain, islice
 from operator import sub
 
+from rlmm import native
 from rlmm.segment_rows import Renumbering, RowKey, SegmentLike
-from rlmm.snapshot import SnapshotRow
+from rlmm.snapshot import SnapshotRun
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -61,12 +63,10 @@ _TXN_EMPTY = 0x08
 _MULTI = 0x10  # leader epochs in _multi, not (epoch column, start offset)
 _CUSTOM = 0x20  # custom metadata in _custom
 
-# Columns of SnapshotRow used by _Block.extend.
-_R_START, _R_END, _R_BROKER, _R_TS, _R_EVT, _R_SIZE, _R_STATE, _R_TXN = map(
-    SnapshotRow._fields.index,
-    ("start_offset", "end_offset", "broker_id", "max_timestamp_ms", "event_timestamp_ms",
-     "segment_size_in_bytes", "state", "txn_tag"),
-)  # fmt: skip
+# A run's TxnIndexEmpty byte (0 or 1) -> the row's flags (bytes.translate's table).
+_FINISHED_FLAGS = bytes([_S.COPY_SEGMENT_FINISHED, _S.COPY_SEGMENT_FINISHED | _TXN_EMPTY]) + bytes(
+    254
+)
 _EMPTY = -1  # id table slot never used
 _GONE = -2  # id table slot whose id was deleted
 
@@ -100,7 +100,7 @@ def _push(arr: array[int], value: int) -> array[int]:
     return arr
 
 
-def _extend(arr: array[int], values: list[int]) -> array[int]:
+def _extend(arr: array[int], values: Iterable[int]) -> array[int]:
     """Extend, widening a 32-bit array to 64 bits if a value does not fit."""
     try:
         more = array(arr.typecode, values)
@@ -188,59 +188,39 @@ class _Block:
         if self.n == _BLOCK:
             self.seal()
 
-    def extend(self, run: Sequence[tuple[SegmentLike | SnapshotRow, bytes, int]]) -> None:
-        """Append rows ``(segment, id bytes, epoch)``: one leader epoch each, starting at
-        the start offset, and no custom metadata."""
+    def extend(
+        self, ids: bytes, start_c: Sequence[int], end_c: Sequence[int], broker_c: Sequence[int],
+        ts_c: Sequence[int], evt_c: Sequence[int], size_c: Sequence[int], flags: bytes,
+        epochs: Sequence[int],
+    ) -> None:  # fmt: skip
+        """Append rows given as columns (one leader epoch each, starting at the start offset,
+        no custom metadata): each column a sequence, C loops over them."""
         s0, t0 = self.s0, self.t0
-        mds = [md for md, _, _ in run]
-        if all(type(md) is SnapshotRow for md in mds):
-            # A snapshot file's rows are tuples: their columns come out in C.
-            cols = tuple(zip(*mds, strict=True))
-            start_c, end_c, broker_c = cols[_R_START], cols[_R_END], cols[_R_BROKER]
-            ts_c, evt_c, size_c = cols[_R_TS], cols[_R_EVT], cols[_R_SIZE]
-            flags = [
-                st | (_TXN_EMPTY if t else 0)
-                for st, t in zip(cols[_R_STATE], cols[_R_TXN], strict=True)
-            ]
-        else:
-            start_c = tuple(md.start_offset for md in mds)
-            end_c = tuple(md.end_offset for md in mds)
-            broker_c = tuple(md.broker_id for md in mds)
-            ts_c = tuple(md.max_timestamp_ms for md in mds)
-            evt_c = tuple(md.event_timestamp_ms for md in mds)
-            size_c = tuple(md.segment_size_in_bytes for md in mds)
-            flags = [int(md.state) | (_TXN_EMPTY if md.txn_index_empty else 0) for md in mds]
-        starts = [x - s0 for x in start_c]
-        ends = list(map(sub, end_c, start_c))
-        tss = [x - t0 for x in ts_c]
-        evts = list(map(sub, evt_c, ts_c))
-        sizes = list(size_c)
-        brokers = list(broker_c)
-        epochs = [epoch for _, _, epoch in run]
+        count = len(start_c)
         if self.n == 0:
-            self.broker_c, self.epoch_c = brokers[0], epochs[0]
-        self.ids += b"".join([idb for _, idb, _ in run])
-        self.start = _extend(self.start, starts)
+            self.broker_c, self.epoch_c = broker_c[0], epochs[0]
+        self.ids += ids
+        self.start = _extend(self.start, [x - s0 for x in start_c])
         if self.end is None:
             # Contiguous: each row starts right after the previous one ends (the block's
-            # last row before this run included).
-            follows = [self.end_last + 1] if self.n else [start_c[0]]
-            follows += [e + 1 for e in end_c[:-1]]
-            if list(start_c) == follows:
+            # last row before these included).
+            before = self.end_last if self.n else start_c[0] - 1
+            gaps = list(map(sub, start_c, chain((before,), islice(end_c, count - 1))))
+            if gaps.count(1) == count:
                 self.end_last = end_c[-1]
             else:
                 self.end = self._explicit_ends()
         if self.end is not None:
-            self.end = _extend(self.end, ends)
-        self.ts = _extend(self.ts, tss)
-        self.evt = _extend(self.evt, evts)
-        self.size = _extend(self.size, sizes)
-        self.flags += bytes(flags)
-        if self.broker is not None or brokers.count(self.broker_c) != len(brokers):
-            self.broker = _extend(self.broker or array("i", [self.broker_c]) * self.n, brokers)
-        if self.epoch is not None or epochs.count(self.epoch_c) != len(epochs):
+            self.end = _extend(self.end, list(map(sub, end_c, start_c)))
+        self.ts = _extend(self.ts, [x - t0 for x in ts_c])
+        self.evt = _extend(self.evt, list(map(sub, evt_c, ts_c)))
+        self.size = _extend(self.size, size_c)
+        self.flags += flags
+        if self.broker is not None or broker_c.count(self.broker_c) != count:
+            self.broker = _extend(self.broker or array("i", [self.broker_c]) * self.n, broker_c)
+        if self.epoch is not None or epochs.count(self.epoch_c) != count:
             self.epoch = _extend(self.epoch or array("i", [self.epoch_c]) * self.n, epochs)
-        self.n += len(run)
+        self.n += count
         if self.n == _BLOCK:
             self.seal()
 
@@ -336,10 +316,34 @@ class _IdTable:
         t[i] = row
         self._id_count += 1
 
-    def _add_ids(self, ids: Iterable[bytes], first_row: int, count: int) -> None:
-        """Map ``count`` absent ids to the consecutive rows from ``first_row``."""
+    def ids_absent(self, ids: list[bytes]) -> bool:
+        """True if no id of ``ids`` is held (``find`` of each is -1)."""
+        impl = native.COMPILED
+        if impl is not None:
+            return bool(impl.ids_absent(self._id_slots, self._blocks, self._block0, ids))
+        return self._ids_absent_py(ids)
+
+    def _ids_absent_py(self, ids: list[bytes]) -> bool:
+        """``ids_absent`` in Python (the compiled one's twin)."""
+        find = self.find
+        return all(find(idb) < 0 for idb in ids)
+
+    def _add_ids(self, ids: list[bytes], first_row: int) -> None:
+        """Map absent ids to the consecutive rows from ``first_row``."""
+        count = len(ids)
         if 10 * (self._id_used + count) > 7 * len(self._id_slots):
             self._resize_ids(2 * (self._id_count + count))
+        impl = native.COMPILED
+        if impl is not None:
+            used = impl.add_ids(self._id_slots, ids, first_row)
+        else:
+            used = self._add_ids_py(ids, first_row)
+        self._id_used += used
+        self._id_count += count
+
+    def _add_ids_py(self, ids: list[bytes], first_row: int) -> int:
+        """The table part of ``_add_ids`` in Python (the compiled one's twin): returns the
+        empty slots it filled."""
         t = self._id_slots
         m = len(t) - 1
         used = 0
@@ -350,8 +354,7 @@ class _IdTable:
             if t[i] == _EMPTY:
                 used += 1
             t[i] = r
-        self._id_used += used
-        self._id_count += count
+        return used
 
     def _discard_id(self, idb: bytes) -> None:
         """Unmap an id (nothing if absent)."""
@@ -483,30 +486,36 @@ class SegmentStore(_IdTable):
             self._order.insert(i, r)
         return r
 
-    def insert_sorted(self, run: Sequence[tuple[SegmentLike, bytes, int]]) -> range:
-        """Add rows a block at a time: ``(segment, id bytes, its only leader epoch)``, each
-        epoch starting at the start offset, no custom metadata, new ids, keys ascending and
+    def insert_sorted(self, run: SnapshotRun) -> range:
+        """Add rows a block at a time: a run's columns (COPY_SEGMENT_FINISHED, each epoch
+        starting at the start offset, no custom metadata), new ids, keys ascending and
         greater than ``last_key``."""
         first = self._next
-        if not run:
+        ids, starts = run.ids, run.start_offset
+        count = len(ids)
+        if not count:
             return range(first, first)
+        flags = run.txn_index_empty.translate(_FINISHED_FLAGS)
         done = 0
-        while done < len(run):
+        while done < count:
             r0 = self._next
             if r0 & _POS == 0:
-                md = run[done][0]
-                self._blocks.append(_Block(md.start_offset, md.max_timestamp_ms))
-                self._bstarts.append(md.start_offset)
-            chunk = run[done : done + _BLOCK - (r0 & _POS)]
-            self._blocks[-1].extend(chunk)
-            self._next = r0 + len(chunk)
-            done += len(chunk)
-        self._live += len(run)
-        self._add_ids((idb for _, idb, _ in run), first, len(run))
+                self._blocks.append(_Block(starts[done], run.max_timestamp_ms[done]))
+                self._bstarts.append(starts[done])
+            stop = min(count, done + _BLOCK - (r0 & _POS))
+            self._blocks[-1].extend(
+                b"".join(ids[done:stop]), starts[done:stop], run.end_offset[done:stop],
+                run.broker_id[done:stop], run.max_timestamp_ms[done:stop],
+                run.event_timestamp_ms[done:stop], run.segment_size_in_bytes[done:stop],
+                flags[done:stop], run.epoch[done:stop],
+            )  # fmt: skip
+            self._next = r0 + stop - done
+            done = stop
+        self._live += count
+        self._add_ids(ids, first)
         if self._order is not None:
             self._order.extend(range(first, self._next))
-        md, idb, _ = run[-1]
-        self._last = (md.start_offset, idb)
+        self._last = (starts[-1], ids[-1])
         return range(first, self._next)
 
     def delete(self, row: int) -> Renumbering | None:
