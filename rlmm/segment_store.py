@@ -12,6 +12,8 @@ that fits (widened to 64 bits per block on overflow)::
     evt     array i     4 B    event timestamp - max timestamp
     size    array i     4 B    segment size in bytes
     flags   bytearray   1 B    state (2 bits) | dead | txn index empty | multi epoch | custom
+                               (0 B in a full block whose rows all have the same flags:
+                               one shared ``bytes`` object, copied before a write)
     end     none or array i    end - start; none while each row ends where the next begins
                                (Kafka's segments are contiguous), then only the last is kept
     broker  int or array i     one value per block until two rows differ
@@ -63,6 +65,8 @@ _TXN_EMPTY = 0x08
 _MULTI = 0x10  # leader epochs in _multi, not (epoch column, start offset)
 _CUSTOM = 0x20  # custom metadata in _custom
 
+# A full block's flags when every row has the same, by that value: shared by the blocks.
+_UNIFORM: dict[int, bytes] = {}
 # A run's TxnIndexEmpty byte (0 or 1) -> the row's flags (bytes.translate's table).
 _FINISHED_FLAGS = bytes([_S.COPY_SEGMENT_FINISHED, _S.COPY_SEGMENT_FINISHED | _TXN_EMPTY]) + bytes(
     254
@@ -254,7 +258,18 @@ class _Block:
             if col is not None:
                 setattr(self, name, array(col.typecode, col))
         self.ids = bytearray(self.ids)
-        self.flags = bytearray(self.flags)
+        f = self.flags
+        if f.count(f[0]) == _BLOCK:
+            # Nearly every full block is all one state: share one immutable copy (1 B a
+            # segment less); set_flags copies it before a write.
+            self.flags = _UNIFORM.setdefault(f[0], bytes(f))
+        else:
+            self.flags = bytearray(f)
+
+    def set_flags(self, pos: int, flags: int) -> None:
+        if type(self.flags) is bytes:
+            self.flags = bytearray(self.flags)
+        self.flags[pos] = flags
 
     def set_broker(self, pos: int, broker: int) -> None:
         if self.broker is None:
@@ -522,7 +537,7 @@ class SegmentStore(_IdTable):
         b = self._blocks[(row >> _BITS) - self._block0]
         p = row & _POS
         f = b.flags[p]
-        b.flags[p] = f | _DEAD
+        b.set_flags(p, f | _DEAD)
         b.dead += 1
         self._live -= 1
         self._dead += 1
@@ -550,7 +565,7 @@ class SegmentStore(_IdTable):
         if custom_metadata is not None:
             self._custom[row] = custom_metadata
             flags |= _CUSTOM
-        b.flags[p] = flags
+        b.set_flags(p, flags)
 
     def _free_front_blocks(self) -> None:
         """Free whole dead blocks at the front (retention deletes the oldest first)."""

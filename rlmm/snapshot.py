@@ -522,7 +522,7 @@ def _stream_entries(f: BinaryIO, count: int) -> Generator[SnapshotEntry | Snapsh
     with f:
         buf, pos, index, eof = b"", 0, 0, False
         while True:
-            if not eof and len(buf) - pos < _REFILL:
+            if not eof and len(buf) - pos <= _REFILL:
                 more = f.read(_CHUNK)
                 eof = not more
                 buf, pos = buf[pos:] + more, 0
