@@ -14,7 +14,8 @@ Everything is bounded by the buffer's length: no read outside it whatever the le
 from cpython.array cimport array, clone, resize
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from cpython.object cimport Py_SIZE
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 
 # The usual entry (rlmm.snapshot's _ROW / _ROW_TXN): field offsets inside the entry.
@@ -121,42 +122,61 @@ def decode_run(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t max_rows):
     return pos, ids, start_c, end_c, broker_c, ts_c, evt_c, size_c, bytes(txn_c), epoch_c
 
 
-cdef inline const uint8_t *_id_at(list blocks, Py_ssize_t b0, int32_t r):
-    ids = getattr(blocks[(r >> 10) - b0], "ids")
-    return <const uint8_t *>PyByteArray_AS_STRING(ids) + ((r & 1023) << 4)
+cdef inline const uint8_t *_id_at(list blocks, Py_ssize_t b0, int bits, Py_ssize_t r):
+    ids = getattr(blocks[(r >> bits) - b0], "ids")
+    return <const uint8_t *>PyByteArray_AS_STRING(ids) + ((r & ((1 << bits) - 1)) << 4)
 
 
-def ids_absent(int32_t[::1] slots, list blocks, Py_ssize_t b0, list ids):
-    """True if no id of ``ids`` (16-byte bytes) is in the table (``_IdTable.find`` each)."""
-    cdef Py_ssize_t m = slots.shape[0] - 1
-    cdef Py_ssize_t i
-    cdef int32_t r
+cdef inline Py_ssize_t _slot(const uint16_t *lo, const uint8_t *hi8, const uint16_t *hi16,
+                             Py_ssize_t i) noexcept nogil:
+    if hi8 != NULL:
+        return lo[i] | (<Py_ssize_t>hi8[i] << 16)
+    return lo[i] | (<Py_ssize_t>hi16[i] << 16)
+
+
+def ids_absent(
+    array lo, array hi, Py_ssize_t base, list blocks, Py_ssize_t b0, int bits, list ids
+):
+    """True if no id of ``ids`` (16-byte bytes) is in the table (``_IdTable.find`` each):
+    slots hold ``row - base + 2`` in ``lo`` (16 bits) and ``hi`` (8 or 16 bits), 0 empty,
+    1 deleted; row ``r`` is in ``blocks[(r >> bits) - b0]``."""
+    cdef const uint16_t *plo = lo.data.as_ushorts
+    cdef const uint8_t *p8 = hi.data.as_uchars if hi.ob_descr.itemsize == 1 else NULL
+    cdef const uint16_t *p16 = NULL if hi.ob_descr.itemsize == 1 else hi.data.as_ushorts
+    cdef Py_ssize_t m = Py_SIZE(lo) - 1
+    cdef Py_ssize_t i, v
     cdef const char *want
     for idb in ids:
         want = PyBytes_AS_STRING(idb)
         i = hash(idb) & m
         while True:
-            r = slots[i]
-            if r == -1:
+            v = _slot(plo, p8, p16, i)
+            if v == 0:
                 break
-            if r >= 0 and memcmp(_id_at(blocks, b0, r), want, 16) == 0:
+            if v != 1 and memcmp(_id_at(blocks, b0, bits, v + base - 2), want, 16) == 0:
                 return False
             i = (i + 1) & m
     return True
 
 
-def add_ids(int32_t[::1] slots, list ids, int32_t first_row):
-    """Map absent ``ids`` to the rows from ``first_row``; returns the _EMPTY slots used."""
-    cdef Py_ssize_t m = slots.shape[0] - 1
-    cdef Py_ssize_t i
-    cdef Py_ssize_t used = 0
-    cdef int32_t r = first_row
+def add_ids(array lo, array hi, list ids, Py_ssize_t first_value):
+    """Map absent ``ids`` to the slot values from ``first_value`` on; returns the empty
+    slots used."""
+    cdef uint16_t *plo = lo.data.as_ushorts
+    cdef uint8_t *p8 = hi.data.as_uchars if hi.ob_descr.itemsize == 1 else NULL
+    cdef uint16_t *p16 = NULL if hi.ob_descr.itemsize == 1 else hi.data.as_ushorts
+    cdef Py_ssize_t m = Py_SIZE(lo) - 1
+    cdef Py_ssize_t i, v = first_value, used = 0
     for idb in ids:
         i = hash(idb) & m
-        while slots[i] >= 0:
+        while _slot(plo, p8, p16, i) > 1:
             i = (i + 1) & m
-        if slots[i] == -1:
+        if _slot(plo, p8, p16, i) == 0:
             used += 1
-        slots[i] = r
-        r += 1
+        plo[i] = v & 0xFFFF
+        if p8 != NULL:
+            p8[i] = <uint8_t>(v >> 16)
+        else:
+            p16[i] = <uint16_t>(v >> 16)
+        v += 1
     return used

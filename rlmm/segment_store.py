@@ -65,14 +65,16 @@ _TXN_EMPTY = 0x08
 _MULTI = 0x10  # leader epochs in _multi, not (epoch column, start offset)
 _CUSTOM = 0x20  # custom metadata in _custom
 
-# A full block's flags when every row has the same, by that value: shared by the blocks.
+# A full block's flags when every row has the same, by that value: shared by the blocks
+# (replaced if the block size differs, as in tests).
 _UNIFORM: dict[int, bytes] = {}
 # A run's TxnIndexEmpty byte (0 or 1) -> the row's flags (bytes.translate's table).
 _FINISHED_FLAGS = bytes([_S.COPY_SEGMENT_FINISHED, _S.COPY_SEGMENT_FINISHED | _TXN_EMPTY]) + bytes(
     254
 )
-_EMPTY = -1  # id table slot never used
-_GONE = -2  # id table slot whose id was deleted
+_EMPTY = 0  # id table slot never used
+_GONE = 1  # id table slot whose id was deleted
+_HI8_VMAX = 0xFFFFFF  # the greatest slot value while _id_hi has 8 bits
 
 # Building the returned objects without their validating constructors (5 us each, the bulk
 # of a lookup). Fails at import if the classes gain fields this module does not set.
@@ -258,13 +260,18 @@ class _Block:
             if col is not None:
                 setattr(self, name, array(col.typecode, col))
         self.ids = bytearray(self.ids)
+        self.flags = bytearray(self.flags)
+        self.share_flags()
+
+    def share_flags(self) -> None:
+        """If every row of the full block has the same flags (nearly always), use the one
+        shared immutable copy (1 B a segment less); ``set_flags`` copies it before a write."""
         f = self.flags
-        if f.count(f[0]) == _BLOCK:
-            # Nearly every full block is all one state: share one immutable copy (1 B a
-            # segment less); set_flags copies it before a write.
-            self.flags = _UNIFORM.setdefault(f[0], bytes(f))
-        else:
-            self.flags = bytearray(f)
+        if type(f) is bytearray and f.count(f[0]) == _BLOCK:
+            shared = _UNIFORM.get(f[0])
+            if shared is None or shared != f:
+                shared = _UNIFORM[f[0]] = bytes(f)
+            self.flags = shared
 
     def set_flags(self, pos: int, flags: int) -> None:
         if type(self.flags) is bytes:
@@ -280,62 +287,89 @@ class _Block:
 
 
 class _IdTable:
-    """Segment id -> row, in ~6.5 bytes a segment: the hash table half of ``SegmentStore``
+    """Segment id -> row, in ~5 bytes a segment: the hash table half of ``SegmentStore``
     (its base class, so that probes read the ids from the blocks without a call each).
 
-    Open addressing (linear probing) over row numbers in one ``array('i')``, its size a
-    power of two, kept between 0.35 and 0.7 full. The ids are not stored here: a probe
-    compares the id in the probed row's block. A deleted id leaves a tombstone, so that
-    probes for the ids after it go on; tombstones count as used until the next resize
-    drops them.
+    Open addressing (linear probing), its size a power of two, kept between 0.35 and 0.7
+    full. A slot holds ``row - base + 2`` in 3 bytes (``_id_lo`` 16 bits, ``_id_hi`` 8 bits;
+    0 is an empty slot, 1 a deleted id): ``base`` is the first live row when the table was
+    last rebuilt, so the rows of a partition whose oldest segments are deleted as new ones
+    come keep fitting; the table is rebuilt on a new base when they would not, and
+    ``_id_hi`` widens to 16 bits only if the live rows span more than 16 M numbers. The
+    ids are not stored here: a probe compares the id in the probed row's block. A deleted
+    id leaves a tombstone, so that probes for the ids after it go on; tombstones count as
+    used until the next rebuild drops them.
     """
 
-    __slots__ = ("_id_count", "_id_slots", "_id_used")
+    __slots__ = ("_id_base", "_id_count", "_id_hi", "_id_lo", "_id_used", "_id_vmax")
 
     _blocks: list[_Block]  # SegmentStore's
     _block0: int
+    _next: int
 
     def _clear_ids(self, slots: int) -> None:
-        self._id_slots: array[int] = array("i")
+        self._id_lo: array[int] = array("H")
+        self._id_hi: array[int] = array("B")
+        self._id_base = 0
+        self._id_vmax = 0  # the greatest slot value the table can hold
         self._id_count = 0  # ids held
-        self._id_used = 0  # slots not _EMPTY
-        self._resize_ids(slots)
+        self._id_used = 0  # slots not empty
+        self._resize_ids(slots, 0)
 
     def find(self, segment_id: bytes) -> int:
         """The row of a segment id, or -1."""
-        t = self._id_slots
-        m = len(t) - 1
+        lo, hi = self._id_lo, self._id_hi
+        m = len(lo) - 1
         i = hash(segment_id) & m
-        blocks, b0 = self._blocks, self._block0
+        blocks, b0, base = self._blocks, self._block0, self._id_base - 2
         while True:
-            r = t[i]
-            if r == _EMPTY:
+            v = lo[i] | hi[i] << 16
+            if v == _EMPTY:
                 return -1
-            if r >= 0:
+            if v != _GONE:
+                r = v + base
                 p = (r & _POS) << 4
                 if blocks[(r >> _BITS) - b0].ids[p : p + 16] == segment_id:
                     return r
             i = (i + 1) & m
 
+    def _room(self, count: int, last_row: int) -> None:
+        """Rebuild the table if ``count`` more ids would fill it past 0.7, or if
+        ``last_row`` would not fit its slots."""
+        if 10 * (self._id_used + count) > 7 * len(self._id_lo):
+            self._resize_ids(2 * (self._id_count + count), last_row - count + 1)
+        elif last_row - self._id_base + 2 > self._id_vmax:
+            self._resize_ids(len(self._id_lo), last_row - count + 1)
+
     def _add_id(self, idb: bytes, row: int) -> None:
         """Map an id known to be absent."""
-        if 10 * (self._id_used + 1) > 7 * len(self._id_slots):
-            self._resize_ids(2 * self._id_count)
-        t = self._id_slots
-        m = len(t) - 1
+        self._room(1, row)
+        lo, hi = self._id_lo, self._id_hi
+        m = len(lo) - 1
         i = hash(idb) & m
-        while t[i] >= 0:
+        while lo[i] | hi[i] << 16 > _GONE:
             i = (i + 1) & m
-        if t[i] == _EMPTY:
+        if lo[i] | hi[i] << 16 == _EMPTY:
             self._id_used += 1
-        t[i] = row
+        v = row - self._id_base + 2
+        lo[i], hi[i] = v & 0xFFFF, v >> 16
         self._id_count += 1
 
     def ids_absent(self, ids: list[bytes]) -> bool:
         """True if no id of ``ids`` is held (``find`` of each is -1)."""
         impl = native.COMPILED
         if impl is not None:
-            return bool(impl.ids_absent(self._id_slots, self._blocks, self._block0, ids))
+            return bool(
+                impl.ids_absent(
+                    self._id_lo,
+                    self._id_hi,
+                    self._id_base,
+                    self._blocks,
+                    self._block0,
+                    _BITS,
+                    ids,
+                )
+            )
         return self._ids_absent_py(ids)
 
     def _ids_absent_py(self, ids: list[bytes]) -> bool:
@@ -346,11 +380,10 @@ class _IdTable:
     def _add_ids(self, ids: list[bytes], first_row: int) -> None:
         """Map absent ids to the consecutive rows from ``first_row``."""
         count = len(ids)
-        if 10 * (self._id_used + count) > 7 * len(self._id_slots):
-            self._resize_ids(2 * (self._id_count + count))
+        self._room(count, first_row + count - 1)
         impl = native.COMPILED
         if impl is not None:
-            used = impl.add_ids(self._id_slots, ids, first_row)
+            used = impl.add_ids(self._id_lo, self._id_hi, ids, first_row - self._id_base + 2)
         else:
             used = self._add_ids_py(ids, first_row)
         self._id_used += used
@@ -359,54 +392,61 @@ class _IdTable:
     def _add_ids_py(self, ids: list[bytes], first_row: int) -> int:
         """The table part of ``_add_ids`` in Python (the compiled one's twin): returns the
         empty slots it filled."""
-        t = self._id_slots
-        m = len(t) - 1
+        lo, hi = self._id_lo, self._id_hi
+        m = len(lo) - 1
         used = 0
-        for r, idb in enumerate(ids, first_row):
+        for v, idb in enumerate(ids, first_row - self._id_base + 2):
             i = hash(idb) & m
-            while t[i] >= 0:
+            while lo[i] | hi[i] << 16 > _GONE:
                 i = (i + 1) & m
-            if t[i] == _EMPTY:
+            if lo[i] | hi[i] << 16 == _EMPTY:
                 used += 1
-            t[i] = r
+            lo[i], hi[i] = v & 0xFFFF, v >> 16
         return used
 
     def _discard_id(self, idb: bytes) -> None:
         """Unmap an id (nothing if absent)."""
-        t = self._id_slots
-        m = len(t) - 1
+        lo, hi = self._id_lo, self._id_hi
+        m = len(lo) - 1
         i = hash(idb) & m
-        blocks, b0 = self._blocks, self._block0
+        blocks, b0, base = self._blocks, self._block0, self._id_base - 2
         while True:
-            r = t[i]
-            if r == _EMPTY:
+            v = lo[i] | hi[i] << 16
+            if v == _EMPTY:
                 return
-            if r >= 0:
+            if v != _GONE:
+                r = v + base
                 p = (r & _POS) << 4
                 if blocks[(r >> _BITS) - b0].ids[p : p + 16] == idb:
-                    t[i] = _GONE
+                    lo[i], hi[i] = _GONE, 0
                     self._id_count -= 1
                     return
             i = (i + 1) & m
 
-    def _resize_ids(self, want: int) -> None:
-        """Rehash into at least ``want`` slots (a power of two), dropping tombstones."""
+    def _resize_ids(self, want: int, upto: int) -> None:
+        """Rebuild into at least ``want`` slots (a power of two) on the first live row as
+        the base, dropping tombstones: the live rows before ``upto`` (those mapped)."""
         size = 16
         while size < want:
             size *= 2
-        t = array("i", [_EMPTY]) * size
+        base = self._block0 << _BITS
+        vmax = self._next - base + 1  # the last row's value
+        hi_type = "B" if vmax <= _HI8_VMAX else "H"
+        lo, hi = array("H", bytes(2 * size)), array(hi_type, bytes(size * (hi_type == "B" or 2)))
         m = size - 1
         count = 0
-        blocks, b0 = self._blocks, self._block0
-        for r in self._id_slots:
-            if r >= 0:
-                p = (r & _POS) << 4
-                i = hash(bytes(blocks[(r >> _BITS) - b0].ids[p : p + 16])) & m
-                while t[i] != _EMPTY:
-                    i = (i + 1) & m
-                t[i] = r
-                count += 1
-        self._id_slots = t
+        for bi, b in enumerate(self._blocks):
+            flags, ids = b.flags, b.ids
+            v = ((bi + self._block0) << _BITS) - base + 2
+            for p in range(min(b.n, upto - ((bi + self._block0) << _BITS))):
+                if not flags[p] & _DEAD:
+                    i = hash(bytes(ids[p << 4 : (p << 4) + 16])) & m
+                    while lo[i] | hi[i] << 16:
+                        i = (i + 1) & m
+                    lo[i], hi[i] = (v + p) & 0xFFFF, (v + p) >> 16
+                    count += 1
+        self._id_lo, self._id_hi, self._id_base = lo, hi, base
+        self._id_vmax = _HI8_VMAX if hi_type == "B" else 0xFFFFFFFF
         self._id_count = self._id_used = count
 
 
@@ -566,6 +606,10 @@ class SegmentStore(_IdTable):
             self._custom[row] = custom_metadata
             flags |= _CUSTOM
         b.set_flags(p, flags)
+        if p == _POS and b.n == _BLOCK:
+            # The last row's copy finished after the block filled: its flags may now be
+            # all alike (a block is sealed while its last row is still being copied).
+            b.share_flags()
 
     def _free_front_blocks(self) -> None:
         """Free whole dead blocks at the front (retention deletes the oldest first)."""

@@ -272,7 +272,7 @@ def test_id_table_fills_and_probes_alike_in_both_implementations() -> None:
     for ids in _id_runs():
         assert all(store.find(i) >= 0 for i in ids if i != _id_runs()[2][5])
     for other, other_absent in results[1:]:
-        assert other._id_slots == store._id_slots
+        assert (other._id_lo, other._id_hi) == (store._id_lo, store._id_hi)
         assert (other._id_count, other._id_used) == (store._id_count, store._id_used)
         assert other_absent == absent
 
@@ -295,3 +295,49 @@ def test_a_state_change_in_a_full_block_changes_that_segment_only(tmp_path: Path
     assert states.count(S.COPY_SEGMENT_FINISHED) == 2999
     assert c.remote_log_segment_metadata(0, 1050) is None
     assert c.remote_log_segment_metadata(1, 1050 + 1024 * 100) is not None
+
+
+def run_of(ids: list[bytes], start: int) -> SnapshotRun:
+    offsets = snapshot.array("q", range(start, start + len(ids)))
+    return SnapshotRun(
+        ids, offsets, offsets, *[snapshot.array("q", [0] * len(ids))] * 4, bytes(len(ids)),
+        snapshot.array("q", [0] * len(ids)),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_id_table_rebases_then_widens_as_old_rows_go_and_new_ones_come(
+    impl: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows are numbered on: with the oldest deleted as new ones come (retention), the
+    # numbers outgrow the table's 3-byte slots unless it rebuilds on a new base, and it
+    # must widen once the live rows span more than they can hold.
+    from rlmm import segment_store
+
+    monkeypatch.setattr(segment_store, "_HI8_VMAX", 5000)
+    rnd = random.Random(7)
+    store = SegmentStore(TP)
+    live: dict[bytes, int] = {}
+    start = 0
+    with using(impl):
+        for _ in range(12):
+            ids = [rnd.randbytes(16) for _ in range(1000)]
+            assert store.ids_absent(ids)
+            rows = store.insert_sorted(run_of(ids, start))
+            start += 1000
+            live.update(zip(ids, rows, strict=True))
+            for idb in sorted(live, key=live.__getitem__)[:-1500]:  # the oldest go
+                remap = store.delete(live.pop(idb))
+                if remap is not None:
+                    live = {k: remap[r] for k, r in live.items()}
+            assert all(store.find(k) == r for k, r in live.items())
+            assert not store.ids_absent([*live][:1])
+        assert store._id_hi.typecode == "B"  # rebased: the live rows span < 5000
+        assert store._id_base > 0
+        for _ in range(3):  # no deletes: the live rows span more than 5000 numbers
+            ids = [rnd.randbytes(16) for _ in range(2000)]
+            live.update(zip(ids, store.insert_sorted(run_of(ids, start)), strict=True))
+            start += 2000
+        assert store._id_hi.typecode == "H"
+        assert all(store.find(k) == r for k, r in live.items())
+        assert store.ids_absent([rnd.randbytes(16) for _ in range(100)])
