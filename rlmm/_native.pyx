@@ -180,3 +180,21 @@ def add_ids(array lo, array hi, list ids, Py_ssize_t first_value):
             p16[i] = <uint16_t>(v >> 16)
         v += 1
     return used
+
+
+cdef extern from "Python.h":
+    int PyObject_IS_GC(object op)
+    void PyObject_GC_UnTrack(void *op)
+
+
+def untrack(a, b, c):
+    """Take three new objects out of the garbage collector's lists.
+
+    For the metadata objects a cache builds (uuid, segment id, segment metadata): frozen,
+    so they can hold no reference cycle, and a listing page makes 30,000 of them, which
+    otherwise fill the young generation, get promoted, and set off full collections in
+    the middle of the next pages. Untracked objects are still freed by reference counting.
+    """
+    for o in (a, b, c):
+        if PyObject_IS_GC(o):
+            PyObject_GC_UnTrack(<void *>o)

@@ -703,6 +703,9 @@ class SegmentStore(_IdTable):
         _set(md, "custom_metadata", self._custom[row] if f & _CUSTOM else None)
         _set(md, "state", _STATES[f & _STATE])
         _set(md, "txn_index_empty", bool(f & _TXN_EMPTY))
+        impl = native.COMPILED
+        if impl is not None:  # no cycles possible: keep them out of the collector's work
+            impl.untrack(u, sid, md)
         return md
 
     def rows_after(self, key: RowKey | None) -> tuple[array[int] | range, int]:

@@ -341,3 +341,23 @@ def test_id_table_rebases_then_widens_as_old_rows_go_and_new_ones_come(
         assert store._id_hi.typecode == "H"
         assert all(store.find(k) == r for k, r in live.items())
         assert store.ids_absent([rnd.randbytes(16) for _ in range(100)])
+
+
+def test_built_metadata_is_the_same_and_kept_out_of_the_collector(tmp_path: Path) -> None:
+    # A listing page builds 30,000 objects: with the compiled module they are untracked
+    # (frozen, no cycles possible), so that they set off no full collection mid-page.
+    import gc
+
+    path = tmp_path / "remote_log_snapshot"
+    path.write_bytes(encode_snapshot(Snapshot(0, 5, mixed(50))))
+    s = open_snapshot_stream(path)
+    assert s is not None
+    c = RemoteLogMetadataCache.from_entries(TP, s.entries, count=s.count)
+    pages = {}
+    for impl in IMPLEMENTATIONS:
+        with using(impl):
+            pages[impl] = c.list_page(None, 100)[0] + [c.remote_log_segment_metadata(0, 4321)]
+            tracked = {gc.is_tracked(o) for md in pages[impl] for o in (md, md.segment_id)}
+            assert tracked == ({False} if impl == "compiled" else {True})
+    assert all(page == pages["pure-python"] for page in pages.values())
+    assert len(pages["pure-python"]) == 50
