@@ -30,7 +30,11 @@ Reading is the start-up path of a broker with millions of remote segments, so en
 usual shape (frame 1, api key 3, version 0 or 1, one leader epoch, no custom metadata, no
 tagged field but TxnIndexEmpty) are unpacked by one ``struct`` call each into a
 ``SnapshotRow`` tuple; any other entry goes through ``rlmm.serde.decode``. Both read the same
-bytes to the same values (tests/rlmm/test_snapshot.py compares them).
+bytes to the same values (tests/rlmm/test_snapshot.py compares them). The broker's restore
+(``open_snapshot_stream``) goes further: it reads the file a chunk at a time and decodes
+runs of up to 1024 usual COPY_SEGMENT_FINISHED entries straight into columns
+(``SnapshotRun``, by ``rlmm._native.decode_run`` in C when built, else its twin
+``decode_run_py``), which the cache appends a block at a time; the file format is unchanged.
 
 Partitions being deleted get no snapshot (as in Kafka); their state is replayed.
 Writes are atomic: temp file, fsync, rename, fsync of the directory (core.fs.atomic_write).
