@@ -20,14 +20,15 @@ that fits (widened to 64 bits per block on overflow)::
     epoch   int or array i     the segment's only leader epoch (same rule)
 
 Rare shapes go to side dicts keyed by row: segments whose leader epochs are not exactly
-``{epoch: start offset}``, and custom metadata. Segment id -> row is a hash table of rows in 3-byte
-slots (``_IdTable``, ~5 B a segment) that reads the ids from the blocks. Rows arrive in key order ``(start
-offset, id)`` as a rule, so that order is the row order itself; an out-of-order insert
-creates an explicit sorted row array until the next compaction. Deleted rows are
-tombstones: whole dead blocks at the front are freed at once, and when dead rows outnumber
-live ones everything is compacted (renumbered in key order; O(rows), amortised O(1) a
-delete). Metadata objects are built only for what a caller asks, without re-running their
-validation, and (with the compiled module) kept out of the garbage collector's lists.
+``{epoch: start offset}``, and custom metadata. Segment id -> row is a hash table of rows
+in 3-byte slots (``_IdTable``, ~5 B a segment) that reads the ids from the blocks. Rows
+arrive in key order ``(start offset, id)`` as a rule, so that order is the row order
+itself; an out-of-order insert creates an explicit sorted row array until the next
+compaction. Deleted rows are tombstones: whole dead blocks at the front are freed at once,
+and when dead rows outnumber live ones everything is compacted (renumbered in key order;
+O(rows), amortised O(1) a delete). Metadata objects are built only for what a caller asks,
+without re-running their validation, and (with the compiled module) kept out of the
+garbage collector's lists.
 
 The snapshot restore appends whole runs of rows given as columns (``insert_sorted``), with
 the id table's probe and fill for a run in C (``rlmm._native``, pure-Python twins here).
