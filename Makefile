@@ -101,4 +101,4 @@ bench: native
 
 clean:
 	rm -rf $(VENV) demo-data bench-data .pytest_cache .ruff_cache .hypothesis build
-	rm -f core/records/_native.c core/records/_native*.so core/records/_append.c core/records/_append*.so core/log/_recovery.c core/log/_recovery*.so
+	rm -f core/records/_native.c core/records/_native*.so core/records/_append.c core/records/_append*.so core/log/_recovery.c core/log/_recovery*.so rlmm/_native.c rlmm/_native*.so

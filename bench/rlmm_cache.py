@@ -181,19 +181,40 @@ def run_side(side: str, n: int, lookups: int, page: int, snapshot_n: int) -> dic
             raise AssertionError(f"lookup ({epoch}, {offset}) found nothing")
     lat.sort()
     out |= {"lookup_p50_us": _percentile(lat, 0.5), "lookup_p99_us": _percentile(lat, 0.99)}
+    # The page target is wall time; on this shared VM a page can lose the CPU for tens of
+    # ms, so each page's CPU time (thread_time) is taken too, and collections are timed.
+    gc_ms: list[float] = []
+    gc_at = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_at[0] = time.perf_counter()
+        else:
+            gc_ms.append((time.perf_counter() - gc_at[0]) * 1000)
+
+    gc.callbacks.append(on_gc)
     t0 = time.perf_counter()
-    worst = 0.0
-    seen = 0
+    worst = worst_cpu = 0.0
+    seen = pages = over = 0
     cursor: str | int | None = None
     while True:
-        a = time.perf_counter()
+        a, ca = time.perf_counter(), time.thread_time()
         items, cursor = cache.list_page(cursor, page)  # type: ignore[arg-type]
-        worst = max(worst, time.perf_counter() - a)
+        took, took_cpu = time.perf_counter() - a, time.thread_time() - ca
+        worst, worst_cpu = max(worst, took), max(worst_cpu, took_cpu)
+        over += took > 0.05
+        pages += 1
         seen += len(items)
         del items
         if cursor is None:
             break
-    out |= {"scan_s": time.perf_counter() - t0, "scan_max_page_ms": worst * 1000}
+    gc.callbacks.remove(on_gc)
+    out |= {
+        "scan_s": time.perf_counter() - t0, "scan_max_page_ms": worst * 1000,
+        "scan_max_page_cpu_ms": worst_cpu * 1000, "scan_pages": pages,
+        "scan_pages_over_50ms": over, "scan_gc_count": len(gc_ms),
+        "scan_gc_max_ms": max(gc_ms, default=0.0),
+    }  # fmt: skip
     if seen != n:
         raise AssertionError(f"scan returned {seen} of {n} segments")
     if snapshot_n and isinstance(cache, RemoteLogMetadataCache):
@@ -202,8 +223,9 @@ def run_side(side: str, n: int, lookups: int, page: int, snapshot_n: int) -> dic
 
 
 def _restart(cache: RemoteLogMetadataCache, n: int, snapshot_n: int) -> dict[str, float]:
+    from rlmm import native
     from rlmm.serde import RemoteLogSegmentMetadataSnapshot
-    from rlmm.snapshot import Snapshot, read_snapshot_rows, write_snapshot
+    from rlmm.snapshot import Snapshot, open_snapshot_stream, write_snapshot
 
     entries = list(cache.entries())
     t0 = time.perf_counter()
@@ -223,16 +245,17 @@ def _restart(cache: RemoteLogMetadataCache, n: int, snapshot_n: int) -> dict[str
         out["snapshot_bytes"] = path.stat().st_size
         del records
         gc.collect()
-        # What the broker does at start-up (TopicBasedRemoteLogMetadataManager._load_snapshot).
-        t0 = time.perf_counter()
-        snap = read_snapshot_rows(path)
-        out["snapshot_read_s"] = time.perf_counter() - t0
-        assert snap is not None
-        t0 = time.perf_counter()
-        rebuilt = RemoteLogMetadataCache.from_entries(TP, snap[2])
-        out["snapshot_rebuild_s"] = time.perf_counter() - t0
+        # What the broker does at start-up (TopicBasedRemoteLogMetadataManager._load_snapshot):
+        # the file streamed into the cache, runs of usual entries decoded to columns.
+        t0, c0 = time.perf_counter(), time.process_time()
+        stream = open_snapshot_stream(path)
+        assert stream is not None
+        rebuilt = RemoteLogMetadataCache.from_entries(TP, stream.entries, count=stream.count)
+        out["snapshot_load_s"] = time.perf_counter() - t0
+        out["snapshot_load_cpu_s"] = time.process_time() - c0
         if len(rebuilt) != n:
             raise AssertionError("snapshot rebuild lost segments")
+        out["restore_path"] = "compiled" if native.COMPILED is not None else "pure-python"
     return out
 
 
@@ -292,6 +315,12 @@ def main(argv: list[str] | None = None) -> None:
          "<= 20 us"),
         (f"scan, longest list_page({args.page})", f"{col['scan_max_page_ms']:.1f} ms",
          f"{naive['scan_max_page_ms']:.1f} ms", "", "<= 50 ms"),
+        ("  its CPU time (longest)", f"{col['scan_max_page_cpu_ms']:.1f} ms",
+         f"{naive['scan_max_page_cpu_ms']:.1f} ms", "", ""),
+        ("  pages over 50 ms (wall)", f"{col['scan_pages_over_50ms']} of {col['scan_pages']}",
+         "", "", ""),
+        ("  collections during the scan, longest", f"{col['scan_gc_count']}, "
+         f"{col['scan_gc_max_ms']:.1f} ms", "", "", ""),
         ("scan, whole partition", f"{col['scan_s']:.1f} s", f"{naive['scan_s'] * scale:.1f} s*",
          "", ""),
     ]  # fmt: skip
@@ -300,14 +329,11 @@ def main(argv: list[str] | None = None) -> None:
         k = n / sn
         note = "" if sn == n else f" (x{k:.1f} from {sn:,.0f})"
         rows += [
-            ("restart: from_entries(list)", f"{col['rebuild_list_s']:.1f} s", "", "", "<= 10 s"),
-            (f"restart: read snapshot file{note}", f"{col['snapshot_read_s'] * k:.1f} s", "", "",
-             f"{col['snapshot_bytes'] * k / MiB:.0f} MiB file"),
-            (f"restart: from_entries(snapshot){note}", f"{col['snapshot_rebuild_s'] * k:.1f} s",
-             "", "", ""),
-            (f"restart from the file: read + rebuild{note}",
-             f"{(col['snapshot_read_s'] + col['snapshot_rebuild_s']) * k:.1f} s", "", "",
-             "<= 10 s"),
+            ("restart: from_entries(list)", f"{col['rebuild_list_s']:.1f} s", "", "", ""),
+            (f"restart from the file: stream + rebuild{note}",
+             f"{col['snapshot_load_s'] * k:.1f} s", "", "", "<= 10 s"),
+            ("  same, CPU time", f"{col['snapshot_load_cpu_s'] * k:.1f} s", "", "",
+             f"{col['restore_path']}; {col['snapshot_bytes'] * k / MiB:.0f} MiB file"),
         ]  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     head = ("", "columnar", "naive", "ratio", "target")

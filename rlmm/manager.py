@@ -70,7 +70,7 @@ from rlmm.serde import RemoteLogSegmentMetadataSnapshot, deserialize, serialize
 from rlmm.snapshot import (
     CorruptSnapshotError,
     Snapshot,
-    read_snapshot_rows,
+    open_snapshot_stream,
     snapshot_path,
     write_committed_offsets,
     write_snapshot,
@@ -594,20 +594,23 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return None
         path = snapshot_path(self.rlmm_dir, tp)
         try:
-            snapshot = read_snapshot_rows(path)
+            snapshot = open_snapshot_stream(path)
+            if snapshot is None:
+                return None
+            if snapshot.metadata_partition != mp:
+                snapshot.entries.close()
+                return None
+            # The entries go in as they are read, runs of the usual ones as columns: building
+            # record or metadata objects first would cost tens of seconds for millions of
+            # segments, and holding them all would cost far more memory than the cache.
+            cache = RemoteLogMetadataCache.from_entries(tp, snapshot.entries, count=snapshot.count)
         except CorruptSnapshotError as e:
             log.warning("discarding damaged RLMM snapshot %s (%s): replaying %s", path, e, tp)
             path.unlink(missing_ok=True)
             return None
-        if snapshot is None or snapshot[0] != mp:
-            return None
-        # The snapshot's entries go in as they were read (tuples of the file's fields for
-        # the usual ones): building record or metadata objects first would cost tens of
-        # seconds for millions of segments.
-        cache = RemoteLogMetadataCache.from_entries(tp, snapshot[2])
         with self._lock:
             self.store.install(cache)
-        return snapshot[1]
+        return snapshot.metadata_partition_offset
 
     def write_snapshots(self) -> None:
         """Snapshot every assigned partition's cache and the offsets they reach."""

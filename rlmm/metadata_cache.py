@@ -40,12 +40,13 @@ import struct
 import threading
 import time
 import uuid
+from array import array
 from collections.abc import Iterable, Iterator
 
 from rlmm.epoch_map import EpochMap
 from rlmm.segment_rows import Renumbering, SegmentLike, SegmentRows
 from rlmm.segment_store import SegmentStore
-from rlmm.snapshot import SnapshotRow
+from rlmm.snapshot import SnapshotRow, SnapshotRun
 from tiered.api import (
     InvalidStateTransitionError,
     RemoteLogSegmentMetadata,
@@ -170,10 +171,14 @@ class RemoteLogMetadataCache:
 
     @classmethod
     def from_entries(
-        cls, topic_id_partition: TopicIdPartition, entries: Iterable[SegmentLike | SnapshotRow]
+        cls,
+        topic_id_partition: TopicIdPartition,
+        entries: Iterable[SegmentLike | SnapshotRow | SnapshotRun],
+        *,
+        count: int | None = None,
     ) -> RemoteLogMetadataCache:
         """A cache holding ``entries`` (as returned by ``entries()``, or a snapshot file's
-        ``rlmm.snapshot.decode_snapshot_rows``), in their order.
+        ``rlmm.snapshot.decode_snapshot_rows`` or ``open_snapshot_stream``), in their order.
 
         Each entry is applied as Kafka restores a snapshot: a COPY_SEGMENT_STARTED or
         DELETE_SEGMENT_STARTED segment is unreferenced, a COPY_SEGMENT_FINISHED one goes
@@ -181,20 +186,28 @@ class RemoteLogMetadataCache:
         repeated segment id replaces the earlier entry. As in Kafka, what a snapshot does
         not carry is recomputed: ``highest_offset_for_epoch`` from the FINISHED entries.
 
+        Args:
+            count: how many segments ``entries`` holds, if known (a snapshot's header):
+                the id table is sized for it and ``entries`` is consumed as it comes;
+                without it an iterator is listed first to count it.
+
         Raises:
             ValueError: an entry with invalid values.
         """
-        entries = list(entries) if not isinstance(entries, list | tuple) else entries
-        rows = SegmentStore(topic_id_partition, id_slots=max(16, 2 * len(entries)))
+        if count is None:
+            entries = list(entries) if not isinstance(entries, list | tuple) else entries
+            count = len(entries)
+        rows = SegmentStore(topic_id_partition, id_slots=max(16, 2 * count))
         cache = cls(topic_id_partition, rows=rows)
         cache._restore(entries)
         return cache
 
-    def _restore(self, entries: Iterable[SegmentLike | SnapshotRow]) -> None:
+    def _restore(self, entries: Iterable[SegmentLike | SnapshotRow | SnapshotRun]) -> None:
         """``_restore_one`` each entry. Runs of the usual ones (COPY_SEGMENT_FINISHED, one
         epoch starting at the start offset, no custom metadata, a new id, after every key
         mapped in their epoch and every row's key) go to the store in one call: same
-        result, a fraction of the time."""
+        result, a fraction of the time. A snapshot file's ``SnapshotRun`` is such a run
+        already decoded to columns (``_restore_run``)."""
         finished = _S.COPY_SEGMENT_FINISHED
         rows = self._rows
         run: list[tuple[SegmentLike, bytes, int]] = []
@@ -204,13 +217,19 @@ class RemoteLogMetadataCache:
 
         def flush() -> None:
             if run:
-                self._map_run(rows.insert_sorted(run), run)
+                self._restore_run(_columns(run), checked=True)
                 run.clear()
             tail.clear()
             run_ids.clear()
 
         for entry in entries:
             md = entry
+            if type(entry) is SnapshotRun:
+                flush()
+                if not self._restore_run(entry):
+                    self._restore(entry.records())
+                last_key = rows.last_key
+                continue
             if type(entry) is SnapshotRow:  # a snapshot file's usual entry: one epoch
                 usual = entry.state == finished
                 if usual:
@@ -244,20 +263,50 @@ class RemoteLogMetadataCache:
             last_key = rows.last_key
         flush()
 
-    def _map_run(self, added: range, run: list[tuple[SegmentLike, bytes, int]]) -> None:
-        """Map the rows of a run, one stretch of equal epochs at a time."""
-        i = 0
-        while i < len(run):
-            epoch = run[i][2]
-            j = i + 1
-            while j < len(run) and run[j][2] == epoch:
-                j += 1
+    def _restore_run(self, run: SnapshotRun, *, checked: bool = False) -> bool:
+        """Append a run of usual segments to the store and map them, one stretch of equal
+        epochs at a time; False (nothing done) unless every id is new, the first key
+        follows every row's and each stretch follows its epoch's mapped keys (the run's own
+        order is ``SnapshotRun``'s). ``checked``: the caller has checked all of that."""
+        rows = self._rows
+        ids, starts, epochs = run.ids, run.start_offset, run.epoch
+        count = len(ids)
+        stretches: list[tuple[int, int, int]] = []  # epoch, first, stop
+        if epochs.count(epochs[0]) == count:
+            stretches.append((epochs[0], 0, count))
+        else:
+            i = 0
+            while i < count:
+                epoch = epochs[i]
+                j = i + 1
+                while j < count and epochs[j] == epoch:
+                    j += 1
+                stretches.append((epoch, i, j))
+                i = j
+        if not checked:
+            last = rows.last_key
+            if last is not None and (starts[0], ids[0]) <= last:
+                return False
+            tops: dict[int, int] = {}
+            for epoch, i, j in stretches:
+                top = tops.get(epoch)
+                if top is None:
+                    st = self._epochs.get(epoch)
+                    top = -1 if st is None else st.map.last()[0]
+                if top >= starts[i]:
+                    return False
+                tops[epoch] = starts[j - 1]
+            if len(set(ids)) != count or not rows.ids_absent(ids):
+                return False
+        added = rows.insert_sorted(run)
+        ends = run.end_offset
+        for epoch, i, j in stretches:
             st = self._epoch(epoch)
             st.map.extend(added[i], added[j - 1] + 1)
-            end = max(run[k][0].end_offset for k in range(i, j))
+            end = max(ends[i:j])
             if st.highest is None or end > st.highest:
                 st.highest = end
-            i = j
+        return True
 
     def _restore_one(self, md: SegmentLike) -> None:
         state = md.state
@@ -516,6 +565,22 @@ class RemoteLogMetadataCache:
         if remap is not None:  # the store compacted: its row numbers changed
             for st in self._epochs.values():
                 st.renumber(remap)
+
+
+def _columns(run: list[tuple[SegmentLike, bytes, int]]) -> SnapshotRun:
+    """A run of ``_restore``'s usual entries as columns."""
+    mds = [md for md, _, _ in run]
+    return SnapshotRun(
+        [idb for _, idb, _ in run],
+        array("q", [md.start_offset for md in mds]),
+        array("q", [md.end_offset for md in mds]),
+        array("q", [md.broker_id for md in mds]),
+        array("q", [md.max_timestamp_ms for md in mds]),
+        array("q", [md.event_timestamp_ms for md in mds]),
+        array("q", [md.segment_size_in_bytes for md in mds]),
+        bytes([1 if md.txn_index_empty else 0 for md in mds]),
+        array("q", [epoch for _, _, epoch in run]),
+    )
 
 
 # -- cursors ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""The rows of one partition's remote segments, in ~40 bytes a segment (``SegmentRows``).
+"""The rows of one partition's remote segments, in ~38 bytes a segment (``SegmentRows``).
 
-2.6 M segments (30 days of one partition at a segment a second) take ~100 MB here, against
+2.6 M segments (30 days of one partition at a segment a second) take ~98 MB here, against
 ~2 GB as Python objects. Rows are numbered in insertion order; row ``r`` lives in block
 ``r >> 10`` at position ``r & 1023`` and keeps its number until a compaction. A block holds
 1024 rows as columns, each delta-encoded against a block base in the narrowest array type
@@ -12,6 +12,8 @@ that fits (widened to 64 bits per block on overflow)::
     evt     array i     4 B    event timestamp - max timestamp
     size    array i     4 B    segment size in bytes
     flags   bytearray   1 B    state (2 bits) | dead | txn index empty | multi epoch | custom
+                               (0 B in a full block whose rows all have the same flags:
+                               one shared ``bytes`` object, copied before a write)
     end     none or array i    end - start; none while each row ends where the next begins
                                (Kafka's segments are contiguous), then only the last is kept
     broker  int or array i     one value per block until two rows differ
@@ -19,13 +21,17 @@ that fits (widened to 64 bits per block on overflow)::
 
 Rare shapes go to side dicts keyed by row: segments whose leader epochs are not exactly
 ``{epoch: start offset}``, and custom metadata. Segment id -> row is a hash table of rows
-(``_IdTable``) that reads the ids from the blocks. Rows arrive in key order ``(start
-offset, id)`` as a rule, so that order is the row order itself; an out-of-order insert
-creates an explicit sorted row array until the next compaction. Deleted rows are
-tombstones: whole dead blocks at the front are freed at once, and when dead rows outnumber
-live ones everything is compacted (renumbered in key order; O(rows), amortised O(1) a
-delete). Metadata objects are built only for what a caller asks, without re-running their
-validation.
+in 3-byte slots (``_IdTable``, ~5 B a segment) that reads the ids from the blocks. Rows
+arrive in key order ``(start offset, id)`` as a rule, so that order is the row order
+itself; an out-of-order insert creates an explicit sorted row array until the next
+compaction. Deleted rows are tombstones: whole dead blocks at the front are freed at once,
+and when dead rows outnumber live ones everything is compacted (renumbered in key order;
+O(rows), amortised O(1) a delete). Metadata objects are built only for what a caller asks,
+without re-running their validation, and (with the compiled module) kept out of the
+garbage collector's lists.
+
+The snapshot restore appends whole runs of rows given as columns (``insert_sorted``), with
+the id table's probe and fill for a run in C (``rlmm._native``, pure-Python twins here).
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ import uuid
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import chain, islice
 from operator import sub
 
+from rlmm import native
 from rlmm.segment_rows import Renumbering, RowKey, SegmentLike
-from rlmm.snapshot import SnapshotRow
+from rlmm.snapshot import SnapshotRun
 from tiered.api import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -61,14 +69,16 @@ _TXN_EMPTY = 0x08
 _MULTI = 0x10  # leader epochs in _multi, not (epoch column, start offset)
 _CUSTOM = 0x20  # custom metadata in _custom
 
-# Columns of SnapshotRow used by _Block.extend.
-_R_START, _R_END, _R_BROKER, _R_TS, _R_EVT, _R_SIZE, _R_STATE, _R_TXN = map(
-    SnapshotRow._fields.index,
-    ("start_offset", "end_offset", "broker_id", "max_timestamp_ms", "event_timestamp_ms",
-     "segment_size_in_bytes", "state", "txn_tag"),
-)  # fmt: skip
-_EMPTY = -1  # id table slot never used
-_GONE = -2  # id table slot whose id was deleted
+# A full block's flags when every row has the same, by that value: shared by the blocks
+# (replaced if the block size differs, as in tests).
+_UNIFORM: dict[int, bytes] = {}
+# A run's TxnIndexEmpty byte (0 or 1) -> the row's flags (bytes.translate's table).
+_FINISHED_FLAGS = bytes([_S.COPY_SEGMENT_FINISHED, _S.COPY_SEGMENT_FINISHED | _TXN_EMPTY]) + bytes(
+    254
+)
+_EMPTY = 0  # id table slot never used
+_GONE = 1  # id table slot whose id was deleted
+_HI8_VMAX = 0xFFFFFF  # the greatest slot value while _id_hi has 8 bits
 
 # Building the returned objects without their validating constructors (5 us each, the bulk
 # of a lookup). Fails at import if the classes gain fields this module does not set.
@@ -100,7 +110,7 @@ def _push(arr: array[int], value: int) -> array[int]:
     return arr
 
 
-def _extend(arr: array[int], values: list[int]) -> array[int]:
+def _extend(arr: array[int], values: Iterable[int]) -> array[int]:
     """Extend, widening a 32-bit array to 64 bits if a value does not fit."""
     try:
         more = array(arr.typecode, values)
@@ -188,59 +198,39 @@ class _Block:
         if self.n == _BLOCK:
             self.seal()
 
-    def extend(self, run: Sequence[tuple[SegmentLike | SnapshotRow, bytes, int]]) -> None:
-        """Append rows ``(segment, id bytes, epoch)``: one leader epoch each, starting at
-        the start offset, and no custom metadata."""
+    def extend(
+        self, ids: bytes, start_c: Sequence[int], end_c: Sequence[int], broker_c: Sequence[int],
+        ts_c: Sequence[int], evt_c: Sequence[int], size_c: Sequence[int], flags: bytes,
+        epochs: Sequence[int],
+    ) -> None:  # fmt: skip
+        """Append rows given as columns (one leader epoch each, starting at the start offset,
+        no custom metadata): each column a sequence, C loops over them."""
         s0, t0 = self.s0, self.t0
-        mds = [md for md, _, _ in run]
-        if all(type(md) is SnapshotRow for md in mds):
-            # A snapshot file's rows are tuples: their columns come out in C.
-            cols = tuple(zip(*mds, strict=True))
-            start_c, end_c, broker_c = cols[_R_START], cols[_R_END], cols[_R_BROKER]
-            ts_c, evt_c, size_c = cols[_R_TS], cols[_R_EVT], cols[_R_SIZE]
-            flags = [
-                st | (_TXN_EMPTY if t else 0)
-                for st, t in zip(cols[_R_STATE], cols[_R_TXN], strict=True)
-            ]
-        else:
-            start_c = tuple(md.start_offset for md in mds)
-            end_c = tuple(md.end_offset for md in mds)
-            broker_c = tuple(md.broker_id for md in mds)
-            ts_c = tuple(md.max_timestamp_ms for md in mds)
-            evt_c = tuple(md.event_timestamp_ms for md in mds)
-            size_c = tuple(md.segment_size_in_bytes for md in mds)
-            flags = [int(md.state) | (_TXN_EMPTY if md.txn_index_empty else 0) for md in mds]
-        starts = [x - s0 for x in start_c]
-        ends = list(map(sub, end_c, start_c))
-        tss = [x - t0 for x in ts_c]
-        evts = list(map(sub, evt_c, ts_c))
-        sizes = list(size_c)
-        brokers = list(broker_c)
-        epochs = [epoch for _, _, epoch in run]
+        count = len(start_c)
         if self.n == 0:
-            self.broker_c, self.epoch_c = brokers[0], epochs[0]
-        self.ids += b"".join([idb for _, idb, _ in run])
-        self.start = _extend(self.start, starts)
+            self.broker_c, self.epoch_c = broker_c[0], epochs[0]
+        self.ids += ids
+        self.start = _extend(self.start, [x - s0 for x in start_c])
         if self.end is None:
             # Contiguous: each row starts right after the previous one ends (the block's
-            # last row before this run included).
-            follows = [self.end_last + 1] if self.n else [start_c[0]]
-            follows += [e + 1 for e in end_c[:-1]]
-            if list(start_c) == follows:
+            # last row before these included).
+            before = self.end_last if self.n else start_c[0] - 1
+            gaps = list(map(sub, start_c, chain((before,), islice(end_c, count - 1))))
+            if gaps.count(1) == count:
                 self.end_last = end_c[-1]
             else:
                 self.end = self._explicit_ends()
         if self.end is not None:
-            self.end = _extend(self.end, ends)
-        self.ts = _extend(self.ts, tss)
-        self.evt = _extend(self.evt, evts)
-        self.size = _extend(self.size, sizes)
-        self.flags += bytes(flags)
-        if self.broker is not None or brokers.count(self.broker_c) != len(brokers):
-            self.broker = _extend(self.broker or array("i", [self.broker_c]) * self.n, brokers)
-        if self.epoch is not None or epochs.count(self.epoch_c) != len(epochs):
+            self.end = _extend(self.end, list(map(sub, end_c, start_c)))
+        self.ts = _extend(self.ts, [x - t0 for x in ts_c])
+        self.evt = _extend(self.evt, list(map(sub, evt_c, ts_c)))
+        self.size = _extend(self.size, size_c)
+        self.flags += flags
+        if self.broker is not None or broker_c.count(self.broker_c) != count:
+            self.broker = _extend(self.broker or array("i", [self.broker_c]) * self.n, broker_c)
+        if self.epoch is not None or epochs.count(self.epoch_c) != count:
             self.epoch = _extend(self.epoch or array("i", [self.epoch_c]) * self.n, epochs)
-        self.n += len(run)
+        self.n += count
         if self.n == _BLOCK:
             self.seal()
 
@@ -275,6 +265,22 @@ class _Block:
                 setattr(self, name, array(col.typecode, col))
         self.ids = bytearray(self.ids)
         self.flags = bytearray(self.flags)
+        self.share_flags()
+
+    def share_flags(self) -> None:
+        """If every row of the full block has the same flags (nearly always), use the one
+        shared immutable copy (1 B a segment less); ``set_flags`` copies it before a write."""
+        f = self.flags
+        if type(f) is bytearray and f.count(f[0]) == _BLOCK:
+            shared = _UNIFORM.get(f[0])
+            if shared is None or shared != f:
+                shared = _UNIFORM[f[0]] = bytes(f)
+            self.flags = shared
+
+    def set_flags(self, pos: int, flags: int) -> None:
+        if type(self.flags) is bytes:
+            self.flags = bytearray(self.flags)
+        self.flags[pos] = flags
 
     def set_broker(self, pos: int, broker: int) -> None:
         if self.broker is None:
@@ -285,110 +291,166 @@ class _Block:
 
 
 class _IdTable:
-    """Segment id -> row, in ~6.5 bytes a segment: the hash table half of ``SegmentStore``
+    """Segment id -> row, in ~5 bytes a segment: the hash table half of ``SegmentStore``
     (its base class, so that probes read the ids from the blocks without a call each).
 
-    Open addressing (linear probing) over row numbers in one ``array('i')``, its size a
-    power of two, kept between 0.35 and 0.7 full. The ids are not stored here: a probe
-    compares the id in the probed row's block. A deleted id leaves a tombstone, so that
-    probes for the ids after it go on; tombstones count as used until the next resize
-    drops them.
+    Open addressing (linear probing), its size a power of two, kept between 0.35 and 0.7
+    full. A slot holds ``row - base + 2`` in 3 bytes (``_id_lo`` 16 bits, ``_id_hi`` 8 bits;
+    0 is an empty slot, 1 a deleted id): ``base`` is the first live row when the table was
+    last rebuilt, so the rows of a partition whose oldest segments are deleted as new ones
+    come keep fitting; the table is rebuilt on a new base when they would not, and
+    ``_id_hi`` widens to 16 bits only if the live rows span more than 16 M numbers. The
+    ids are not stored here: a probe compares the id in the probed row's block. A deleted
+    id leaves a tombstone, so that probes for the ids after it go on; tombstones count as
+    used until the next rebuild drops them.
     """
 
-    __slots__ = ("_id_count", "_id_slots", "_id_used")
+    __slots__ = ("_id_base", "_id_count", "_id_hi", "_id_lo", "_id_used", "_id_vmax")
 
     _blocks: list[_Block]  # SegmentStore's
     _block0: int
+    _next: int
 
     def _clear_ids(self, slots: int) -> None:
-        self._id_slots: array[int] = array("i")
+        self._id_lo: array[int] = array("H")
+        self._id_hi: array[int] = array("B")
+        self._id_base = 0
+        self._id_vmax = 0  # the greatest slot value the table can hold
         self._id_count = 0  # ids held
-        self._id_used = 0  # slots not _EMPTY
-        self._resize_ids(slots)
+        self._id_used = 0  # slots not empty
+        self._resize_ids(slots, 0)
 
     def find(self, segment_id: bytes) -> int:
         """The row of a segment id, or -1."""
-        t = self._id_slots
-        m = len(t) - 1
+        lo, hi = self._id_lo, self._id_hi
+        m = len(lo) - 1
         i = hash(segment_id) & m
-        blocks, b0 = self._blocks, self._block0
+        blocks, b0, base = self._blocks, self._block0, self._id_base - 2
         while True:
-            r = t[i]
-            if r == _EMPTY:
+            v = lo[i] | hi[i] << 16
+            if v == _EMPTY:
                 return -1
-            if r >= 0:
+            if v != _GONE:
+                r = v + base
                 p = (r & _POS) << 4
                 if blocks[(r >> _BITS) - b0].ids[p : p + 16] == segment_id:
                     return r
             i = (i + 1) & m
 
+    def _room(self, count: int, last_row: int) -> None:
+        """Rebuild the table if ``count`` more ids would fill it past 0.7, or if
+        ``last_row`` would not fit its slots."""
+        if 10 * (self._id_used + count) > 7 * len(self._id_lo):
+            self._resize_ids(2 * (self._id_count + count), last_row - count + 1)
+        elif last_row - self._id_base + 2 > self._id_vmax:
+            self._resize_ids(len(self._id_lo), last_row - count + 1)
+
     def _add_id(self, idb: bytes, row: int) -> None:
         """Map an id known to be absent."""
-        if 10 * (self._id_used + 1) > 7 * len(self._id_slots):
-            self._resize_ids(2 * self._id_count)
-        t = self._id_slots
-        m = len(t) - 1
+        self._room(1, row)
+        lo, hi = self._id_lo, self._id_hi
+        m = len(lo) - 1
         i = hash(idb) & m
-        while t[i] >= 0:
+        while lo[i] | hi[i] << 16 > _GONE:
             i = (i + 1) & m
-        if t[i] == _EMPTY:
+        if lo[i] | hi[i] << 16 == _EMPTY:
             self._id_used += 1
-        t[i] = row
+        v = row - self._id_base + 2
+        lo[i], hi[i] = v & 0xFFFF, v >> 16
         self._id_count += 1
 
-    def _add_ids(self, ids: Iterable[bytes], first_row: int, count: int) -> None:
-        """Map ``count`` absent ids to the consecutive rows from ``first_row``."""
-        if 10 * (self._id_used + count) > 7 * len(self._id_slots):
-            self._resize_ids(2 * (self._id_count + count))
-        t = self._id_slots
-        m = len(t) - 1
-        used = 0
-        for r, idb in enumerate(ids, first_row):
-            i = hash(idb) & m
-            while t[i] >= 0:
-                i = (i + 1) & m
-            if t[i] == _EMPTY:
-                used += 1
-            t[i] = r
+    def ids_absent(self, ids: list[bytes]) -> bool:
+        """True if no id of ``ids`` is held (``find`` of each is -1)."""
+        impl = native.COMPILED
+        if impl is not None:
+            return bool(
+                impl.ids_absent(
+                    self._id_lo,
+                    self._id_hi,
+                    self._id_base,
+                    self._blocks,
+                    self._block0,
+                    _BITS,
+                    ids,
+                )
+            )
+        return self._ids_absent_py(ids)
+
+    def _ids_absent_py(self, ids: list[bytes]) -> bool:
+        """``ids_absent`` in Python (the compiled one's twin)."""
+        find = self.find
+        return all(find(idb) < 0 for idb in ids)
+
+    def _add_ids(self, ids: list[bytes], first_row: int) -> None:
+        """Map absent ids to the consecutive rows from ``first_row``."""
+        count = len(ids)
+        self._room(count, first_row + count - 1)
+        impl = native.COMPILED
+        if impl is not None:
+            used = impl.add_ids(self._id_lo, self._id_hi, ids, first_row - self._id_base + 2)
+        else:
+            used = self._add_ids_py(ids, first_row)
         self._id_used += used
         self._id_count += count
 
+    def _add_ids_py(self, ids: list[bytes], first_row: int) -> int:
+        """The table part of ``_add_ids`` in Python (the compiled one's twin): returns the
+        empty slots it filled."""
+        lo, hi = self._id_lo, self._id_hi
+        m = len(lo) - 1
+        used = 0
+        for v, idb in enumerate(ids, first_row - self._id_base + 2):
+            i = hash(idb) & m
+            while lo[i] | hi[i] << 16 > _GONE:
+                i = (i + 1) & m
+            if lo[i] | hi[i] << 16 == _EMPTY:
+                used += 1
+            lo[i], hi[i] = v & 0xFFFF, v >> 16
+        return used
+
     def _discard_id(self, idb: bytes) -> None:
         """Unmap an id (nothing if absent)."""
-        t = self._id_slots
-        m = len(t) - 1
+        lo, hi = self._id_lo, self._id_hi
+        m = len(lo) - 1
         i = hash(idb) & m
-        blocks, b0 = self._blocks, self._block0
+        blocks, b0, base = self._blocks, self._block0, self._id_base - 2
         while True:
-            r = t[i]
-            if r == _EMPTY:
+            v = lo[i] | hi[i] << 16
+            if v == _EMPTY:
                 return
-            if r >= 0:
+            if v != _GONE:
+                r = v + base
                 p = (r & _POS) << 4
                 if blocks[(r >> _BITS) - b0].ids[p : p + 16] == idb:
-                    t[i] = _GONE
+                    lo[i], hi[i] = _GONE, 0
                     self._id_count -= 1
                     return
             i = (i + 1) & m
 
-    def _resize_ids(self, want: int) -> None:
-        """Rehash into at least ``want`` slots (a power of two), dropping tombstones."""
+    def _resize_ids(self, want: int, upto: int) -> None:
+        """Rebuild into at least ``want`` slots (a power of two) on the first live row as
+        the base, dropping tombstones: the live rows before ``upto`` (those mapped)."""
         size = 16
         while size < want:
             size *= 2
-        t = array("i", [_EMPTY]) * size
+        base = self._block0 << _BITS
+        vmax = self._next - base + 1  # the last row's value
+        hi_type = "B" if vmax <= _HI8_VMAX else "H"
+        lo, hi = array("H", bytes(2 * size)), array(hi_type, bytes(size * (hi_type == "B" or 2)))
         m = size - 1
         count = 0
-        blocks, b0 = self._blocks, self._block0
-        for r in self._id_slots:
-            if r >= 0:
-                p = (r & _POS) << 4
-                i = hash(bytes(blocks[(r >> _BITS) - b0].ids[p : p + 16])) & m
-                while t[i] != _EMPTY:
-                    i = (i + 1) & m
-                t[i] = r
-                count += 1
-        self._id_slots = t
+        for bi, b in enumerate(self._blocks):
+            flags, ids = b.flags, b.ids
+            v = ((bi + self._block0) << _BITS) - base + 2
+            for p in range(min(b.n, upto - ((bi + self._block0) << _BITS))):
+                if not flags[p] & _DEAD:
+                    i = hash(bytes(ids[p << 4 : (p << 4) + 16])) & m
+                    while lo[i] | hi[i] << 16:
+                        i = (i + 1) & m
+                    lo[i], hi[i] = (v + p) & 0xFFFF, (v + p) >> 16
+                    count += 1
+        self._id_lo, self._id_hi, self._id_base = lo, hi, base
+        self._id_vmax = _HI8_VMAX if hi_type == "B" else 0xFFFFFFFF
         self._id_count = self._id_used = count
 
 
@@ -483,37 +545,43 @@ class SegmentStore(_IdTable):
             self._order.insert(i, r)
         return r
 
-    def insert_sorted(self, run: Sequence[tuple[SegmentLike, bytes, int]]) -> range:
-        """Add rows a block at a time: ``(segment, id bytes, its only leader epoch)``, each
-        epoch starting at the start offset, no custom metadata, new ids, keys ascending and
+    def insert_sorted(self, run: SnapshotRun) -> range:
+        """Add rows a block at a time: a run's columns (COPY_SEGMENT_FINISHED, each epoch
+        starting at the start offset, no custom metadata), new ids, keys ascending and
         greater than ``last_key``."""
         first = self._next
-        if not run:
+        ids, starts = run.ids, run.start_offset
+        count = len(ids)
+        if not count:
             return range(first, first)
+        flags = run.txn_index_empty.translate(_FINISHED_FLAGS)
         done = 0
-        while done < len(run):
+        while done < count:
             r0 = self._next
             if r0 & _POS == 0:
-                md = run[done][0]
-                self._blocks.append(_Block(md.start_offset, md.max_timestamp_ms))
-                self._bstarts.append(md.start_offset)
-            chunk = run[done : done + _BLOCK - (r0 & _POS)]
-            self._blocks[-1].extend(chunk)
-            self._next = r0 + len(chunk)
-            done += len(chunk)
-        self._live += len(run)
-        self._add_ids((idb for _, idb, _ in run), first, len(run))
+                self._blocks.append(_Block(starts[done], run.max_timestamp_ms[done]))
+                self._bstarts.append(starts[done])
+            stop = min(count, done + _BLOCK - (r0 & _POS))
+            self._blocks[-1].extend(
+                b"".join(ids[done:stop]), starts[done:stop], run.end_offset[done:stop],
+                run.broker_id[done:stop], run.max_timestamp_ms[done:stop],
+                run.event_timestamp_ms[done:stop], run.segment_size_in_bytes[done:stop],
+                flags[done:stop], run.epoch[done:stop],
+            )  # fmt: skip
+            self._next = r0 + stop - done
+            done = stop
+        self._live += count
+        self._add_ids(ids, first)
         if self._order is not None:
             self._order.extend(range(first, self._next))
-        md, idb, _ = run[-1]
-        self._last = (md.start_offset, idb)
+        self._last = (starts[-1], ids[-1])
         return range(first, self._next)
 
     def delete(self, row: int) -> Renumbering | None:
         b = self._blocks[(row >> _BITS) - self._block0]
         p = row & _POS
         f = b.flags[p]
-        b.flags[p] = f | _DEAD
+        b.set_flags(p, f | _DEAD)
         b.dead += 1
         self._live -= 1
         self._dead += 1
@@ -541,7 +609,11 @@ class SegmentStore(_IdTable):
         if custom_metadata is not None:
             self._custom[row] = custom_metadata
             flags |= _CUSTOM
-        b.flags[p] = flags
+        b.set_flags(p, flags)
+        if p == _POS and b.n == _BLOCK:
+            # The last row's copy finished after the block filled: its flags may now be
+            # all alike (a block is sealed while its last row is still being copied).
+            b.share_flags()
 
     def _free_front_blocks(self) -> None:
         """Free whole dead blocks at the front (retention deletes the oldest first)."""
@@ -635,6 +707,9 @@ class SegmentStore(_IdTable):
         _set(md, "custom_metadata", self._custom[row] if f & _CUSTOM else None)
         _set(md, "state", _STATES[f & _STATE])
         _set(md, "txn_index_empty", bool(f & _TXN_EMPTY))
+        impl = native.COMPILED
+        if impl is not None:  # no cycles possible: keep them out of the collector's work
+            impl.untrack(u, sid, md)
         return md
 
     def rows_after(self, key: RowKey | None) -> tuple[array[int] | range, int]:
