@@ -7,21 +7,14 @@ read ``COMPILED`` at each call, so that the tests can switch implementations by 
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
-from core.records.native import PURE_PYTHON_ENV
+from core.records.native import load_compiled
 
 
 def load() -> ModuleType | None:
     """The compiled module, or None when forced off or not built."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        from rlmm import _native  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _native
+    return load_compiled("rlmm._native")
 
 
 COMPILED: ModuleType | None = load()

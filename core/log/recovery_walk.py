@@ -23,7 +23,6 @@ run both over the same files, valid and corrupt, and compare every result.
 
 from __future__ import annotations
 
-import os
 import struct
 from types import ModuleType
 
@@ -43,6 +42,7 @@ from core.records.batch import (
     NO_PRODUCER_ID,
     check_structure,
 )
+from core.records.native import load_compiled
 
 INT32_MAX = (1 << 31) - 1
 _I32 = struct.Struct(">i")
@@ -183,15 +183,7 @@ class PyRecoveryWalk:
 
 def load() -> ModuleType | None:
     """The compiled walk's module, or None when forced off or not built."""
-    from core.records.native import PURE_PYTHON_ENV
-
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        from core.log import _recovery  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _recovery
+    return load_compiled("core.log._recovery")
 
 
 COMPILED: ModuleType | None = load()

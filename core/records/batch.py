@@ -25,7 +25,6 @@ patches baseOffset and partitionLeaderEpoch in place without recomputing the CRC
 from __future__ import annotations
 
 import enum
-import os
 import struct
 from collections.abc import Iterator
 from types import ModuleType
@@ -38,7 +37,7 @@ from core.errors import (
     RecordTooLargeError,
     UnsupportedVersionError,
 )
-from core.records.native import PURE_PYTHON_ENV
+from core.records.native import load_compiled
 
 MAGIC_V2 = 2
 
@@ -526,19 +525,7 @@ def assign_offsets(
     return batches, next_offset - 1, max_ts, offset_of_max_ts, records
 
 
-def _load_compiled_scan() -> ModuleType | None:
-    """The compiled ``scan_client_batches`` (``core.records._append``), or None when
-    TIERLOG_PURE_PYTHON=1 or it was not built."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return None
-    try:
-        from core.records import _append  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _append
-
-
-COMPILED_SCAN: ModuleType | None = _load_compiled_scan()
+COMPILED_SCAN: ModuleType | None = load_compiled("core.records._append")
 """The compiled request validation this process uses, or None (the tests switch it)."""
 
 

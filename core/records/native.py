@@ -9,21 +9,28 @@ between them by setting ``COMPILED`` (tests/support/record_decoders.py).
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
 PURE_PYTHON_ENV = "TIERLOG_PURE_PYTHON"
 
 
-def load() -> ModuleType | None:
-    """The compiled module, or None when forced off or not built."""
+def load_compiled(module: str) -> ModuleType | None:
+    """The compiled module named ``module`` (e.g. ``core.records._native``), or None when
+    TIERLOG_PURE_PYTHON=1 forces the pure-Python twins or the module was not built. Every
+    compiled module of the package is loaded through this one rule."""
     if os.environ.get(PURE_PYTHON_ENV) == "1":
         return None
     try:
-        from core.records import _native  # type: ignore[attr-defined]
+        return importlib.import_module(module)
     except ImportError:
         return None
-    return _native
+
+
+def load() -> ModuleType | None:
+    """The compiled decoder, or None when forced off or not built."""
+    return load_compiled("core.records._native")
 
 
 COMPILED: ModuleType | None = load()

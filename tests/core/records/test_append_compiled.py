@@ -25,7 +25,7 @@ from core.records.batch import (
 )
 from core.records.builder import RecordBatchBuilder
 
-COMPILED = batch_module._load_compiled_scan()
+COMPILED = native.load_compiled("core.records._append")
 FORCED_PURE = os.environ.get(native.PURE_PYTHON_ENV) == "1"
 needs_compiled = pytest.mark.skipif(
     FORCED_PURE, reason="TIERLOG_PURE_PYTHON=1: only the pure-Python steps exist"
