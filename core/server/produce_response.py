@@ -24,6 +24,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from core.records.varint import encode_unsigned_varint
+
 _HEAD = struct.Struct(">ii")  # size prefix, correlation id
 _PARTITION_V3 = struct.Struct(">ihqq")  # index, error code, base offset, log append time
 _PARTITION_V5 = struct.Struct(">ihqqq")  # + log start offset
@@ -35,26 +37,17 @@ _FIRST_FLEXIBLE = 9
 _FIRST_TAGGED = 10  # current_leader, node_endpoints
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _string(value: str | None, flexible: bool) -> bytes:
     if value is None:
         return b"\x00" if flexible else b"\xff\xff"
     data = value.encode()
     if flexible:
-        return _uvarint(len(data) + 1) + data
+        return encode_unsigned_varint(len(data) + 1) + data
     return _I16.pack(len(data)) + data
 
 
 def _array_length(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
+    return encode_unsigned_varint(n + 1) if flexible else _I32.pack(n)
 
 
 def _ms(value: Any) -> int:
