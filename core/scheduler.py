@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 
+class SchedulerStoppedError(RuntimeError):
+    """A task was scheduled after ``shutdown`` (the broker is stopping)."""
+
+
 @dataclass(order=True)
 class _Task:
     due: float
@@ -47,9 +51,14 @@ class Scheduler:
     def schedule(
         self, name: str, fn: Callable[[], object], delay_ms: float = 0, period_ms: float = -1
     ) -> _Task:
+        """Run ``fn`` after ``delay_ms``, then every ``period_ms`` if positive.
+
+        Raises:
+            SchedulerStoppedError: after ``shutdown``.
+        """
         with self._cond:
             if self._stopped:
-                raise RuntimeError(f"scheduler stopped; cannot schedule {name}")
+                raise SchedulerStoppedError(f"scheduler stopped; cannot schedule {name}")
             task = _Task(
                 time.monotonic() + delay_ms / 1000,
                 next(self._seq),

@@ -88,7 +88,7 @@ from core.records.batch import (
     assign_offsets,
     scan_client_batches,
 )
-from core.scheduler import Scheduler
+from core.scheduler import Scheduler, SchedulerStoppedError
 
 log = logging.getLogger(__name__)
 
@@ -1287,12 +1287,26 @@ class PartitionLog:
         del self._bases[i]
         self._publish()
         segment.change_file_suffixes("", DELETED_SUFFIX)
-        if asynchronous and self.scheduler is not None:
-            self.scheduler.schedule_once(
-                "delete-file", segment.delete_if_exists, self.config.file_delete_delay_ms
-            )
+        if asynchronous:
+            self._delete_later(segment)
         else:
             segment.delete_if_exists()
+
+    def _delete_later(self, segment: LogSegment) -> None:
+        """Delete a segment's ``.deleted`` files after ``file.delete.delay.ms`` (Kafka's
+        asynchronous delete, so readers holding the segment finish first); at once when
+        there is no scheduler, or when it has stopped (retention running into the broker's
+        shutdown: a crash before the deletion leaves only ``.deleted`` files, which
+        start-up removes)."""
+        if self.scheduler is not None:
+            try:
+                self.scheduler.schedule_once(
+                    "delete-file", segment.delete_if_exists, self.config.file_delete_delay_ms
+                )
+                return
+            except SchedulerStoppedError:
+                pass
+        segment.delete_if_exists()
 
     def deletable_segments(self, now: int | None = None) -> list[LogSegment]:
         """Segments retention may delete now, oldest first; never the active segment.
@@ -1400,12 +1414,7 @@ class PartitionLog:
             self._bases = [s.base_offset for s in self._segments]
             self._publish()
         for segment in old:
-            if self.scheduler is not None:
-                self.scheduler.schedule_once(
-                    "delete-file", segment.delete_if_exists, self.config.file_delete_delay_ms
-                )
-            else:
-                segment.delete_if_exists()
+            self._delete_later(segment)
         return True
 
     def update_config(self, config: LogConfig) -> None:

@@ -27,6 +27,7 @@ from core.log.partition_log import (
 )
 from core.records.batch import RecordBatchHeader, iter_batches
 from core.records.record import decode_records
+from core.scheduler import Scheduler
 
 
 def open_log(path: Path, config: LogConfig | None = None, **kw) -> PartitionLog:
@@ -604,3 +605,22 @@ def test_a_writable_view_is_patched_and_written_in_place(tmp_path, batch, timest
     for header in iter_batches(written):
         header.validate()
     assert read_all(by_view) == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_retention_running_into_shutdown_deletes_its_segments_at_once(tmp_path, batch):
+    """Retention that removes segments after the scheduler stopped (the broker is shutting
+    down) deletes their files itself instead of failing half-way with "scheduler stopped"."""
+    scheduler = Scheduler()
+    plog = open_log(
+        tmp_path / "t-0",
+        LogConfig(segment_bytes=300, retention_bytes=300, file_delete_delay_ms=60_000),
+        scheduler=scheduler,
+    )
+    for _ in range(10):
+        plog.append_as_leader(batch([b"x" * 60]), 0)
+    plog.update_high_watermark(plog.log_end_offset)
+    scheduler.shutdown()
+    assert plog.delete_old_segments() > 0
+    assert list((tmp_path / "t-0").glob("*.deleted")) == []
+    assert plog.log_start_offset > 0
+    plog.close()
