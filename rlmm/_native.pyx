@@ -18,6 +18,8 @@ from cpython.object cimport Py_SIZE
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp
 
+from core.records._bigendian cimport be32, be64
+
 # The usual entry (rlmm.snapshot's _ROW / _ROW_TXN): field offsets inside the entry.
 cdef enum:
     ROW_SIZE = 76
@@ -46,18 +48,6 @@ cdef enum:
 cdef array _Q = array("q")
 
 
-cdef inline int64_t _i64(const uint8_t *p) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int k
-    for k in range(8):
-        v = (v << 8) | p[k]
-    return <int64_t>v
-
-
-cdef inline int32_t _i32(const uint8_t *p) noexcept nogil:
-    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
-
-
 def decode_run(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t max_rows):
     """See ``rlmm.snapshot.decode_run_py``."""
     cdef Py_ssize_t limit = buf.shape[0]
@@ -76,7 +66,7 @@ def decode_run(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t max_rows):
     cdef list ids = []
     cdef uint8_t *txn_p = <uint8_t *>PyByteArray_AS_STRING(txn_c)
     while n < max_rows and limit - pos >= 4:
-        length = _i32(&buf[pos])
+        length = be32(&buf[pos])
         if length != ROW_SIZE and length != ROW_TXN_SIZE:
             break
         if limit - pos - 4 < length:
@@ -90,7 +80,7 @@ def decode_run(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t max_rows):
             if e[AT_TAGS] != 1 or e[AT_TAGS + 1] != 0 or e[AT_TAGS + 2] != 1:
                 break
             txn = e[AT_TXN_VALUE] != 0
-        start = _i64(e + AT_START)
+        start = be64(e + AT_START)
         if (
             e[AT_FRAME] != 1
             or e[AT_API] != SNAPSHOT_API_KEY
@@ -99,19 +89,19 @@ def decode_run(const uint8_t[::1] buf, Py_ssize_t pos, Py_ssize_t max_rows):
             or e[AT_EPOCH_TAGS] != 0
             or e[AT_CUSTOM] != 0
             or e[AT_STATE] != COPY_SEGMENT_FINISHED
-            or _i64(e + AT_END) < start
-            or _i64(e + AT_EPOCH_START) != start
+            or be64(e + AT_END) < start
+            or be64(e + AT_EPOCH_START) != start
             or (n > 0 and start <= prev)
         ):
             break
         ids.append(PyBytes_FromStringAndSize(<const char *>(e + AT_ID), 16))
         start_c.data.as_longlongs[n] = start
-        end_c.data.as_longlongs[n] = _i64(e + AT_END)
-        broker_c.data.as_longlongs[n] = _i32(e + AT_BROKER)
-        ts_c.data.as_longlongs[n] = _i64(e + AT_MAX_TS)
-        evt_c.data.as_longlongs[n] = _i64(e + AT_EVENT_TS)
-        size_c.data.as_longlongs[n] = _i32(e + AT_SIZE)
-        epoch_c.data.as_longlongs[n] = _i32(e + AT_EPOCH)
+        end_c.data.as_longlongs[n] = be64(e + AT_END)
+        broker_c.data.as_longlongs[n] = be32(e + AT_BROKER)
+        ts_c.data.as_longlongs[n] = be64(e + AT_MAX_TS)
+        evt_c.data.as_longlongs[n] = be64(e + AT_EVENT_TS)
+        size_c.data.as_longlongs[n] = be32(e + AT_SIZE)
+        epoch_c.data.as_longlongs[n] = be32(e + AT_EPOCH)
         txn_p[n] = txn
         prev = start
         n += 1

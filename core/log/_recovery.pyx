@@ -11,6 +11,8 @@ the tests rule out: a CorruptRecordError says so).
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t
 
+from core.records._bigendian cimport be64, beu32, put32, put64
+
 from core.errors import CorruptRecordError
 
 cdef extern from "Python.h":
@@ -23,31 +25,6 @@ cdef enum:
     MAGIC_V2 = 2
 
 cdef long long INT32_MAX = 2147483647
-
-
-cdef inline int64_t _be64(const unsigned char *p) noexcept nogil:
-    return <int64_t>(
-        (<unsigned long long>p[0] << 56) | (<unsigned long long>p[1] << 48)
-        | (<unsigned long long>p[2] << 40) | (<unsigned long long>p[3] << 32)
-        | (<unsigned long long>p[4] << 24) | (<unsigned long long>p[5] << 16)
-        | (<unsigned long long>p[6] << 8) | <unsigned long long>p[7]
-    )
-
-
-cdef inline uint32_t _beu32(const unsigned char *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline void _put32(unsigned char *p, uint32_t v) noexcept nogil:
-    p[0] = v >> 24
-    p[1] = (v >> 16) & 0xFF
-    p[2] = (v >> 8) & 0xFF
-    p[3] = v & 0xFF
-
-
-cdef inline void _put64(unsigned char *p, int64_t v) noexcept nogil:
-    _put32(p, <uint32_t>((<unsigned long long>v) >> 32))
-    _put32(p + 4, <uint32_t>(<unsigned long long>v))
 
 
 cdef class RecoveryWalk:
@@ -116,7 +93,7 @@ cdef class RecoveryWalk:
                     if position + offset + remaining < end:
                         break
                     self._fail(buf, offset, length, position, end)
-                size = <long long>(<int32_t>_beu32(h + 8)) + LOG_OVERHEAD
+                size = <long long>(<int32_t>beu32(h + 8)) + LOG_OVERHEAD
                 if size < HEADER_SIZE or position + offset + size > end:
                     self._fail(buf, offset, length, position, end)
                 if size > remaining:
@@ -127,27 +104,27 @@ cdef class RecoveryWalk:
                     self._fail(buf, offset, length, position, end)
                 if <uint32_t>self.crc(
                     PyMemoryView_FromMemory(<char *>h + 21, size - 21, PyBUF_READ)
-                ) != _beu32(h + 17):
+                ) != beu32(h + 17):
                     self._fail(buf, offset, length, position, end)
-                base = _be64(h)
-                batch_last = base + <int32_t>_beu32(h + 23)
+                base = be64(h)
+                batch_last = base + <int32_t>beu32(h + 23)
                 if (base <= self.last_offset or batch_last - self.base_offset < 0
                         or batch_last - self.base_offset > INT32_MAX):
                     self._fail(buf, offset, length, position, end)
                 # Valid: the rules of LogSegment._index_batches.
                 self.last_offset = batch_last
-                batch_ts = _be64(h + 35)
+                batch_ts = be64(h + 35)
                 if batch_ts > self.max_timestamp:
                     self.max_timestamp = batch_ts
                     self.max_timestamp_offset = batch_last
                 if self.bytes_since_last_entry > self.interval:
-                    _put32(entry, <uint32_t>(batch_last - self.base_offset))
-                    _put32(entry + 4, <uint32_t>(position + offset))
+                    put32(entry, <uint32_t>(batch_last - self.base_offset))
+                    put32(entry + 4, <uint32_t>(position + offset))
                     n = len(self.offset_entries)
                     self.offset_entries[n:n] = PyMemoryView_FromMemory(<char *>entry, 8, PyBUF_READ)
                     if self.max_timestamp > self.last_entry_timestamp:
-                        _put64(entry, self.max_timestamp)
-                        _put32(entry + 8,
+                        put64(entry, self.max_timestamp)
+                        put32(entry + 8,
                                <uint32_t>(self.max_timestamp_offset - self.base_offset))
                         n = len(self.time_entries)
                         self.time_entries[n:n] = PyMemoryView_FromMemory(
@@ -156,12 +133,12 @@ cdef class RecoveryWalk:
                         self.last_entry_timestamp = self.max_timestamp
                     self.bytes_since_last_entry = 0
                 self.bytes_since_last_entry += size
-                epoch = <int32_t>_beu32(h + 12)
+                epoch = <int32_t>beu32(h + 12)
                 if not self.have_epoch or epoch != self.prev_epoch:
                     self.epochs.append((epoch, base))
                     self.have_epoch = True
                     self.prev_epoch = epoch
-                if _be64(h + 43) > -1:
+                if be64(h + 43) > -1:
                     self.producer_positions.append(position + offset)
                 offset += size
                 self.valid_bytes = position + offset

@@ -18,6 +18,8 @@ range: the one call into Python per batch.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
 
+from core.records._bigendian cimport be16, be32, be64, beu32, put32, put64
+
 cdef extern from "Python.h":
     object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
     int PyBUF_READ
@@ -30,27 +32,6 @@ cdef enum:
     CODEC_MASK = 0x07
     MAX_CODEC = 4  # Compression.ZSTD: codec ids 0..4 are defined
     TIMESTAMP_TYPE = 0x08  # the LogAppendTime attribute bit
-
-
-cdef inline int64_t _be64(const unsigned char *p) noexcept nogil:
-    return <int64_t>(
-        (<unsigned long long>p[0] << 56) | (<unsigned long long>p[1] << 48)
-        | (<unsigned long long>p[2] << 40) | (<unsigned long long>p[3] << 32)
-        | (<unsigned long long>p[4] << 24) | (<unsigned long long>p[5] << 16)
-        | (<unsigned long long>p[6] << 8) | <unsigned long long>p[7]
-    )
-
-
-cdef inline uint32_t _beu32(const unsigned char *p) noexcept nogil:
-    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
-
-
-cdef inline int32_t _be32(const unsigned char *p) noexcept nogil:
-    return <int32_t>_beu32(p)
-
-
-cdef inline int16_t _be16(const unsigned char *p) noexcept nogil:
-    return <int16_t>((<unsigned int>p[0] << 8) | p[1])
 
 
 cdef object _scan(const unsigned char *data, Py_ssize_t end, Py_ssize_t max_size, object crc):
@@ -67,7 +48,7 @@ cdef object _scan(const unsigned char *data, Py_ssize_t end, Py_ssize_t max_size
         if end - position < HEADER_SIZE:
             return None
         h = data + position
-        length = _be32(h + 8)
+        length = be32(h + 8)
         size = <Py_ssize_t>length + LOG_OVERHEAD
         # The order of the Python loop: too large (only a whole batch), then the structure
         # (minimum length, framing, magic, CRC), then the client rules.
@@ -77,14 +58,14 @@ cdef object _scan(const unsigned char *data, Py_ssize_t end, Py_ssize_t max_size
             return None
         if <int8_t>h[16] != MAGIC_V2:
             return None
-        stored = _beu32(h + 17)
+        stored = beu32(h + 17)
         if <uint32_t>crc(PyMemoryView_FromMemory(<char *>h + 21, size - 21, PyBUF_READ)) != stored:
             return None
-        delta = _be32(h + 23)
-        count = _be32(h + 57)
-        attributes = _be16(h + 21)
-        producer_id = _be64(h + 43)
-        base_sequence = _be32(h + 53)
+        delta = be32(h + 23)
+        count = be32(h + 57)
+        attributes = be16(h + 21)
+        producer_id = be64(h + 43)
+        base_sequence = be32(h + 53)
         if delta < 0 or count <= 0 or <int64_t>delta + 1 != count:
             return None
         if attributes & CONTROL:
@@ -94,8 +75,8 @@ cdef object _scan(const unsigned char *data, Py_ssize_t end, Py_ssize_t max_size
         if (attributes & CODEC_MASK) > MAX_CODEC:
             return None
         out.append((position, (
-            _be64(h), length, _be32(h + 12), <int8_t>h[16], stored, attributes, delta,
-            _be64(h + 27), _be64(h + 35), producer_id, _be16(h + 51), base_sequence, count,
+            be64(h), length, be32(h + 12), <int8_t>h[16], stored, attributes, delta,
+            be64(h + 27), be64(h + 35), producer_id, be16(h + 51), base_sequence, count,
         )))
         position += size
     return out
@@ -119,18 +100,6 @@ def scan_client_batches(object buf, Py_ssize_t max_size, object crc):
         PyBuffer_Release(&view)
 
 
-cdef inline void _put32(unsigned char *p, uint32_t v) noexcept nogil:
-    p[0] = v >> 24
-    p[1] = (v >> 16) & 0xFF
-    p[2] = (v >> 8) & 0xFF
-    p[3] = v & 0xFF
-
-
-cdef inline void _put64(unsigned char *p, int64_t v) noexcept nogil:
-    _put32(p, <uint32_t>((<unsigned long long>v) >> 32))
-    _put32(p + 4, <uint32_t>(<unsigned long long>v))
-
-
 def assign_offsets(object buf, list scanned, long long next_offset, int32_t epoch,
                    long long append_time, object crc, object batch_type):
     """What ``core.records.batch.assign_offsets`` does, in one C loop; see it for the
@@ -148,17 +117,17 @@ def assign_offsets(object buf, list scanned, long long next_offset, int32_t epoc
         data = <unsigned char *>view.buf
         for pos, fields in scanned:
             h = data + pos
-            size = <Py_ssize_t>(<int32_t>_beu32(h + 8)) + LOG_OVERHEAD
+            size = <Py_ssize_t>(<int32_t>beu32(h + 8)) + LOG_OVERHEAD
             if pos < 0 or size < HEADER_SIZE or pos + size > view.len:
                 raise ValueError(f"batch at byte {pos} does not lie within the buffer")
-            _put64(h, next_offset)
-            _put32(h + 12, <uint32_t>epoch)
-            last = next_offset + <int32_t>_beu32(h + 23)
-            batch_max_ts = _be64(h + 35)
+            put64(h, next_offset)
+            put32(h + 12, <uint32_t>epoch)
+            last = next_offset + <int32_t>beu32(h + 23)
+            batch_max_ts = be64(h + 35)
             if append_time >= 0:
                 h[22] = h[22] | TIMESTAMP_TYPE  # the low byte of the attributes
-                _put64(h + 35, append_time)
-                _put32(h + 17, <uint32_t>crc(
+                put64(h + 35, append_time)
+                put32(h + 17, <uint32_t>crc(
                     PyMemoryView_FromMemory(<char *>h + 21, size - 21, PyBUF_READ)
                 ))
                 batch_max_ts = append_time
@@ -166,7 +135,7 @@ def assign_offsets(object buf, list scanned, long long next_offset, int32_t epoc
                 max_ts = batch_max_ts
                 offset_of_max_ts = last
             appended.append(tuple.__new__(batch_type, (pos, next_offset, last, batch_max_ts, size)))
-            records += <int32_t>_beu32(h + 57)
+            records += <int32_t>beu32(h + 57)
             next_offset = last + 1
         return appended, next_offset - 1, max_ts, offset_of_max_ts, records
     finally:
