@@ -50,7 +50,7 @@ from tiered.api import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from tiered.rlm_tasks import COPY_BATCH_BYTES, COPY_BATCH_SEGMENTS
+from tiered.rlm_tasks import copy_batches
 
 TARGET = 0.7
 
@@ -129,20 +129,8 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
             ]
 
         def tierlog() -> None:
-            # The copy task's batches: consecutive segments, at most COPY_BATCH_SEGMENTS
-            # and COPY_BATCH_BYTES (at least one).
-            batch: list[tuple[RemoteLogSegmentMetadata, LogSegmentData]] = []
-            size = 0
-            for md, data in copies():
-                if batch and (
-                    len(batch) >= COPY_BATCH_SEGMENTS
-                    or size + md.segment_size_in_bytes > COPY_BATCH_BYTES
-                ):
-                    rsm.copy_log_segments_data(batch)
-                    batch, size = [], 0
-                batch.append((md, data))
-                size += md.segment_size_in_bytes
-            if batch:
+            # The copy task's batches, by the copy task's own rule.
+            for batch in copy_batches(copies(), lambda c: c[0].segment_size_in_bytes):
                 rsm.copy_log_segments_data(batch)
 
         def per_segment() -> None:

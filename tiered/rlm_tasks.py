@@ -42,11 +42,11 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from core.errors import KafkaStorageError
 from core.log.leader_epoch import LeaderEpochCheckpointFile
@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     from core.log.segment import LogSegment
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 RLMM_WRITE_TIMEOUT_S = 60.0
 # Consecutive segments of a partition copied together (one RSM call, so that a plugin may
@@ -101,6 +102,26 @@ RLMM_WRITE_TIMEOUT_S = 60.0
 # batch of small segments, not for many large ones.
 COPY_BATCH_SEGMENTS = 8
 COPY_BATCH_BYTES = 64 << 20
+
+
+def copy_batches(
+    items: Iterable[_T], size_of: Callable[[_T], int], most: int = COPY_BATCH_SEGMENTS
+) -> Iterator[list[_T]]:
+    """Consecutive runs of segments copied together: up to ``most`` segments and
+    ``COPY_BATCH_BYTES`` (a segment at least), so that the RSM may make them durable with
+    one round of syncs."""
+    batch: list[_T] = []
+    size = 0
+    for item in items:
+        if batch and (len(batch) >= most or size + size_of(item) > COPY_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(item)
+        size += size_of(item)
+    if batch:
+        yield batch
+
+
 _S = RemoteLogSegmentState
 
 
@@ -302,21 +323,10 @@ class CopyTask(RLMTask):
     def _batches(
         self, candidates: list[tuple[LogSegment, int]]
     ) -> Iterator[list[tuple[LogSegment, int]]]:
-        """Consecutive runs of candidates copied together: up to ``COPY_BATCH_SEGMENTS``
-        segments and ``COPY_BATCH_BYTES`` (a segment at least), so that the RSM may make
-        them durable with one round of syncs. One at a time under a copy quota, which is
-        checked between batches."""
+        """The candidates in copy batches (``copy_batches``); one at a time under a copy
+        quota, which is checked between batches."""
         most = 1 if self.ctx.copy_quota is not None else COPY_BATCH_SEGMENTS
-        batch: list[tuple[LogSegment, int]] = []
-        size = 0
-        for candidate in candidates:
-            if batch and (len(batch) >= most or size + candidate[0].size > COPY_BATCH_BYTES):
-                yield batch
-                batch, size = [], 0
-            batch.append(candidate)
-            size += candidate[0].size
-        if batch:
-            yield batch
+        return copy_batches(candidates, lambda candidate: candidate[0].size, most)
 
     @staticmethod
     def candidates(plog: PartitionLog, highest_remote: int) -> list[tuple[LogSegment, int]]:
