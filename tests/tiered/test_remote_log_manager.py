@@ -72,11 +72,8 @@ def test_copy_picks_rolled_segments_up_to_the_high_watermark(env):
     assert env.rlm.metrics.get(REMOTE_COPY_REQUESTS) == len(segments) - 1
 
 
-def test_a_copy_run_also_copies_segments_rolled_while_it_ran(env, memory_rsm):
-    """A partition produced while its copy task runs: what rolled meanwhile is copied in
-    the same run, not a task interval later (local bytes would grow by that interval)."""
-    produce(env.plog, 20)
-    before = len(env.plog.segments())
+def produce_during_the_first_copy(env, memory_rsm) -> None:
+    """The RSM's first copy produces 20 more records to the partition (which rolls)."""
     copy = memory_rsm.copy_log_segment_data
     produced = []
 
@@ -86,6 +83,14 @@ def test_a_copy_run_also_copies_segments_rolled_while_it_ran(env, memory_rsm):
         return copy(md, data)
 
     memory_rsm.copy_log_segment_data = copy_while_producing
+
+
+def test_a_copy_run_also_copies_segments_rolled_while_it_ran(env, memory_rsm):
+    """A partition produced while its copy task runs: what rolled meanwhile is copied in
+    the same run, not a task interval later (local bytes would grow by that interval)."""
+    produce(env.plog, 20)
+    before = len(env.plog.segments())
+    produce_during_the_first_copy(env, memory_rsm)
     copied = env.copy()
     assert len(env.plog.segments()) > before
     assert copied == len(env.plog.segments()) - 1  # every rolled segment, old and new
@@ -98,15 +103,7 @@ def test_a_copy_run_stopped_at_its_time_bound_is_followed_at_once(env, memory_rs
     due at once, not a task interval later."""
     produce(env.plog, 20)
     task = env.task(CopyTask)
-    copy = memory_rsm.copy_log_segment_data
-    produced = []
-
-    def copy_while_producing(md, data):
-        if not produced:
-            produced.append(produce(env.plog, 20))
-        return copy(md, data)
-
-    memory_rsm.copy_log_segment_data = copy_while_producing
+    produce_during_the_first_copy(env, memory_rsm)
     now = [0.0]
 
     def slow_clock() -> float:  # every look at the clock is 10 s later: each pass is late
