@@ -147,6 +147,23 @@ async def exchange(handler: Any, request: bytes) -> tuple[bytes, bool]:
         await server.stop()
 
 
+async def fetch_once(handler: Any) -> bytes:
+    """One Fetch sent to a socket server answering with ``handler``: the whole answer
+    frame as the client received it (size prefix included)."""
+    server = SocketServer(CODEC, handler, lambda ctx: None)
+    (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
+        writer.write(fetch_request_frame())
+        async with asyncio.timeout(DEADLINE_S):
+            (size,) = SIZE.unpack(await reader.readexactly(4))
+            body = await reader.readexactly(size)
+        writer.close()
+        return SIZE.pack(size) + body
+    finally:
+        await server.stop()
+
+
 def test_fetch_records_are_sent_from_the_file_with_sendfile(segment: FileRecords) -> None:
     piece = FileSlice(segment, 1000, 250_000)
     calls: list[tuple[int, int]] = []
@@ -168,18 +185,7 @@ def test_fetch_records_are_sent_from_the_file_with_sendfile(segment: FileRecords
             answered.set_result(None)
             return fetch_response(ctx.api_version, [piece])
 
-        server = SocketServer(CODEC, handler, lambda ctx: None)
-        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
-            writer.write(fetch_request_frame())
-            async with asyncio.timeout(DEADLINE_S):
-                (size,) = SIZE.unpack(await reader.readexactly(4))
-                body = await reader.readexactly(size)
-            writer.close()
-            return SIZE.pack(size) + body
-        finally:
-            await server.stop()
+        return await fetch_once(handler)
 
     received = asyncio.run(scenario())
     expected = CODEC.encode_response(context(12), fetch_response(12, [piece.read_bytes()]))
@@ -208,18 +214,7 @@ def test_records_read_from_the_remote_tier_are_sent_whole_and_in_order_without_a
         async def handler(ctx: RequestContext, request: Any) -> Any:
             return fetch_response(ctx.api_version, partitions)
 
-        server = SocketServer(CODEC, handler, lambda ctx: None)
-        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
-            writer.write(fetch_request_frame())
-            async with asyncio.timeout(DEADLINE_S):
-                (size,) = SIZE.unpack(await reader.readexactly(4))
-                body = await reader.readexactly(size)
-            writer.close()
-            return SIZE.pack(size) + body
-        finally:
-            await server.stop()
+        return await fetch_once(handler)
 
     received = asyncio.run(scenario())
     copied = fetch_response(12, [small, remote, piece.read_bytes(), b"inline"])
@@ -274,18 +269,7 @@ def test_a_segment_deleted_while_the_response_goes_out_is_still_sent(
         async def handler(ctx: RequestContext, request: Any) -> Any:
             return fetch_response(ctx.api_version, [first, second])
 
-        server = SocketServer(CODEC, handler, lambda ctx: None)
-        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", bound.port)
-            writer.write(fetch_request_frame())
-            async with asyncio.timeout(DEADLINE_S):
-                (size,) = SIZE.unpack(await reader.readexactly(4))
-                body = await reader.readexactly(size)
-            writer.close()
-            return body
-        finally:
-            await server.stop()
+        return (await fetch_once(handler))[4:]
 
     body = asyncio.run(scenario())
     assert not (tmp_path / "00000000000000001000.log").exists()
