@@ -11,18 +11,16 @@ the tests rule out: a CorruptRecordError says so).
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t
 
+from core.records._batch_format cimport (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    PyBUF_READ,
+    PyMemoryView_FromMemory,
+)
 from core.records._bigendian cimport be64, beu32, put32, put64
 
 from core.errors import CorruptRecordError
-
-cdef extern from "Python.h":
-    object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
-    int PyBUF_READ
-
-cdef enum:
-    HEADER_SIZE = 61
-    LOG_OVERHEAD = 12
-    MAGIC_V2 = 2
 
 cdef long long INT32_MAX = 2147483647
 

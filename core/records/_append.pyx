@@ -18,16 +18,16 @@ range: the one call into Python per batch.
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
 
+from core.records._batch_format cimport (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    PyBUF_READ,
+    PyMemoryView_FromMemory,
+)
 from core.records._bigendian cimport be16, be32, be64, beu32, put32, put64
 
-cdef extern from "Python.h":
-    object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
-    int PyBUF_READ
-
 cdef enum:
-    HEADER_SIZE = 61
-    LOG_OVERHEAD = 12
-    MAGIC_V2 = 2
     CONTROL = 0x20
     CODEC_MASK = 0x07
     MAX_CODEC = 4  # Compression.ZSTD: codec ids 0..4 are defined
