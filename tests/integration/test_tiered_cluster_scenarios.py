@@ -422,6 +422,16 @@ def test_scenario_2_an_out_of_sync_follower_truncates_fully_rebuilds_and_leads_b
     assert s.read() == [*leader_history, (12, 2, value(12))]
 
 
+def unclean_failover_to_b(s: Scenario) -> None:
+    """A, the only replica in sync, dies (the partition is left without a leader at LE-1);
+    B, out of sync and stopped, is restarted and elected uncleanly: it leads LE-2."""
+    s.kill(A)
+    s.wait_state(-1, 1, [A])
+    s.restart(B)
+    s.elect("unclean")
+    s.wait_state(B, 2, [B])
+
+
 def test_scenario_3_after_hard_failures_a_returning_replica_truncates_and_both_serve_one_history(
     scenario_factory: Callable[..., Scenario],
 ) -> None:
@@ -443,11 +453,7 @@ def test_scenario_3_after_hard_failures_a_returning_replica_truncates_and_both_s
     s.wait_finished([(0, 1, {0: 0}, A)])
     s.wait_local_start(A, 2)
 
-    s.kill(A)
-    s.wait_state(-1, 1, [A])
-    s.restart(B)
-    s.elect("unclean")
-    s.wait_state(B, 2, [B])
+    unclean_failover_to_b(s)
     s.produce([3], 1)
 
     # A comes back as B's follower: its msgs 1 and 2 (LE-0) are off B's lineage.
@@ -486,11 +492,7 @@ def test_scenario_4_an_unclean_leader_truncates_and_serves_its_branch_across_bot
     s.wait_finished([(0, 2, {0: 0}, A)])
     s.wait_local_start(A, 3)
 
-    s.kill(A)
-    s.wait_state(-1, 1, [A])
-    s.restart(B)
-    s.elect("unclean")
-    s.wait_state(B, 2, [B])
+    unclean_failover_to_b(s)
     s.produce([4, 5, 6], 1)
     s.wait_finished([(0, 2, {0: 0}, A), (0, 2, {0: 0, 2: 1}, B)])
     s.wait_local_start(B, 3)
@@ -512,11 +514,7 @@ def diverge_in_remote_storage(s: Scenario) -> None:
     s.wait_local_start(A, 4)
 
     # A dies; B, out of sync with 0..1, is elected uncleanly and copies its own seg-0-3.
-    s.kill(A)
-    s.wait_state(-1, 1, [A])
-    s.restart(B)
-    s.elect("unclean")
-    s.wait_state(B, 2, [B])
+    unclean_failover_to_b(s)
     s.produce([4, 5, 6], 2)
     s.wait_finished([(0, 3, {0: 0}, A), (0, 3, {0: 0, 2: 2}, B)])
     s.wait_local_start(B, 4)
