@@ -180,12 +180,35 @@ class _ReadAhead:
         with self._lock:
             return self._ranges.get(key)
 
-    def put(self, key: tuple[uuid.UUID, int], position: int, future: Future[bytes]) -> None:
+    def put(
+        self,
+        key: tuple[uuid.UUID, int],
+        position: int,
+        future: Future[bytes],
+        *,
+        after: tuple[tuple[uuid.UUID, int], Future[bytes]] | None = None,
+    ) -> bool:
+        """Keep ``future``'s range for ``key``. With ``after`` (the key and range this one
+        follows in a pipeline), only while that range is still held: once a fetch has taken
+        it, the fetch extended the pipeline from it itself, and a range read from here could
+        only be one the consumer has already passed. Returns whether it was kept (the caller
+        cancels one that was not)."""
         with self._lock:
+            if after is not None:
+                held = self._ranges.get(after[0])
+                if held is None or held[1] is not after[1]:
+                    return False
             self._ranges[key] = (position, future)
             evicted = self._evict()
         _cancel(evicted)
         future.add_done_callback(lambda f: self._arrived(key, f))
+        return True
+
+    def still_held(self, key: tuple[uuid.UUID, int], future: Future[bytes]) -> bool:
+        """Whether ``future``'s range is still the one kept for ``key`` (not handed out)."""
+        with self._lock:
+            held = self._ranges.get(key)
+            return held is not None and held[1] is future
 
     def _arrived(self, key: tuple[uuid.UUID, int], future: Future[bytes]) -> None:
         with self._lock:
@@ -254,6 +277,27 @@ class _ReadAhead:
         return evicted
 
 
+class _FetchFuture(Future[RemoteFetchResult]):
+    """A fetch on the reader pool. ``cancel`` by its waiter (the broker cancels a read
+    that misses ``remote.fetch.max.wait.ms``, or whose client has gone) cancels the queued
+    task; a read already running cannot be stopped, but it is marked abandoned, so that it
+    reads nothing ahead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.task: Future[None] | None = None
+        self._abandoned = False
+
+    def cancel(self) -> bool:
+        self._abandoned = True
+        if self.task is not None:
+            self.task.cancel()
+        return super().cancel()
+
+    def is_abandoned(self) -> bool:
+        return self._abandoned
+
+
 def _done_future(data: bytes) -> Future[bytes]:
     future: Future[bytes] = Future()
     future.set_result(data)
@@ -309,9 +353,27 @@ class RemoteLogReader:
         served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
         if served is not None:
             return served
-        return self._submit(
-            lambda: self.fetch(tp, plog, fetch_offset, max_bytes, read_committed=read_committed)
-        )
+        answer = _FetchFuture()
+
+        def run() -> None:
+            if not answer.set_running_or_notify_cancel():
+                return
+            try:
+                result = self.fetch(
+                    tp,
+                    plog,
+                    fetch_offset,
+                    max_bytes,
+                    read_committed=read_committed,
+                    abandoned=answer.is_abandoned,
+                )
+            except BaseException as e:  # noqa: BLE001 - handed to the waiter, as the pool does
+                answer.set_exception(e)
+            else:
+                answer.set_result(result)
+
+        answer.task = self._submit(run)
+        return answer
 
     def _serve_read_ahead(
         self,
@@ -438,14 +500,16 @@ class RemoteLogReader:
         max_bytes: int,
         *,
         read_committed: bool = False,
+        abandoned: Callable[[], bool] | None = None,
     ) -> RemoteFetchResult:
         """``read``, plus for READ_COMMITTED the aborted transactions overlapping the
-        records read (see ``collect_aborted_txns``).
+        records read (see ``collect_aborted_txns``). ``abandoned`` tells whether the
+        fetch's waiter has gone (``read``).
 
         Raises:
             As ``read`` and ``collect_aborted_txns``.
         """
-        data = self.read(tp, plog, fetch_offset, max_bytes)
+        data = self.read(tp, plog, fetch_offset, max_bytes, abandoned=abandoned)
         if not read_committed:
             return RemoteFetchResult(data)
         upper = _upper_bound_offset(data, fetch_offset)
@@ -511,13 +575,23 @@ class RemoteLogReader:
         return out
 
     def read(
-        self, tp: TopicIdPartition, plog: PartitionLog, fetch_offset: int, max_bytes: int
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        abandoned: Callable[[], bool] | None = None,
     ) -> bytes:
         """Batches from the remote tier, starting at the batch holding ``fetch_offset``.
 
         At least one whole batch is returned even when larger than ``max_bytes``; the data
         may end inside a batch (clients drop the partial tail). Reads stay within one remote
-        segment. Empty bytes when the fetch quota is exhausted.
+        segment. Empty bytes when the fetch quota is exhausted. Nothing is read ahead when
+        ``abandoned()`` says the fetch's waiter has gone (``remote.fetch.max.wait.ms``
+        expired, or the client left): the client asks for this offset again, and that fetch
+        reads ahead; ranges read ahead from here could arrive after the client has passed
+        them, and stay in memory unused.
 
         Raises:
             OffsetOutOfRangeError: no remote segment of the current lineage holds the offset.
@@ -535,7 +609,7 @@ class RemoteLogReader:
                     f"(leader epoch {plog.leader_epoch_cache.epoch_for_offset(fetch_offset)})"
                 )
             while md is not None:
-                data = self._read_segment(tp, plog, md, fetch_offset, max_bytes)
+                data = self._read_segment(tp, plog, md, fetch_offset, max_bytes, abandoned)
                 if data is not None:
                     self._count_served(tp, len(data))
                     return data
@@ -578,10 +652,11 @@ class RemoteLogReader:
         md: RemoteLogSegmentMetadata,
         fetch_offset: int,
         max_bytes: int,
+        abandoned: Callable[[], bool] | None = None,
     ) -> bytes | None:
         """The bytes from the batch holding ``fetch_offset``, or None when the segment has
         no batch at or after it. Starts from a read-ahead range when one is there, and
-        reads the next range ahead when the segment goes on."""
+        reads the next range ahead when the segment goes on (unless ``abandoned()``)."""
         chunk = max_bytes + READ_SLACK_BYTES
         ahead = self.read_ahead.take((md.segment_id, fetch_offset))
         if ahead is not None:
@@ -605,7 +680,8 @@ class RemoteLogReader:
                 held = ranges.ensure(end)
                 data = bytes(ranges.buf[at : min(end, held)])
                 _verify_batches(md, ranges.start + at, data)
-                self._read_ahead(tp, plog, md, ranges.start + at, data, max_bytes)
+                if abandoned is None or not abandoned():
+                    self._read_ahead(tp, plog, md, ranges.start + at, data, max_bytes)
                 return data
             at += size
 
@@ -618,6 +694,7 @@ class RemoteLogReader:
         data: bytes,
         chunk: int,
         depth: int = READ_AHEAD_DEPTH,
+        after: tuple[tuple[uuid.UUID, int], Future[bytes]] | None = None,
     ) -> None:
         """Fetch the ranges a sequential consumer asks for next, ``depth`` of them, each
         ``chunk`` bytes, if a pool thread is idle: the first from the first batch not
@@ -628,7 +705,9 @@ class RemoteLogReader:
         indexes nor a round trip for them are needed (with small segments, a cold index
         fetch per segment, four requests, used to set the pace of a consumer reading from
         offset 0). Nothing is read ahead from the local log start on: the local log serves
-        it."""
+        it. ``after`` is the (key, range) that ``data`` is, when this extends the pipeline
+        from a range that arrived rather than from a fetch served: nothing is read once a
+        fetch has taken that range (see ``_ReadAhead.put``)."""
         at, next_offset = _whole_batches(data)
         if next_offset is None or next_offset >= plog.local_log_start_offset:
             return
@@ -657,14 +736,18 @@ class RemoteLogReader:
             ):
                 return
             end = min(start + chunk, md.segment_size_in_bytes)
+            if after is not None and not self.read_ahead.still_held(*after):
+                return
             try:
                 future = self._submit(lambda: self._fetch_range(md, start, end))
             except (RemoteReadRejectedError, RuntimeError):
                 return
-            self.read_ahead.put(key, start, future)
+            if not self.read_ahead.put(key, start, future, after=after):
+                future.cancel()
+                return
         if depth > 1:
             future.add_done_callback(
-                lambda f: self._read_ahead_after(tp, plog, md, start, f, chunk, depth - 1)
+                lambda f: self._read_ahead_after(tp, plog, md, key, start, f, chunk, depth - 1)
             )
 
     def _read_ahead_after(
@@ -672,6 +755,7 @@ class RemoteLogReader:
         tp: TopicIdPartition,
         plog: PartitionLog,
         md: RemoteLogSegmentMetadata,
+        key: tuple[uuid.UUID, int],
         position: int,
         arrived: Future[bytes],
         chunk: int,
@@ -682,7 +766,9 @@ class RemoteLogReader:
         pipeline; the next fetch reads it again and reports the failure."""
         if arrived.cancelled() or arrived.exception() is not None:
             return
-        self._read_ahead(tp, plog, md, position, arrived.result(), chunk, depth)
+        self._read_ahead(
+            tp, plog, md, position, arrived.result(), chunk, depth, after=(key, arrived)
+        )
 
     def _fetch_range(self, md: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
         """A read-ahead range, its whole batches' CRC32C checked (a range that fails is

@@ -633,9 +633,9 @@ def test_a_cancelled_read_that_has_not_started_never_runs(env):
     calls = []
     original = env.rlm.reader.read
 
-    def counted(*args):
+    def counted(*args, **kwargs):
         calls.append(args)
-        return original(*args)
+        return original(*args, **kwargs)
 
     env.rlm.reader.read = counted  # type: ignore[method-assign]
     gate = threading.Event()

@@ -402,3 +402,89 @@ def test_a_read_committed_fetch_far_from_the_local_log_still_gets_a_late_abort(e
         answer = result.result(10)
         assert (9, first + 2) in answer.aborted_txns, offset
         offset = next_offset_after(answer.records)
+
+
+class GatedRSM(FreezableRSM):
+    """A FreezableRSM whose log reads wait for ``gate`` once ``gated``: a read that is
+    running while its waiter gives up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gated = False
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+
+    def fetch_log_segment(self, metadata, start_position, end_position=None):
+        if self.gated:
+            self.waiting.set()
+            assert self.gate.wait(10), "the test never opened the gate"
+        return super().fetch_log_segment(metadata, start_position, end_position)
+
+
+def test_a_fetch_its_waiter_gave_up_on_reads_nothing_ahead(tmp_path):
+    """A remote read that misses remote.fetch.max.wait.ms is cancelled by the broker while
+    it runs, and the client asks for the offset again. The abandoned read, when it ends,
+    must not read ahead: by then the client's second fetch may have read ahead and the
+    consumer passed those ranges, and a range read again from here would be a remote read
+    nobody asked for, kept in memory (and served to a later consumer of that offset from
+    before any change to the object)."""
+    rsm = GatedRSM()
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        rsm.gated = True
+        answer = reader.submit_fetch(env.tp, env.plog, 0, 600)
+        assert rsm.waiting.wait(10), "the read never started"
+        assert not answer.cancel(), "a running read cannot be cancelled"
+        rsm.gated = False
+        rsm.gate.set()
+        wait_until(lambda: reader._pending == 0, 10, what="the abandoned read done")
+        assert len(rsm.reads) == 1, "the abandoned read read ahead"
+        assert reader.read_ahead.arrived() == 0
+        # The client's next fetch of the same offset reads ahead as usual.
+        data = reader.submit_fetch(env.tp, env.plog, 0, 600).result(10).records
+        wait_until(lambda: in_hand(reader, env, next_offset_after(data)), 10)
+    finally:
+        rsm.gate.set()
+        env.close()
+
+
+def test_a_range_read_ahead_is_never_read_again_after_the_consumer_took_it(tmp_path):
+    """The read-ahead pipeline extends itself when a range arrives (a callback in the
+    thread that read it). If a fetch took that range first, the fetch extended the
+    pipeline from it; a late extension from the same range must read nothing, or it reads
+    ranges the consumer has already passed again and keeps them."""
+    rsm = FreezableRSM()
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        first = reader.fetch(env.tp, env.plog, 0, 600).records
+        offset = next_offset_after(first)
+        wait_until(lambda: in_hand(reader, env, offset), 10)
+        wait_until(lambda: reader._pending == 0, 10, what="the pipeline settled")
+        md = reader._segment_for(env.tp, env.plog, offset)
+        key = (md.segment_id, offset)
+        position, taken = reader.read_ahead.held(key)
+        # The consumer takes that range and the ranges after it (the fetches extend the
+        # pipeline from each).
+        for _ in range(READ_AHEAD_DEPTH):
+            data = reader.submit_fetch(env.tp, env.plog, offset, 600).result(10).records
+            offset = next_offset_after(data)
+            wait_until(lambda: reader._pending == 0, 10, what="the pipeline settled")
+        reads = list(rsm.reads)
+        held = reader.read_ahead.arrived()
+        # The first range's own extension, late.
+        reader._read_ahead_after(
+            env.tp, env.plog, md, key, position, taken, 600, READ_AHEAD_DEPTH - 1
+        )
+        wait_until(lambda: reader._pending == 0, 10, what="the late extension done")
+        assert rsm.reads == reads, "ranges the consumer had passed were read again"
+        assert reader.read_ahead.arrived() == held
+    finally:
+        env.close()
