@@ -6,12 +6,15 @@
    decoder (``MemoryRecords`` over the segment bytes already in memory, every record's
    offset, timestamp, key, value and headers as Python objects). Target >= 5x.
 2. export: ``tierlog export`` of the same archive end to end (Spark local[2]): rows/s, and
-   the size of the Parquet output over the size of the segments.
+   the size of the Parquet output over the size of the segments, for every archive.
+3. the stretch target: tierlog's decode (1.) over reading the same rows back from that
+   Parquet output with pyarrow (``pyarrow.parquet.read_table``, one thread, every column),
+   rows/s per core. Target >= 1x.
 
 Records: ~770 B values, half random hex text, with a key and one header. Two archives:
 
 - client batches: produced by confluent-kafka (librdkafka's batching, linger.ms=5) to a
-  tierlog broker, once per codec (none, gzip, snappy, lz4, zstd): decode only;
+  tierlog broker, once per codec (none, gzip, snappy, lz4, zstd);
 - builder batches: 16-record batches from core's RecordBatchBuilder appended by
   PartitionLog, uncompressed and zstd: decode and export.
 
@@ -57,6 +60,7 @@ from tiered.api import (
 )
 
 TARGET_RATIO = 5.0
+STRETCH_PARQUET_RATIO = 1.0
 CLIENT_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 TOPIC = "bench"
 
@@ -239,7 +243,9 @@ def bench_decode(config: ArchiveConfig, segments: list, rounds: int) -> dict[str
     return out
 
 
-def bench_export(work: Path, config: ArchiveConfig, segments: list) -> dict[str, float]:
+def bench_export(
+    work: Path, config: ArchiveConfig, segments: list, rounds: int
+) -> dict[str, float]:
     from spark_jobs.export import run_export, spark_session
 
     spark = spark_session("local[2]", "tierlog-bench-export")
@@ -255,7 +261,24 @@ def bench_export(work: Path, config: ArchiveConfig, segments: list) -> dict[str,
         "rows": summary.rows,
         "parquet/segments": summary.bytes / segment_bytes,
         "seconds": summary.seconds,
+        "parquet rows/s": parquet_read_rate(out, summary.rows, rounds),
     }
+
+
+def parquet_read_rate(out: Path, rows: int, rounds: int) -> float:
+    """Rows/s per core of pyarrow reading the export's Parquet files back into one Arrow
+    table, every column, on one thread (the median of ``rounds``)."""
+    import pyarrow.parquet as pq
+
+    files = sorted(str(p) for p in out.rglob("*.parquet"))
+    times = []
+    for _ in range(rounds):
+        began = time.process_time()
+        read = sum(pq.read_table(f, use_threads=False).num_rows for f in files)
+        times.append(time.process_time() - began)
+    if read != rows:
+        raise RuntimeError(f"the Parquet output has {read} rows, the export wrote {rows}")
+    return rows / statistics.median(times)
 
 
 def verdict(ratio: float) -> str:
@@ -274,6 +297,32 @@ def print_decode(label: str, d: dict[str, float]) -> None:
         f"decode {label}, {d['rows']} rows: tierlog {d['tierlog']:.0f} rows/s/core, "
         f"kafka-python {d['kafka-python']:.0f} rows/s/core, ratio {d['ratio']:.1f}x "
         f"{verdict(d['ratio'])}{floor}",
+        flush=True,
+    )
+
+
+def print_export(
+    label: str,
+    d: dict[str, float],
+    work: Path,
+    config: ArchiveConfig,
+    segments: list,
+    rounds: int,
+) -> None:
+    """The export of an archive whose decode gave ``d``, and the stretch target."""
+    e = bench_export(work, config, segments, rounds)
+    print(
+        f"export {label}: {e['rows']} rows in {e['seconds']:.1f}s = "
+        f"{e['rows/s']:.0f} rows/s end to end (local[2]); Parquet/segment size "
+        f"{e['parquet/segments']:.2f}",
+        flush=True,
+    )
+    stretch = d["tierlog"] / e["parquet rows/s"]
+    print(
+        f"stretch {label}: tierlog decode {d['tierlog']:.0f} rows/s/core, pyarrow reading "
+        f"the exported Parquet back {e['parquet rows/s']:.0f} rows/s/core, ratio "
+        f"{stretch:.2f}x (stretch target >= {STRETCH_PARQUET_RATIO:.0f}x: "
+        f"{'PASS' if stretch >= STRETCH_PARQUET_RATIO else 'MISS'})",
         flush=True,
     )
 
@@ -303,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         try:
             config, segments = write_client_archive(work, total_mb, codec_name)
-            print_decode(f"confluent-kafka {codec_name}", bench_decode(config, segments, rounds))
+            d = bench_decode(config, segments, rounds)
+            print_decode(f"confluent-kafka {codec_name}", d)
+            if not args.no_export:
+                print_export(f"confluent-kafka {codec_name}", d, work, config, segments, rounds)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     for codec in (Compression.NONE, Compression.ZSTD):
@@ -311,16 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         try:
             config, segments = write_archive(work, total_mb, codec)
-            print_decode(f"builder {codec.name.lower()}", bench_decode(config, segments, rounds))
-            if args.no_export:
-                continue
-            e = bench_export(work, config, segments)
-            print(
-                f"export {codec.name}: {e['rows']} rows in {e['seconds']:.1f}s = "
-                f"{e['rows/s']:.0f} rows/s end to end (local[2]); Parquet/segment size "
-                f"{e['parquet/segments']:.2f}",
-                flush=True,
-            )
+            d = bench_decode(config, segments, rounds)
+            print_decode(f"builder {codec.name.lower()}", d)
+            if not args.no_export:
+                print_export(f"builder {codec.name.lower()}", d, work, config, segments, rounds)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return 0
