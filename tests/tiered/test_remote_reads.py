@@ -41,6 +41,16 @@ class FreezableRSM(MemoryRSM):
         return super().fetch_log_segment(metadata, start_position, end_position)
 
 
+def archive_all(env: Env) -> bytes:
+    """40 records produced, every rolled segment copied to the remote tier and deleted
+    locally; returns those segments' bytes (what a consumer from offset 0 reads remotely)."""
+    produce(env.plog, 40, ts=T0)
+    archived = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
+    env.copy()
+    env.plog.delete_old_segments()
+    return archived
+
+
 def next_offset_after(data: bytes) -> int:
     """The offset after the last whole batch of ``data`` (the consumer's next fetch)."""
     at, offset = 0, None
@@ -67,10 +77,7 @@ def in_hand(reader, env: Env, offset: int) -> bool:
 
 
 def test_sequential_reads_are_served_from_read_ahead_and_stay_identical(env, memory_rsm):
-    produce(env.plog, 40, ts=T0)
-    expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
-    env.copy()
-    env.plog.delete_old_segments()
+    expected = archive_all(env)
     reader = env.rlm.reader
     # A consumer walking the remote tier with small fetches, as librdkafka does with
     # fetch.max.bytes below a segment: each fetch starts where the last whole batch ended.
@@ -203,9 +210,7 @@ def test_read_ahead_stays_bounded_and_evicting_a_pending_range_cancels_it():
 
 
 def test_a_batch_corrupted_in_the_remote_tier_is_never_served(env, memory_rsm):
-    produce(env.plog, 40, ts=T0)
-    env.copy()
-    env.plog.delete_old_segments()
+    archive_all(env)
     md = sorted(env.segments(), key=lambda m: m.start_offset)[1]
     key = (md.segment_id, "log")
     data = bytearray(memory_rsm.objects[key])
@@ -236,10 +241,7 @@ def test_a_sequential_consumer_finds_several_ranges_read_ahead(tmp_path):
     rsm = FreezableRSM()
     env = Env(tmp_path, rsm, tiered_config())
     try:
-        produce(env.plog, 40, ts=T0)
-        expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
-        env.copy()
-        env.plog.delete_old_segments()
+        expected = archive_all(env)
         reader = env.rlm.reader
         max_bytes = 600  # two batches a fetch: several fetches per segment
         first = reader.fetch(env.tp, env.plog, 0, max_bytes).records
@@ -301,9 +303,7 @@ def test_a_corrupt_batch_read_ahead_is_never_served(tmp_path):
     rsm = FreezableRSM()
     env = Env(tmp_path, rsm, tiered_config())
     try:
-        produce(env.plog, 40, ts=T0)
-        env.copy()
-        env.plog.delete_old_segments()
+        archive_all(env)
         reader = env.rlm.reader
         md = sorted(env.segments(), key=lambda m: m.start_offset)[1]
         key = (md.segment_id, "log")
@@ -328,9 +328,7 @@ def test_a_corrupt_batch_read_ahead_is_never_served(tmp_path):
 def test_a_range_read_ahead_of_a_deleted_segment_is_not_served(env, memory_rsm):
     """Retention deletes remote segments a consumer had ranges read ahead of: a fetch of
     them is out of range, as without read-ahead, not answered with the deleted bytes."""
-    produce(env.plog, 40, ts=T0)
-    env.copy()
-    env.plog.delete_old_segments()
+    archive_all(env)
     reader = env.rlm.reader
     remote = sorted(env.segments(), key=lambda m: m.start_offset)
     # A consumer at the end of segment 0: the start of segment 1 is read ahead.
@@ -358,10 +356,7 @@ def test_a_smaller_fetch_keeps_the_rest_of_a_range_in_hand(tmp_path):
     rsm = FreezableRSM()
     env = Env(tmp_path, rsm, tiered_config(segment_bytes=8192))
     try:
-        produce(env.plog, 40, ts=T0)
-        expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
-        env.copy()
-        env.plog.delete_old_segments()
+        expected = archive_all(env)
         reader = env.rlm.reader
         first = reader.fetch(env.tp, env.plog, 0, 2000).records
         got = bytearray(whole_batches(first))
@@ -431,9 +426,7 @@ def test_a_fetch_its_waiter_gave_up_on_reads_nothing_ahead(tmp_path):
     rsm = GatedRSM()
     env = Env(tmp_path, rsm, tiered_config())
     try:
-        produce(env.plog, 40, ts=T0)
-        env.copy()
-        env.plog.delete_old_segments()
+        archive_all(env)
         reader = env.rlm.reader
         rsm.gated = True
         answer = reader.submit_fetch(env.tp, env.plog, 0, 600)
@@ -460,9 +453,7 @@ def test_a_range_read_ahead_is_never_read_again_after_the_consumer_took_it(tmp_p
     rsm = FreezableRSM()
     env = Env(tmp_path, rsm, tiered_config())
     try:
-        produce(env.plog, 40, ts=T0)
-        env.copy()
-        env.plog.delete_old_segments()
+        archive_all(env)
         reader = env.rlm.reader
         first = reader.fetch(env.tp, env.plog, 0, 600).records
         offset = next_offset_after(first)
