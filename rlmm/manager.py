@@ -59,6 +59,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from core.clock import now_ms
@@ -78,6 +79,7 @@ from rlmm.snapshot import (
 from rlmm.topic_client import (
     DEFAULT_METADATA_PARTITIONS,
     METADATA_TOPIC,
+    MetadataTopicBatchAppender,
     MetadataTopicClient,
     MetadataTopicError,
 )
@@ -443,23 +445,37 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         durable = any(_needs_sync(event) for event in events)
 
         def write() -> None:
-            offset = -1
-            for i, data in enumerate(datas):
-                # Known as ours before it can be read back (the consumer may read it before
-                # append returns).
-                self._own_change(data, +1)
-                try:
-                    offset = client.append(mp, data, durable=durable and i == len(datas) - 1)
-                except BaseException:
-                    self._own_change(data, -1)
-                    raise
-                with self._lock:
-                    if mp not in self._next_offset:
-                        self._own_change(data, -1)  # nobody here reads it back
+            if len(datas) > 1 and isinstance(client, MetadataTopicBatchAppender):
+                # One batch: one wait for the writer's loop and one sync for all.
+                append_all = partial(client.append_all, mp, datas, durable=durable)
+                offset = self._append(mp, datas, append_all)
+            else:
+                for i, data in enumerate(datas):
+                    last = i == len(datas) - 1
+                    append = partial(client.append, mp, data, durable=durable and last)
+                    offset = self._append(mp, [data], append)
             self._wake.set()
             self._wait_consumed(mp, offset, tp)
 
         return self._writer.submit(write)
+
+    def _append(self, mp: int, datas: Sequence[bytes], append: Callable[[], int]) -> int:
+        """Run ``append`` (of ``datas``, all or none) and return its offset; ``datas`` are
+        known as ours before they can be read back (the consumer may read them before the
+        append returns)."""
+        for data in datas:
+            self._own_change(data, +1)
+        try:
+            offset = append()
+        except BaseException:
+            for data in datas:
+                self._own_change(data, -1)
+            raise
+        with self._lock:
+            if mp not in self._next_offset:
+                for data in datas:
+                    self._own_change(data, -1)  # nobody here reads them back
+        return offset
 
     def _own_change(self, value: bytes, delta: int) -> bool:
         """Count a value this manager writes (+1) or take one out (-1); False when there
