@@ -22,6 +22,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,6 +42,8 @@ _TMP_MARK = ".tmp-"
 # Empty files kept created ahead of the writes that use them (``SpareFiles``): one batch of
 # the copy task (8 segments of 6 objects, 8 manifests) and some.
 SPARE_FILES = 64
+# Spares are removed (and their thread ends) after this long without a write taking one.
+SPARE_IDLE_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -89,19 +92,22 @@ class SpareFiles:
     preceding them. A rename within one file system is atomic and the target folder's
     sync makes it durable, as for a temp file made in the target folder.
 
-    The folder (``.spare.tmp-<uuid>``: the temp mark keeps it and its files out of every
-    listing) is this store's alone and removed by ``close``; a crash leaves it behind with
-    at most ``most`` empty files, as a crash during a copy leaves temp files. The thread
-    starts at the first ``take``, which only writes of several objects make, so a store
-    that only reads, or writes one object at a time (the tools), never creates any."""
+    The thread starts at a ``take``, which only writes of several objects make (the copy
+    task's), so a store that only reads, or writes one object at a time (the tools), never
+    makes any. Its folder (``.spare.tmp-<uuid>``: the temp mark keeps it and its files out
+    of every listing) is removed with the spares left when no write took one for
+    ``SPARE_IDLE_S`` (the thread then ends; the next ``take`` starts another), and by
+    ``close``; a crash while copies run leaves it behind with at most ``most`` empty files,
+    as a crash during a copy leaves temp files."""
 
     def __init__(self, root: Path, most: int = SPARE_FILES) -> None:
-        self.folder = root / f".spare{_TMP_MARK}{uuid.uuid4().hex}"
+        self.root = root
         self.most = most
         self._ready: deque[tuple[str, int]] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._last_take = 0.0
 
     def take(self) -> tuple[str, int] | None:
         """A spare file's path and a descriptor open for writing, or None when none is
@@ -109,6 +115,7 @@ class SpareFiles:
         with self._cond:
             if self._closed:
                 return None
+            self._last_take = time.monotonic()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._fill, name="local-rsm-spares", daemon=True
@@ -119,33 +126,42 @@ class SpareFiles:
             return spare
 
     def _fill(self) -> None:
+        folder = self.root / f".spare{_TMP_MARK}{uuid.uuid4().hex}"
         try:
-            self.folder.mkdir(exist_ok=True)
+            folder.mkdir()
         except OSError as e:
-            log.warning("no spare files for the local-dir tier (%s): files are made per write", e)
+            log.warning("no spare files under %s (%s): each write makes its own", self.root, e)
             return
-        prefix = os.path.join(self.folder, f"spare{_TMP_MARK}{uuid.uuid4().hex}-")
         n = 0
         while True:
             with self._cond:
                 while not self._closed and len(self._ready) >= self.most:
-                    self._cond.wait()
-                if self._closed:
-                    return
-            path = f"{prefix}{n}"
-            n += 1
+                    idle = time.monotonic() - self._last_take
+                    if idle >= SPARE_IDLE_S:
+                        break
+                    self._cond.wait(SPARE_IDLE_S - idle)
+                else:
+                    if not self._closed:
+                        path = str(folder / f"spare{_TMP_MARK}{n}")
+                        n += 1
+                if self._closed or len(self._ready) >= self.most:
+                    # Closed or idle: remove what is left, let the next take start anew.
+                    spares = list(self._ready)
+                    self._ready.clear()
+                    if self._thread is threading.current_thread():
+                        self._thread = None
+                    break
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except OSError as e:
-                log.warning("cannot create a spare file %s (%s): files are made per write", path, e)
-                return
+                log.warning("cannot make a spare file %s (%s): each write makes its own", path, e)
+                with self._cond:  # self._thread stays set: no more spares for this store
+                    spares = list(self._ready)
+                    self._ready.clear()
+                break
             with self._cond:
-                if not self._closed:
-                    self._ready.append((path, fd))
-                    continue
-            os.close(fd)
-            os.unlink(path)
-            return
+                self._ready.append((path, fd))
+        _remove(spares, folder)
 
     def close(self) -> None:
         """Stop the thread, remove the spares and their folder."""
@@ -155,15 +171,15 @@ class SpareFiles:
             thread = self._thread
         if thread is not None:
             thread.join()
-        with self._cond:
-            spares = list(self._ready)
-            self._ready.clear()
-        for path, fd in spares:
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        with contextlib.suppress(OSError):  # not made, or a write's spare still inside
-            self.folder.rmdir()
+
+
+def _remove(spares: list[tuple[str, int]], folder: Path) -> None:
+    for path, fd in spares:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    with contextlib.suppress(OSError):  # a write's spare still inside: it renames it out
+        folder.rmdir()
 
 
 class LocalDirObjectStore(ObjectStore):

@@ -130,6 +130,46 @@ class TestLocalDir(RemoteStorageManagerContract):
         folder = os.path.dirname(renames[0][2])
         assert ("dir synced", folder) in events[last_object:manifest]
 
+    def test_spare_files_go_when_no_write_takes_them(
+        self, make_rsm, tp, segments, backdoor, monkeypatch
+    ) -> None:
+        """The spares made ahead are removed, with their folder, once copies stop (the
+        bucket holds nothing but objects then), and made again for the next copy."""
+        monkeypatch.setattr(local, "SPARE_IDLE_S", 0.3)
+        rsm = make_rsm()
+        try:
+            rsm.copy_log_segment_data(segments[1].metadata(tp), segments[1].data)
+            wait_until(lambda: rsm.store.spares._ready, 10, what="spare files made")
+            wait_until(
+                lambda: (
+                    not [k for k in backdoor.all_keys() if ".tmp-" in k]
+                    and not [p for p in backdoor.root.iterdir() if ".tmp-" in p.name]
+                ),
+                10,
+                what="idle spares removed",
+            )
+            md = segments[2].metadata(tp)
+            rsm.copy_log_segment_data(md, segments[2].data)
+            wait_until(lambda: rsm.store.spares._ready, 10, what="spare files made again")
+            with rsm.fetch_log_segment(md, 0) as f:
+                assert f.read() == segments[2].log_bytes()
+        finally:
+            rsm.close()
+        assert not [p for p in backdoor.root.iterdir() if ".tmp-" in p.name]
+
+    def test_a_repeated_copy_replaces_the_objects_made_from_spares(
+        self, rsm, copied, backdoor
+    ) -> None:
+        """Copying the same segment id again (a retried copy) replaces each object with a
+        spare renamed over it."""
+        md, seg = copied
+        wait_until(lambda: len(rsm.store.spares._ready) >= 8, 10, what="spare files made")
+        before = {k: backdoor.read(k) for k in self.segment_keys(backdoor, md)}
+        rsm.copy_log_segment_data(md, seg.data)
+        assert {k: backdoor.read(k) for k in self.segment_keys(backdoor, md)} == before
+        with rsm.fetch_log_segment(md, 0) as f:
+            assert f.read() == seg.log_bytes()
+
     def test_a_failed_write_leaves_no_object(self, rsm, copied, backdoor, tmp_path) -> None:
         md, seg = copied
         missing = tmp_path / "gone.log"
