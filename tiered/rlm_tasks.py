@@ -8,8 +8,11 @@
   ``PartitionLog.highest_offset_in_remote_storage``, which is what lets local retention
   delete the local copy. Consecutive segments are copied in batches (one RSM call,
   ``copy_log_segments_data``, so that the plugin may sync them together), their FINISHED
-  events after the batch, one after another in offset order. A failed copy is deleted
-  through the usual deletion states; copies left in COPY_SEGMENT_STARTED by a crash, or by
+  events after the batch, in one ordered RLMM write (offset order, one sync), then the
+  partition's local retention at once (Kafka waits for the log manager's retention
+  check). A run that copied is followed after a tenth of the task interval. A failed copy
+  is deleted through the usual deletion states; copies left in COPY_SEGMENT_STARTED by a
+  crash, or by
   a leader that lost its leadership during the copy (it stops there: only the leader
   finishes copies), are deleted on the next run, by whichever broker leads then.
 - ``ExpirationTask`` (RLMExpirationTask), on a leader. FINISHED segments go, oldest first,
