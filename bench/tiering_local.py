@@ -22,17 +22,24 @@ broker with the local-dir tier and ``log.retention.check.interval.ms=1000``, one
 (``segment.bytes`` 1 MiB, ``local.retention.bytes`` 16 MiB) produced by confluent-kafka
 (acks=all) at ``--produce-mb`` MB/s for ``--seconds`` s; the partition's local ``.log`` bytes
 are sampled each second. Target: at most 2 x ``local.retention.bytes`` + 2 segments.
+``--trace FILE`` writes a per-second log (``Trace``) and ``--py-spy FILE`` records the
+broker with py-spy for the whole run, so that a stall can be matched to what the broker did.
 
     python -m bench.tiering_local [--mb 128] [--rounds 3] [--produce-mb 20] [--quick]
     python -m bench.tiering_local --broker [--seconds 60] [--produce-mb 20]
+                                  [--trace FILE] [--py-spy FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import shutil
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -94,8 +101,17 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
     work.mkdir(parents=True)
     try:
         segments = _segments(work / "src", total_mb, 1)
-        rsm = LocalDirRemoteStorageManager()
-        rsm.configure({"storage.root": str(work / "bucket")})
+        # A fresh plugin for each timed copy, closed after the timing: its spare files
+        # (``rsm_plugins.local.SpareFiles``) are made during the copy that uses them, never
+        # ahead of it, and its thread stops before the baseline runs.
+        open_rsms: list[LocalDirRemoteStorageManager] = []
+
+        def fresh_rsm() -> LocalDirRemoteStorageManager:
+            rsm = LocalDirRemoteStorageManager()
+            rsm.configure({"storage.root": str(work / "bucket")})
+            open_rsms.append(rsm)
+            return rsm
+
         tp = TopicIdPartition(uuid.uuid4(), "bench", 0)
         payload = 0
         for _, data in segments:
@@ -130,10 +146,12 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
 
         def tierlog() -> None:
             # The copy task's batches, by the copy task's own rule.
+            rsm = fresh_rsm()
             for batch in copy_batches(copies(), lambda c: c[0].segment_size_in_bytes):
                 rsm.copy_log_segments_data(batch)
 
         def per_segment() -> None:
+            rsm = fresh_rsm()
             for md, data in copies():
                 rsm.copy_log_segment_data(md, data)
 
@@ -163,10 +181,13 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
                     fn()
                     times[name].append(time.perf_counter() - start)
                     cpu[name].append(time.process_time() - start_cpu)
+                    while open_rsms:
+                        open_rsms.pop().close()
         finally:
             produced = producer.bytes / MiB / (time.monotonic() - began)
             producer.stop()
-            rsm.close()
+            while open_rsms:
+                open_rsms.pop().close()
         mbps = {k: payload / MiB / statistics.median(v) for k, v in times.items()}
         return {
             **mbps,
@@ -195,8 +216,58 @@ def local_log_bytes(partition_dir: Path) -> int:
     return total
 
 
-def run_broker(base: Path, seconds: float, produce_mb: float) -> dict[str, Any]:
-    """Produce at a fixed rate to a tiered partition; sample its local bytes each second."""
+def thread_cpu_ns(pid: int) -> dict[str, int]:
+    """CPU nanoseconds used so far by each thread of ``pid``, by thread id (Python does not
+    name its threads for the OS; py-spy's output maps the ids to names)."""
+    out: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):  # a thread that just exited
+            out[task.name] = int((task / "schedstat").read_text().split()[0])
+    return out
+
+
+class Trace:
+    """One JSON line per sample: local bytes and segments, remote segments, the load
+    average and each broker thread's CPU since the last sample, so that a stall can be
+    matched to what the broker was doing (and to py-spy's samples of the same seconds)."""
+
+    def __init__(self, path: Path, pid: int, bucket: Path) -> None:
+        self.file = path.open("w")
+        self.pid = pid
+        self.bucket = bucket
+        self.start = time.monotonic()
+        self.cpu = thread_cpu_ns(pid)
+
+    def sample(self, partition_dir: Path, local_bytes: int) -> None:
+        cpu = thread_cpu_ns(self.pid)
+        delta = {k: round((v - self.cpu.get(k, 0)) / 1e6) for k, v in cpu.items()}
+        self.cpu = cpu
+        line = {
+            "t": round(time.monotonic() - self.start, 2),
+            "local_mib": round(local_bytes / MiB, 1),
+            "local_segments": sum(1 for _ in partition_dir.glob("*.log")),
+            "remote_segments": sum(1 for _ in self.bucket.rglob("*.manifest.json")),
+            "load": os.getloadavg()[0],
+            "cpu_ms": {k: v for k, v in sorted(delta.items(), key=lambda kv: -kv[1]) if v},
+        }
+        self.file.write(json.dumps(line) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def run_broker(
+    base: Path,
+    seconds: float,
+    produce_mb: float,
+    trace: Path | None = None,
+    py_spy: Path | None = None,
+) -> dict[str, Any]:
+    """Produce at a fixed rate to a tiered partition; sample its local bytes each second.
+
+    ``trace``: write a per-second log there (``Trace``); ``py_spy``: record the broker with
+    py-spy (every thread, idle ones too, 100 Hz) for the whole run into that file."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -242,6 +313,29 @@ def run_broker(base: Path, seconds: float, produce_mb: float) -> dict[str, Any]:
             per_tick = max(1, round(produce_mb * MiB / VALUE_SIZE / 10))  # 100 ms ticks
             partition_dir = server.data_dir / f"{topic}-0"
             samples: list[int] = []
+            tracer = Trace(trace, server.proc.pid, work / "bucket") if trace else None
+            spy = None
+            if py_spy is not None:
+                spy = subprocess.Popen(
+                    [
+                        str(Path(sys.executable).with_name("py-spy")),
+                        "record",
+                        "--rate",
+                        "100",
+                        "--idle",
+                        "--threads",
+                        "--nonblocking",
+                        "--format",
+                        "raw",
+                        "--pid",
+                        str(server.proc.pid),
+                        "--output",
+                        str(py_spy),
+                        "--duration",
+                        str(int(seconds) + 1),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                )
             sent = 0
             start = time.monotonic()
             next_sample = start + 1.0
@@ -260,11 +354,17 @@ def run_broker(base: Path, seconds: float, produce_mb: float) -> dict[str, Any]:
                 now = time.monotonic()
                 if now >= next_sample:
                     samples.append(local_log_bytes(partition_dir))
+                    if tracer is not None:
+                        tracer.sample(partition_dir, samples[-1])
                     next_sample += 1.0
                 if tick > now:
                     time.sleep(tick - now)
             left = producer.flush(120)
             elapsed = time.monotonic() - start
+            if tracer is not None:
+                tracer.close()
+            if spy is not None:
+                spy.wait(60)
             remote = sum(1 for _ in (work / "bucket").rglob("*.log"))
             local = sum(1 for _ in partition_dir.glob("*.log"))
             del producer, admin  # their connections close before the broker stops
@@ -291,10 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--broker", action="store_true", help="local bytes of a broker")
     parser.add_argument("--seconds", type=float, default=60.0, help="with --broker")
+    parser.add_argument("--trace", type=Path, help="with --broker: a per-second JSON log")
+    parser.add_argument("--py-spy", type=Path, help="with --broker: py-spy's raw profile")
     args = parser.parse_args(argv)
     if args.broker:
         print(describe_machine(args.dir))
-        b = run_broker(args.dir, args.seconds, args.produce_mb)
+        b = run_broker(args.dir, args.seconds, args.produce_mb, args.trace, args.py_spy)
         bound = (2 * LOCAL_RETENTION + 2 * SEGMENT) / MiB
         verdict = "PASS" if b["max local MiB"] <= bound else "MISS"
         print(

@@ -57,8 +57,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from core.clock import now_ms
@@ -78,6 +79,7 @@ from rlmm.snapshot import (
 from rlmm.topic_client import (
     DEFAULT_METADATA_PARTITIONS,
     METADATA_TOPIC,
+    MetadataTopicBatchAppender,
     MetadataTopicClient,
     MetadataTopicError,
 )
@@ -378,23 +380,44 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
     def update_remote_log_segment_metadata(
         self, update: RemoteLogSegmentMetadataUpdate
     ) -> Future[None]:
-        tp = update.topic_id_partition
+        return self.update_remote_log_segment_metadata_in_order([update])
+
+    def update_remote_log_segment_metadata_in_order(
+        self, updates: Sequence[RemoteLogSegmentMetadataUpdate]
+    ) -> Future[None]:
+        """The updates (of one user partition, so of one metadata partition) appended in
+        order by one writer job, only the last synced when any needs it: that sync covers
+        every earlier record of the partition, so a batch of COPY_SEGMENT_FINISHED events
+        costs one sync, and a crash keeps a prefix of them, never a later one without an
+        earlier one.
+
+        Raises:
+            ValueError: the updates are of several user partitions (raised at once).
+        """
+        if not updates:
+            done: Future[None] = Future()
+            done.set_result(None)
+            return done
+        tp = updates[0].topic_id_partition
+        if any(u.topic_id_partition != tp for u in updates):
+            raise ValueError("updates of several partitions cannot be ordered together")
         try:
-            current = self._current(tp, update.remote_log_segment_id.id)
-            if current is None:
-                raise RemoteResourceNotFoundError(
-                    f"no remote log segment {update.remote_log_segment_id} to update"
-                )
-            if not RemoteLogSegmentState.is_valid_transition(current.state, update.state):
-                raise InvalidStateTransitionError(
-                    f"{update.remote_log_segment_id}: invalid transition "
-                    f"{current.state.name} -> {update.state.name}"
-                )
+            for update in updates:
+                current = self._current(tp, update.remote_log_segment_id.id)
+                if current is None:
+                    raise RemoteResourceNotFoundError(
+                        f"no remote log segment {update.remote_log_segment_id} to update"
+                    )
+                if not RemoteLogSegmentState.is_valid_transition(current.state, update.state):
+                    raise InvalidStateTransitionError(
+                        f"{update.remote_log_segment_id}: invalid transition "
+                        f"{current.state.name} -> {update.state.name}"
+                    )
         except RemoteStorageError as e:
             failed: Future[None] = Future()
             failed.set_exception(e)
             return failed
-        return self._publish(tp, update)
+        return self._publish_all(tp, updates)
 
     def put_remote_partition_delete_metadata(
         self, metadata: RemotePartitionDeleteMetadata
@@ -409,28 +432,50 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         return cache.describe(segment_id)  # type: ignore[arg-type]
 
     def _publish(self, tp: TopicIdPartition, event: object) -> Future[None]:
+        return self._publish_all(tp, [event])
+
+    def _publish_all(self, tp: TopicIdPartition, events: Sequence[object]) -> Future[None]:
+        """Append ``events`` to ``tp``'s metadata partition in order, in one writer job;
+        the last is appended durable if any event needs a sync (``_needs_sync``: that sync
+        covers the earlier ones); completes once this manager read the last one back."""
         assert self.client is not None, "configure() first"
         client = self.client
         mp = self.metadata_partition_of(tp)
-        data = serialize(event)
-        durable = _needs_sync(event)
+        datas = [serialize(event) for event in events]
+        durable = any(_needs_sync(event) for event in events)
 
         def write() -> None:
-            # Known as ours before it can be read back (the consumer may read it before
-            # append returns).
-            self._own_change(data, +1)
-            try:
-                offset = client.append(mp, data, durable=durable)
-            except BaseException:
-                self._own_change(data, -1)
-                raise
-            with self._lock:
-                if mp not in self._next_offset:
-                    self._own_change(data, -1)  # nobody here reads it back
+            if len(datas) > 1 and isinstance(client, MetadataTopicBatchAppender):
+                # One batch: one wait for the writer's loop and one sync for all.
+                append_all = partial(client.append_all, mp, datas, durable=durable)
+                offset = self._append(mp, datas, append_all)
+            else:
+                for i, data in enumerate(datas):
+                    last = i == len(datas) - 1
+                    append = partial(client.append, mp, data, durable=durable and last)
+                    offset = self._append(mp, [data], append)
             self._wake.set()
             self._wait_consumed(mp, offset, tp)
 
         return self._writer.submit(write)
+
+    def _append(self, mp: int, datas: Sequence[bytes], append: Callable[[], int]) -> int:
+        """Run ``append`` (of ``datas``, all or none) and return its offset; ``datas`` are
+        known as ours before they can be read back (the consumer may read them before the
+        append returns)."""
+        for data in datas:
+            self._own_change(data, +1)
+        try:
+            offset = append()
+        except BaseException:
+            for data in datas:
+                self._own_change(data, -1)
+            raise
+        with self._lock:
+            if mp not in self._next_offset:
+                for data in datas:
+                    self._own_change(data, -1)  # nobody here reads them back
+        return offset
 
     def _own_change(self, value: bytes, delta: int) -> bool:
         """Count a value this manager writes (+1) or take one out (-1); False when there

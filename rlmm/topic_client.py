@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from core.errors import CoreError
 from core.log.file_records import FileRecords
@@ -72,6 +72,20 @@ class MetadataTopicClient(Protocol):
 
     def close(self) -> None:
         """Release connections."""
+
+
+@runtime_checkable
+class MetadataTopicBatchAppender(Protocol):
+    """A ``MetadataTopicClient`` that can also append several records at once."""
+
+    def append_all(self, partition: int, values: Sequence[bytes], *, durable: bool = True) -> int:
+        """Append ``values`` in order, all or none (one record batch), and return the offset
+        of the last once stored; with ``durable`` once it and every record before it in
+        ``partition`` survive a crash of this machine (one sync for all).
+
+        Raises:
+            MetadataTopicError: the append failed; none of the records was stored.
+        """
 
 
 class LogDirMetadataTopicReader:

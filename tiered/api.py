@@ -455,6 +455,28 @@ class RemoteLogMetadataManager(ABC):
             RemoteStorageError: the event could not be stored.
         """
 
+    def update_remote_log_segment_metadata_in_order(
+        self, updates: Sequence[RemoteLogSegmentMetadataUpdate]
+    ) -> Future[None]:
+        """Record several state changes of one partition's segments, stored in the order
+        given: a crash never keeps a later one and loses an earlier one. The future
+        completes once all are durable and visible (as ``update_remote_log_segment_metadata``)
+        and fails with the first failure; the updates before it may be stored.
+
+        Not part of Kafka's interface (the copy task records a batch's
+        COPY_SEGMENT_FINISHED events with it). This default stores them one after another,
+        in the calling thread, each once the previous one's future completed; a manager may
+        store them together (the topic-based one appends them in order and syncs once)."""
+        done: Future[None] = Future()
+        try:
+            for update in updates:
+                self.update_remote_log_segment_metadata(update).result()
+        except RemoteStorageError as e:  # the future carries it, as the single one does
+            done.set_exception(e)
+        else:
+            done.set_result(None)
+        return done
+
     @abstractmethod
     def remote_log_segment_metadata(
         self, topic_id_partition: TopicIdPartition, epoch: int, offset: int

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from rlmm.manager import TopicBasedRemoteLogMetadataManager
-from rlmm.serde import serialize
+from rlmm.serde import deserialize, serialize
 from rlmm.topic_client import MetadataRecord, MetadataTopicError
 from tests.support.memory_metadata import MemoryTopic, finish, manager, ready, segment
 from tiered.api import (
@@ -249,3 +249,81 @@ def test_the_metadata_topic_is_created_with_its_replication_factor(monkeypatch, 
         assert created == [expected]
     finally:
         rlmm.close()
+
+
+def recording_appends(topic: MemoryTopic, fail_at: int | None = None) -> list[tuple[object, bool]]:
+    """Record every event appended to ``topic`` with its durable flag; with ``fail_at``,
+    the append of that index (counting from 0) fails instead."""
+    append = topic.append
+    seen: list[tuple[object, bool]] = []
+
+    def recorded(partition: int, value: bytes, *, durable: bool = True) -> int:
+        if fail_at is not None and len(seen) == fail_at:
+            seen.append((None, durable))
+            raise MetadataTopicError("injected: the append failed")
+        seen.append((deserialize(value), durable))
+        return append(partition, value, durable=durable)
+
+    topic.append = recorded  # type: ignore[method-assign]
+    return seen
+
+
+def test_updates_in_order_are_appended_in_order_and_the_last_sync_covers_them(tp):
+    """A batch's COPY_SEGMENT_FINISHED events: appended in the order given, only the last
+    synced; a crash of the machine right after keeps every one of them."""
+    topic = MemoryTopic()
+    m = manager(topic)
+    ready(m, tp)
+    mds = [segment(tp, 0, 9), segment(tp, 10, 19), segment(tp, 20, 29)]
+    for md in mds:
+        m.add_remote_log_segment_metadata(md).result(10)
+    seen = recording_appends(topic)
+    m.update_remote_log_segment_metadata_in_order([finish(md) for md in mds]).result(10)
+    assert [e.remote_log_segment_id for e, _ in seen] == [md.remote_log_segment_id for md in mds]
+    assert [durable for _, durable in seen] == [False, False, True]
+    m.close()
+    topic.crash()
+    after = manager(topic)
+    ready(after, tp)
+    states = {md.segment_id: md.state for md in after.list_remote_log_segments(tp)}
+    assert states == {md.segment_id: S.COPY_SEGMENT_FINISHED for md in mds}
+    assert after.highest_offset_for_epoch(tp, 0) == 29
+    after.close()
+
+
+def test_updates_in_order_stop_at_a_failure_and_a_crash_keeps_a_prefix(tp):
+    """The second FINISHED of three fails: the third is not appended, the future fails, and
+    after a crash no later segment is FINISHED without the earlier ones (which would make
+    the highest remote offset jump over an unfinished segment)."""
+    topic = MemoryTopic()
+    m = manager(topic)
+    ready(m, tp)
+    mds = [segment(tp, 0, 9), segment(tp, 10, 19), segment(tp, 20, 29)]
+    for md in mds:
+        m.add_remote_log_segment_metadata(md).result(10)
+    seen = recording_appends(topic, fail_at=1)
+    with pytest.raises(MetadataTopicError):
+        m.update_remote_log_segment_metadata_in_order([finish(md) for md in mds]).result(10)
+    assert len(seen) == 2  # the first, then the failed second: never the third
+    m.close()
+    topic.crash()
+    after = manager(topic)
+    ready(after, tp)
+    finished = [
+        md.segment_id
+        for md in after.list_remote_log_segments(tp)
+        if md.state == S.COPY_SEGMENT_FINISHED
+    ]
+    assert finished == [md.segment_id for md in mds[: len(finished)]]
+    after.close()
+
+
+def test_updates_in_order_must_be_of_one_partition(tp):
+    m = manager(MemoryTopic())
+    other = TopicIdPartition(uuid.UUID(int=8), "other", 0)
+    ready(m, tp)
+    ready(m, other)
+    a, b = segment(tp, 0, 9), segment(other, 0, 9)
+    with pytest.raises(ValueError, match="several partitions"):
+        m.update_remote_log_segment_metadata_in_order([finish(a), finish(b)])
+    m.close()

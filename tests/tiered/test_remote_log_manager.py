@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import Future
 
 import pytest
 
@@ -16,6 +15,8 @@ from core.log.leader_epoch import LeaderEpochCheckpointFile
 from core.log.partition_log import PartitionLog
 from core.records.builder import RecordBatchBuilder, build_control_batch
 from core.records.record import ControlRecordType
+from rlmm.serde import deserialize
+from rlmm.topic_client import MetadataTopicError
 from tests.support.memory_metadata import manager
 from tests.support.waiting import wait_until
 from tiered.api import (
@@ -28,7 +29,7 @@ from tiered.api import (
 )
 from tiered.lineage import filtered_leader_epochs, is_within_lineage
 from tiered.metrics import REMOTE_COPY_ERRORS, REMOTE_COPY_REQUESTS, REMOTE_DELETE_REQUESTS
-from tiered.rlm_tasks import CopyTask, FollowerTask
+from tiered.rlm_tasks import ACTIVE_RECHECK_FRACTION, CopyTask, FollowerTask
 
 from .harness import T0, Env, local_dir_rsm, produce, tiered_config
 
@@ -89,11 +90,11 @@ def test_a_copy_run_also_copies_segments_rolled_while_it_ran(env, memory_rsm):
     """A partition produced while its copy task runs: what rolled meanwhile is copied in
     the same run, not a task interval later (local bytes would grow by that interval)."""
     produce(env.plog, 20)
-    before = len(env.plog.segments())
+    rolled = len(env.plog.segments()) - 1
     produce_during_the_first_copy(env, memory_rsm)
     copied = env.copy()
-    assert len(env.plog.segments()) > before
-    assert copied == len(env.plog.segments()) - 1  # every rolled segment, old and new
+    assert copied > rolled  # every rolled segment, old and new
+    assert copied == len(env.segments(S.COPY_SEGMENT_FINISHED))
     assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
 
 
@@ -113,8 +114,11 @@ def test_a_copy_run_stopped_at_its_time_bound_is_followed_at_once(env, memory_rs
     monkeypatch.setattr("tiered.rlm_tasks.time.monotonic", slow_clock)
     assert task.run() == 0.0
     assert 0 < env.plog.highest_offset_in_remote_storage < env.plog.active_segment.base_offset - 1
-    assert task.run() == env.rlm.config.remote_log_manager_task_interval_ms  # caught up
+    interval = env.rlm.config.remote_log_manager_task_interval_ms
+    # Caught up; it copied, so the partition is checked again soon ...
+    assert task.run() == interval * ACTIVE_RECHECK_FRACTION
     assert env.plog.highest_offset_in_remote_storage == env.plog.active_segment.base_offset - 1
+    assert task.run() == interval  # ... and a task interval after a run that copied nothing
 
 
 def test_copies_of_different_partitions_overlap_on_the_copier_pool(env, memory_rsm, tmp_path):
@@ -158,23 +162,25 @@ def test_a_failed_finish_in_a_batch_leaves_no_offset_uncopied(env, memory_rsm):
     remote offset over the unfinished one, and the next run would never copy it)."""
     produce(env.plog, 40)
     assert len(env.plog.segments()) >= 4
-    update = env.rlmm.update_remote_log_segment_metadata
+    append = env.topic.append
     failed = []
 
-    def fail_the_first_finish(u):
-        if u.state == S.COPY_SEGMENT_FINISHED and not failed:
-            failed.append(u)
-            future: Future[None] = Future()
-            future.set_exception(RemoteStorageError("injected: the metadata write failed"))
-            return future
-        return update(u)
+    def fail_the_first_finish(partition: int, value: bytes, *, durable: bool = True) -> int:
+        event = deserialize(value)
+        finish = getattr(event, "state", None) == S.COPY_SEGMENT_FINISHED
+        if finish and not failed:
+            failed.append(event)
+            raise MetadataTopicError("injected: the metadata write failed")
+        return append(partition, value, durable=durable)
 
-    env.rlmm.update_remote_log_segment_metadata = fail_the_first_finish
+    env.topic.append = fail_the_first_finish
     with pytest.raises(RemoteStorageError):
         env.copy()
+    assert failed
     assert env.plog.highest_offset_in_remote_storage == -1
     assert env.segments(S.COPY_SEGMENT_FINISHED) == []
-    del env.rlmm.update_remote_log_segment_metadata
+    assert len(env.plog.segments()) >= 4  # nothing left the disk
+    del env.topic.append
     env.copy()
     highest = env.plog.highest_offset_in_remote_storage
     assert highest == env.plog.active_segment.base_offset - 1
@@ -230,9 +236,8 @@ def test_segment_metadata_and_files_shipped(env, memory_rsm):
 def test_local_retention_then_reads_below_local_start_come_from_remote(env, memory_rsm):
     produce(env.plog, 40)
     before = local_reads(env, env.plog.active_segment.base_offset, 700)
-    env.copy()
-    deleted = env.plog.delete_old_segments()
-    assert deleted == len(env.segments())
+    env.copy()  # applies local retention (local.retention.bytes=1) once it copied
+    assert len(env.plog.segments()) == 1
     assert env.plog.local_log_start_offset == env.plog.active_segment.base_offset
     assert env.plog.log_start_offset == 0
     for offset, expected in before.items():
@@ -276,9 +281,9 @@ def test_a_machine_crash_after_local_retention_loses_no_copied_offset(env, memor
     every deleted offset in a finished remote segment."""
     produce(env.plog, 40)
     before = local_reads(env, env.plog.active_segment.base_offset, 700)
-    env.copy()
-    assert env.plog.delete_old_segments() > 0
+    env.copy()  # applies local retention once the batch's FINISHED events are durable
     local_start = env.plog.local_log_start_offset
+    assert local_start > 0
     env.rlm.shutdown()
     env.rlmm.close()
     env.topic.crash()
@@ -315,7 +320,8 @@ def test_a_machine_crash_between_a_copy_and_its_finish_leaves_nothing_served(env
     env.rlm = env.new_rlm()
     assert env.segments() == []
     before = local_reads(env, env.plog.active_segment.base_offset, 700)
-    assert env.copy() == len(env.plog.segments()) - 1
+    rolled = len(env.plog.segments()) - 1
+    assert env.copy() == rolled
     env.plog.delete_old_segments()
     for offset, expected in before.items():
         assert env.rlm.read_remote(env.tp, env.plog, offset, 700) == expected, offset
@@ -351,9 +357,10 @@ def test_failed_copy_is_cleaned_up_and_retried(env, memory_rsm):
     assert memory_rsm.segment_ids() == set()  # the partial copy is gone
     assert env.plog.highest_offset_in_remote_storage == -1
     # The rolled segments are copied together: the failure fails each of them.
-    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS, env.tp) == len(env.plog.segments()) - 1
+    rolled = len(env.plog.segments()) - 1
+    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS, env.tp) == rolled
     copied = env.copy()
-    assert copied == len(env.plog.segments()) - 1
+    assert copied == rolled
     finished = env.segments(S.COPY_SEGMENT_FINISHED)
     assert finished[0].start_offset == 0
     assert memory_rsm.segment_ids() == {md.segment_id for md in finished}
@@ -433,35 +440,38 @@ def test_expiration_by_size_counts_remote_and_local_only_bytes(env, memory_rsm):
 
 
 def test_expiration_by_size_counts_a_just_finished_copy_once(env, memory_rsm, monkeypatch):
-    """The copy task records COPY_SEGMENT_FINISHED, then moves the log's highest offset in
-    remote storage. The expiration task runs on another thread pool: here it runs exactly
-    between the two steps of every copy, and must count the new segment once, not as remote
-    and as local-only too (that made retention.bytes delete one segment too many)."""
+    """The copy task records a batch's COPY_SEGMENT_FINISHED events, then moves the log's
+    highest offset in remote storage. The expiration task runs on another thread pool: here
+    it runs exactly between the two steps of every batch, and must count the new segments
+    once, not as remote and as local-only too (that made retention.bytes delete one segment
+    too many)."""
     produce(env.plog, 40)
     assert len(env.plog.segments()) >= 5
     # retention.bytes is the log's whole size: no byte is past it, nothing may go.
     total = sum(s.size for s in env.plog.segments())
     env.plog.update_config(tiered_config(retention_bytes=total))
-    update = env.rlmm.update_remote_log_segment_metadata
-    in_window: list[tuple[int, int]] = []  # (highest remote offset seen, segments deleted)
+    update = env.rlmm.update_remote_log_segment_metadata_in_order
+    # (highest remote offset seen, segments deleted, the batch's last end offset)
+    in_window: list[tuple[int, int, int]] = []
 
-    def finish_then_expire(event):
-        future = update(event)
-        if event.state == S.COPY_SEGMENT_FINISHED:
-            future.result(10)  # applied: list_remote_log_segments shows it FINISHED
+    def finish_then_expire(events):
+        future = update(events)
+        if events[0].state == S.COPY_SEGMENT_FINISHED:
+            future.result(10)  # applied: list_remote_log_segments shows them FINISHED
             seen = env.plog.highest_offset_in_remote_storage
-            in_window.append((seen, env.expire()))
+            last = env.rlmm._current(env.tp, events[-1].remote_log_segment_id.id)
+            in_window.append((seen, env.expire(), last.end_offset))
         return future
 
-    monkeypatch.setattr(env.rlmm, "update_remote_log_segment_metadata", finish_then_expire)
+    monkeypatch.setattr(env.rlmm, "update_remote_log_segment_metadata_in_order", finish_then_expire)
     copied = env.copy()
     monkeypatch.undo()
-    assert [deleted for _, deleted in in_window] == [0] * copied
+    assert in_window and [deleted for _, deleted, _ in in_window] == [0] * len(in_window)
     remote = sorted(env.segments(), key=lambda m: m.start_offset)
-    assert copied == len(remote) == len(in_window) >= 4
-    # The window is real: each expiration saw the segment FINISHED before highest moved
-    # over it (the segments are copied in one batch, whose FINISHED events come first).
-    assert all(seen < md.end_offset for (seen, _), md in zip(in_window, remote, strict=True))
+    assert copied == len(remote) >= 4
+    # The window is real: each expiration saw the batch FINISHED before highest moved
+    # over it.
+    assert all(seen < end for seen, _, end in in_window)
     assert all(md.state == S.COPY_SEGMENT_FINISHED for md in remote)
     assert env.plog.log_start_offset == 0
     # One byte over: the oldest segment is still not wholly past retention.bytes ...
@@ -596,6 +606,7 @@ def test_scheduled_tasks_copy_and_retry_after_failure(env, memory_rsm):
         }
     )
     produce(env.plog, 20)
+    rolled = len(env.plog.segments()) - 1
     memory_rsm.fail_copies = 2
     env.rlm.start()
     deadline = time.monotonic() + 10
@@ -604,7 +615,7 @@ def test_scheduled_tasks_copy_and_retry_after_failure(env, memory_rsm):
         time.sleep(0.02)
     assert env.plog.highest_offset_in_remote_storage == target
     # Two failed runs, each of the rolled segments copied together.
-    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 2 * (len(env.plog.segments()) - 1)
+    assert env.rlm.metrics.get(REMOTE_COPY_ERRORS) == 2 * rolled
 
 
 def test_reader_rejects_beyond_pending_bound(env):
@@ -816,7 +827,7 @@ def test_a_leader_deposed_during_a_copy_leaves_it_started_for_the_next_leader(en
     assert env.plog.highest_offset_in_remote_storage == -1  # nothing may leave the disk
     memory_rsm.copy_log_segment_data = copy
     next_leader = CopyTask(task.ctx, env.tp, env.plog)
-    assert next_leader.run_once() == len(env.plog.segments()) - 1
+    assert next_leader.run_once() == len(dangling)
     remaining = {md.segment_id for md in env.segments()} | memory_rsm.segment_ids()
     assert not remaining & {md.segment_id for md in dangling}
     assert env.segments(S.COPY_SEGMENT_STARTED) == []
