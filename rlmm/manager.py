@@ -84,7 +84,6 @@ from rlmm.topic_client import (
     MetadataTopicError,
 )
 from tiered.api import (
-    InvalidStateTransitionError,
     RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -408,11 +407,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                     raise RemoteResourceNotFoundError(
                         f"no remote log segment {update.remote_log_segment_id} to update"
                     )
-                if not RemoteLogSegmentState.is_valid_transition(current.state, update.state):
-                    raise InvalidStateTransitionError(
-                        f"{update.remote_log_segment_id}: invalid transition "
-                        f"{current.state.name} -> {update.state.name}"
-                    )
+                current.create_with_update(update)  # InvalidStateTransitionError
         except RemoteStorageError as e:
             failed: Future[None] = Future()
             failed.set_exception(e)

@@ -268,15 +268,21 @@ def recording_appends(topic: MemoryTopic, fail_at: int | None = None) -> list[tu
     return seen
 
 
-def test_updates_in_order_are_appended_in_order_and_the_last_sync_covers_them(tp):
-    """A batch's COPY_SEGMENT_FINISHED events: appended in the order given, only the last
-    synced; a crash of the machine right after keeps every one of them."""
-    topic = MemoryTopic()
+def three_segments_started(topic: MemoryTopic, tp):
+    """A ready manager over ``topic`` with three segments of ``tp`` added (STARTED)."""
     m = manager(topic)
     ready(m, tp)
     mds = [segment(tp, 0, 9), segment(tp, 10, 19), segment(tp, 20, 29)]
     for md in mds:
         m.add_remote_log_segment_metadata(md).result(10)
+    return m, mds
+
+
+def test_updates_in_order_are_appended_in_order_and_the_last_sync_covers_them(tp):
+    """A batch's COPY_SEGMENT_FINISHED events: appended in the order given, only the last
+    synced; a crash of the machine right after keeps every one of them."""
+    topic = MemoryTopic()
+    m, mds = three_segments_started(topic, tp)
     seen = recording_appends(topic)
     m.update_remote_log_segment_metadata_in_order([finish(md) for md in mds]).result(10)
     assert [e.remote_log_segment_id for e, _ in seen] == [md.remote_log_segment_id for md in mds]
@@ -296,11 +302,7 @@ def test_updates_in_order_stop_at_a_failure_and_a_crash_keeps_a_prefix(tp):
     after a crash no later segment is FINISHED without the earlier ones (which would make
     the highest remote offset jump over an unfinished segment)."""
     topic = MemoryTopic()
-    m = manager(topic)
-    ready(m, tp)
-    mds = [segment(tp, 0, 9), segment(tp, 10, 19), segment(tp, 20, 29)]
-    for md in mds:
-        m.add_remote_log_segment_metadata(md).result(10)
+    m, mds = three_segments_started(topic, tp)
     seen = recording_appends(topic, fail_at=1)
     with pytest.raises(MetadataTopicError):
         m.update_remote_log_segment_metadata_in_order([finish(md) for md in mds]).result(10)
