@@ -43,6 +43,9 @@ it was (the next append overwrites the partial bytes), as in ``FileRecords.appen
 from cpython.array cimport array, resize_smart
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.object cimport PyTypeObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_SET_ITEM
 from libc.errno cimport EINTR, EIO, errno
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t, uint64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
@@ -62,6 +65,9 @@ import os
 
 from core.errors import KafkaStorageError
 
+cdef extern from "Python.h":
+    object PyType_GenericAlloc(PyTypeObject *type, Py_ssize_t nitems)
+
 cdef enum:
     CONTROL = 0x20
     CODEC_MASK = 0x07
@@ -73,6 +79,11 @@ cdef enum:
 
 cdef int64_t INT32_MAX = 2147483647
 cdef int64_t NO_TIMESTAMP = -1
+
+
+cdef inline void _put(object info, Py_ssize_t i, object value):
+    Py_INCREF(value)  # PyTuple_SET_ITEM takes the reference
+    PyTuple_SET_ITEM(info, i, value)
 
 
 cdef struct Batch:
@@ -227,6 +238,7 @@ cdef class ActiveSegmentAppender:
         cdef int64_t batch_ts, max_ts = NO_TIMESTAMP, offset_of_max_ts = next_offset
         cdef int64_t offset = next_offset, records = 0, file_size, waited, rolling, unflushed
         cdef int64_t seg_max_ts, seg_max_ts_offset, since, start_max_ts
+        cdef Py_ssize_t oi_entries, oi_max_entries
         cdef int64_t latest_allowed
         cdef bint append_time = self.log_append_time and now >= 0
         cdef bint create_time = not self.log_append_time
@@ -289,7 +301,10 @@ cdef class ActiveSegmentAppender:
             return None
         if not 0 <= offset - 1 - self.base_offset <= INT32_MAX:
             return None
-        if self.offset_index._entries >= self.offset_index._max_entries:
+        # The entry counts change only under the log's lock, which this call holds.
+        oi_entries = self.offset_index._entries
+        oi_max_entries = self.offset_index._max_entries
+        if oi_entries >= oi_max_entries:
             return None
         if self.time_index._entries >= self.time_index._max_entries - 1:
             return None
@@ -353,7 +368,9 @@ cdef class ActiveSegmentAppender:
                 seg_max_ts = b.max_timestamp
                 seg_max_ts_offset = b.last_offset
             if since > self.index_interval:
-                self._offset_entry(b.last_offset, file_size + b.position)
+                oi_entries = self._offset_entry(
+                    b.last_offset, file_size + b.position, oi_entries, oi_max_entries
+                )
                 if seg_max_ts > self.time_index._last_timestamp:
                     self._time_entry(seg_max_ts, seg_max_ts_offset)
                 since = 0
@@ -371,30 +388,44 @@ cdef class ActiveSegmentAppender:
         log._unflushed_messages = unflushed
         if unflushed >= self.flush_messages and log.inline_flush:
             log.flush()
-        return tuple.__new__(self.info_type, (
-            next_offset, offset - 1, epoch, max_ts, offset_of_max_ts,
-            now if self.log_append_time else -1, log.log_start_offset, end, count, records,
-            False,
-        ))
+        # LogAppendInfo(...) without tuple.__new__'s lookup and copies: allocated as its
+        # tuple type allocates it (tp_alloc), then filled in.
+        info = PyType_GenericAlloc(<PyTypeObject *>self.info_type, 11)
+        _put(info, 0, next_offset)
+        _put(info, 1, offset - 1)
+        _put(info, 2, epoch)
+        _put(info, 3, max_ts)
+        _put(info, 4, offset_of_max_ts)
+        _put(info, 5, now if self.log_append_time else -1)
+        _put(info, 6, log.log_start_offset)
+        _put(info, 7, end)
+        _put(info, 8, count)
+        _put(info, 9, records)
+        _put(info, 10, False)
+        return info
 
-    cdef void _offset_entry(self, int64_t offset, int64_t position) except *:
-        """``OffsetIndex.append(offset, position)``; the method itself runs to raise."""
+    cdef Py_ssize_t _offset_entry(self, int64_t offset, int64_t position, Py_ssize_t entries,
+                                  Py_ssize_t max_entries) except -1:
+        """``OffsetIndex.append(offset, position)`` to an index of ``entries`` entries and
+        room for ``max_entries``; returns the new count. The method itself runs to raise.
+
+        The index is open: it closes only with its segment, which is then no longer the
+        log's active segment, or with the log (both checked by ``append``).
+        """
         cdef object index = self.offset_index
-        cdef Py_ssize_t entries, used
+        cdef Py_ssize_t used
         cdef int64_t relative = offset - self.base_offset
         cdef unsigned char *p
         self.oi_acquire()
         try:
-            entries = index._entries
             if (
-                index._closed
-                or entries >= index._max_entries
+                entries >= max_entries
                 or (entries and offset <= <int64_t>index._last_offset)
                 or not 0 <= relative <= INT32_MAX
                 or not 0 <= position <= INT32_MAX
             ):
                 index.append(offset, position)
-                return
+                return index._entries
             used = PyByteArray_GET_SIZE(self.oi_pending)
             if used == 0:
                 index._pending_from = entries
@@ -411,6 +442,7 @@ cdef class ActiveSegmentAppender:
             self.relatives.data.as_ints[entries] = <int>relative
             resize_smart(self.positions, entries + 1)
             self.positions.data.as_ints[entries] = <int>position
+            return entries + 1
         finally:
             self.oi_release()
 
