@@ -381,8 +381,9 @@ cdef class ActiveSegmentAppender:
             self.segment._max_ts = seg_max_ts
 
         # 6. The log's bookkeeping (PartitionLog._write and _append_validated).
-        log._log_end_offset = offset
-        self.producer_state._map_end_offset = offset  # update_map_end_offset
+        end_offset = offset  # one int object for both
+        log._log_end_offset = end_offset
+        self.producer_state._map_end_offset = end_offset  # update_map_end_offset
         unflushed = log._unflushed_messages
         unflushed += records
         log._unflushed_messages = unflushed
