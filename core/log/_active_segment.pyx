@@ -319,7 +319,7 @@ cdef class ActiveSegmentAppender:
                 waited = now - <int64_t>self.segment.created_ms
             if waited > self.roll_ms:
                 return None
-        max_ts_obj = self.segment._max_ts
+        max_ts_obj = self.segment._max_ts  # (timestamp, offset), or None: not loaded
         if max_ts_obj is None:
             return None
 
@@ -359,8 +359,8 @@ cdef class ActiveSegmentAppender:
         # 5. The indexes (LogSegment.append and _index_batches).
         if file_size == 0 and batches[0].max_timestamp != NO_TIMESTAMP:
             self.segment._rolling_based_timestamp = batches[0].max_timestamp
-        seg_max_ts = start_max_ts = max_ts_obj
-        seg_max_ts_offset = self.segment._max_ts_offset
+        seg_max_ts = start_max_ts = (<tuple>max_ts_obj)[0]
+        seg_max_ts_offset = (<tuple>max_ts_obj)[1]
         since = self.segment._bytes_since_last_index_entry
         for i in range(count):
             b = &batches[i]
@@ -377,8 +377,7 @@ cdef class ActiveSegmentAppender:
             since += b.size
         self.segment._bytes_since_last_index_entry = since
         if seg_max_ts != start_max_ts:
-            self.segment._max_ts_offset = seg_max_ts_offset
-            self.segment._max_ts = seg_max_ts
+            self.segment._max_ts = (seg_max_ts, seg_max_ts_offset)
 
         # 6. The log's bookkeeping (PartitionLog._write and _append_validated).
         end_offset = offset  # one int object for both

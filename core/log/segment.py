@@ -128,11 +128,12 @@ class LogSegment:
             segment_file(directory, base_offset, TXN_INDEX_SUFFIX, file_suffix), base_offset
         )
         self._bytes_since_last_index_entry = 0
-        # The largest batch max timestamp and the last offset of its batch, as two ints (the
-        # compiled append updates them on every append; a TimestampOffset costs far more to
-        # build). None: not known yet, read from the time index on first use.
-        self._max_ts: int | None = None
-        self._max_ts_offset = base_offset
+        # The largest batch max timestamp and the last offset of its batch, as a plain
+        # (timestamp, offset) tuple: one attribute, so readers on other threads never see
+        # half of an update, and cheap to build for the compiled append, which replaces it
+        # on every append that raises it (a TimestampOffset costs far more). None: not known
+        # yet, read from the time index on first use.
+        self._max_ts: tuple[int, int] | None = None
         self._rolling_based_timestamp: int | None = None
         if create:
             self._open_indexes()
@@ -190,7 +191,7 @@ class LogSegment:
         recovery point was flushed whole."""
         for index in (offset_index, time_index):
             index.reset()
-        self._max_ts, self._max_ts_offset = -1, self.base_offset
+        self._max_ts = (-1, self.base_offset)
         self._bytes_since_last_index_entry = 0
         batches = [
             AppendedBatch(
@@ -200,8 +201,9 @@ class LogSegment:
             if (size := header.size_in_bytes) > 0
         ]
         self._index_batches(0, batches, offset_index, time_index)
-        if self._max_ts >= 0:
-            time_index.maybe_append(self._max_ts, self._max_ts_offset, skip_full_check=True)
+        max_ts, max_ts_offset = self._max_ts
+        if max_ts >= 0:
+            time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
         offset_index.trim_to_valid_size()
         time_index.trim_to_valid_size()
 
@@ -218,11 +220,11 @@ class LogSegment:
     @property
     def max_timestamp_so_far(self) -> TimestampOffset:
         """The largest batch max timestamp in the segment and the last offset of its batch."""
-        if self._max_ts is None:
+        max_ts = self._max_ts
+        if max_ts is None:
             last = self.time_index.last_entry
-            self._max_ts_offset = last.offset
-            self._max_ts = last.timestamp
-        return TimestampOffset(self._max_ts, self._max_ts_offset)
+            max_ts = self._max_ts = (last.timestamp, last.offset)
+        return TimestampOffset(*max_ts)
 
     @property
     def largest_timestamp(self) -> int:
@@ -335,8 +337,7 @@ class LogSegment:
             since += size
         self._bytes_since_last_index_entry = since
         if max_ts != current.timestamp:
-            self._max_ts_offset = max_ts_offset
-            self._max_ts = max_ts
+            self._max_ts = (max_ts, max_ts_offset)
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         self.txn_index.append(txn)
@@ -519,7 +520,7 @@ class LogSegment:
             time_entries += _TIME_ENTRY.pack(max_ts, max_ts_offset - base)  # as at a roll
         self._offset_index_path.write_bytes(walk.offset_entries)
         self._time_index_path.write_bytes(time_entries)
-        self._max_ts, self._max_ts_offset = max_ts, max_ts_offset
+        self._max_ts = (max_ts, max_ts_offset)
         self._bytes_since_last_index_entry = walk.bytes_since_last_entry
         self._open_indexes()
         if on_epoch is not None:
@@ -553,7 +554,7 @@ class LogSegment:
         for _, h in self.log.batch_headers(0):
             if h.max_timestamp > max_ts:
                 max_ts, max_ts_offset = h.max_timestamp, h.last_offset
-        self._max_ts, self._max_ts_offset = max_ts, max_ts_offset
+        self._max_ts = (max_ts, max_ts_offset)
         if self.size == 0:
             self._rolling_based_timestamp = None
         return removed

@@ -106,7 +106,8 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
     @property
     def last_entry(self) -> TimestampOffset:
         """The last entry, or ``TimestampOffset(-1, base_offset)`` when the index is empty."""
-        return TimestampOffset(self._last_timestamp, self._last_entry_offset)
+        with self._lock:  # both halves of one entry (appends set them under the lock)
+            return TimestampOffset(self._last_timestamp, self._last_entry_offset)
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add an entry if ``timestamp`` is above the last entry's; otherwise do nothing.
