@@ -18,7 +18,9 @@ rare work:
   ``message.timestamp.before.max.ms``, a max timestamp past ``now +
   message.timestamp.after.max.ms``);
 - a request larger than ``segment.bytes``, a roll, a segment whose max timestamp or
-  rolling timestamp is not loaded yet, more than 64 batches, a read-only buffer.
+  rolling timestamp is not loaded yet, more than 64 batches, a read-only buffer;
+- a closed log, or an epoch other than the log's latest (the Python path writes the
+  leader-epoch cache).
 
 The Python path is the twin: the tests run the same requests through both and compare the
 results, the errors and the files byte for byte (tests/core/log/test_active_segment.py).
@@ -26,14 +28,22 @@ results, the errors and the files byte for byte (tests/core/log/test_active_segm
 State: nothing is cached that Python code may change. The appender keeps what is fixed for
 the life of the active segment (the file descriptor, base offset, the index objects, their
 locks, entry arrays and pending-entry buffers, the config values) and reads the rest from
-the Python objects on every call (file size, bytes since the last index entry, max
-timestamp, rolling timestamp, index entry counts), writing back what it changes. The log
-drops its appender whenever the segment list or the config changes, or the log closes.
-The private attributes it reads and writes are named where they are defined
-(``FileRecords``, ``LogSegment``, ``OffsetIndex``, ``TimeIndex``, ``AbstractIndex``).
-Index entries are added under the index's own lock, as ``OffsetIndex.append`` and
-``TimeIndex.maybe_append`` do, and reach the file with ``_write_pending``'s ``pwrite``, a
-page at a time, as before.
+the Python objects on every call, writing back what it changes. It binds again whenever
+the log's last segment or its config object is not the one it bound to. What it reads and
+writes, all under the log's lock, as the Python path does:
+
+- ``PartitionLog``: ``_closed``, ``_latest_epoch``, ``_segments``, ``config``,
+  ``_log_end_offset``, ``_unflushed_messages``, ``inline_flush``, ``log_start_offset``
+  (and ``flush()`` when ``flush.messages`` is reached); ``ProducerStateManager``:
+  ``_map_end_offset``;
+- ``LogSegment``: ``_max_ts`` (a ``(timestamp, offset)`` tuple), ``_rolling_based_timestamp``,
+  ``_bytes_since_last_index_entry``, ``created_ms``; ``FileRecords``: ``_fd``, ``_size``;
+- ``OffsetIndex``: ``_entries``, ``_max_entries``, ``_last_offset``, ``_pending`` and
+  ``_pending_from``, the ``_relatives`` and ``_positions`` arrays; ``TimeIndex``: the same
+  counts and buffer, ``_last_timestamp``, ``_last_entry_offset``. Entries are added under
+  the index's own lock, as ``OffsetIndex.append`` and ``TimeIndex.maybe_append`` do, and
+  reach the file with ``_write_pending``'s ``pwrite``, a page at a time, as before; the
+  buffers and arrays are changed in place by the Python code too, never replaced.
 
 The write: one ``pwrite`` with the GIL released (finishing short writes); a failure raises
 ``KafkaStorageError`` with ``FileRecords.append``'s message, and the file size is left as
@@ -104,13 +114,14 @@ cdef class ActiveSegmentAppender:
     Args:
         log: the ``PartitionLog``.
         crc: ``crc32c.crc32c``.
-        info_type: ``LogAppendInfo`` (built with ``tuple.__new__``).
+        info_type: ``LogAppendInfo`` (allocated as its tuple type, then filled in).
         wall_clock: ``core.clock.now_ms``: when the log's clock is this function, the time
             is read here with ``clock_gettime`` (the same milliseconds) instead of calling it.
         pending_bytes: ``abstract_index.PENDING_BYTES``.
     """
 
-    # The log and what is fixed for its life.
+    # The log and what is fixed for its life (its clock and producer state are set once,
+    # in its constructor).
     cdef object log, producer_state, clock, crc, info_type
     cdef object lock_acquire, lock_release
     cdef bint wall_clock
