@@ -23,7 +23,8 @@ venv: check-python
 		echo "$$want" > $(STAMP); \
 	fi
 
-# The compiled modules (core/records/_native.pyx and _append.pyx, core/log/_recovery.pyx),
+# The compiled modules (core/records/_native.pyx and _append.pyx, core/log/_recovery.pyx
+# and _active_segment.pyx, rlmm/_native.pyx),
 # built in place so that runs from the source tree (PYTHONPATH=$PWD, the tests' broker
 # processes) use them. Cython only regenerates the C when a .pyx changed.
 # TIERLOG_PURE_PYTHON=1 skips them (no C compiler).
@@ -101,4 +102,5 @@ bench: native
 
 clean:
 	rm -rf $(VENV) demo-data bench-data .pytest_cache .ruff_cache .hypothesis build
-	rm -f core/records/_native.c core/records/_native*.so core/records/_append.c core/records/_append*.so core/log/_recovery.c core/log/_recovery*.so rlmm/_native.c rlmm/_native*.so
+	rm -f core/records/_native.c core/records/_native*.so core/records/_append.c core/records/_append*.so core/log/_recovery.c core/log/_recovery*.so \
+		core/log/_active_segment.c core/log/_active_segment*.so rlmm/_native.c rlmm/_native*.so

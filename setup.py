@@ -1,5 +1,6 @@
 """Builds the compiled modules with Cython: the record decoder (core/records/_native.pyx),
-the append steps (core/records/_append.pyx), the recovery walk (core/log/_recovery.pyx) and
+the append steps (core/records/_append.pyx), the common case of a leader append
+(core/log/_active_segment.pyx), the recovery walk (core/log/_recovery.pyx) and
 the RLMM cache's restore path (rlmm/_native.pyx).
 
 Everything else about the package is in pyproject.toml; setuptools reads both. Cython is a
@@ -24,6 +25,7 @@ else:
             Extension("core.records._native", ["core/records/_native.pyx"]),
             Extension("core.records._append", ["core/records/_append.pyx"]),
             Extension("core.log._recovery", ["core/log/_recovery.pyx"]),
+            Extension("core.log._active_segment", ["core/log/_active_segment.pyx"]),
             Extension("rlmm._native", ["rlmm/_native.pyx"]),
         ],
         compiler_directives={"language_level": "3"},

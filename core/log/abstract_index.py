@@ -309,13 +309,16 @@ class AbstractIndex(ABC, Generic[E]):
             return
         fd = os.open(self._path, os.O_WRONLY)
         try:
-            data, position = memoryview(self._pending), self._pending_from * self.ENTRY_SIZE
-            while data:
-                written = os.pwrite(fd, data, position)
-                data, position = data[written:], position + written
+            with memoryview(self._pending) as pending:
+                data, position = pending, self._pending_from * self.ENTRY_SIZE
+                while data:
+                    written = os.pwrite(fd, data, position)
+                    data, position = data[written:], position + written
+                del data  # every view of the buffer released before it is cleared
         finally:
             os.close(fd)
-        self._pending = bytearray()
+        # Cleared in place: the compiled append (core/log/_active_segment.pyx) holds it.
+        del self._pending[:]
         self._pending_from = self._entries
 
     # -- searching ----------------------------------------------------------------------
@@ -537,7 +540,7 @@ class AbstractIndex(ABC, Generic[E]):
             True if this call deleted the file, False if it did not exist.
         """
         with self._lock:
-            self._pending = bytearray()
+            del self._pending[:]
             self._unmap()
             self._closed = True
             try:

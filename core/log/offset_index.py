@@ -83,7 +83,8 @@ class OffsetIndex(AbstractIndex[OffsetPosition]):
         elif len(self._relatives) < n:
             assert self._mmap is not None
             relatives, positions = int32_columns(self._mmap[: n * self.ENTRY_SIZE], 2, "i")
-            self._relatives, self._positions = relatives, positions
+            # In place: the compiled append keeps references to both arrays.
+            self._relatives[:], self._positions[:] = relatives, positions
         self._last_offset = self.base_offset + self._relatives[-1] if n else self.base_offset
 
     def _check_entries(self) -> None:

@@ -18,7 +18,10 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from types import ModuleType
+from typing import NamedTuple, Protocol
+
+import crc32c
 
 from core.clock import now_ms
 from core.errors import (
@@ -33,6 +36,7 @@ from core.errors import (
     UnexpectedAppendOffsetError,
 )
 from core.fs import TMP_SUFFIX, atomic_write, fsync_dir
+from core.log.abstract_index import PENDING_BYTES
 from core.log.config import LogConfig
 from core.log.divergence import (
     UNDEFINED_EPOCH_END_OFFSET,
@@ -88,6 +92,7 @@ from core.records.batch import (
     assign_offsets,
     scan_client_batches,
 )
+from core.records.native import load_compiled
 from core.scheduler import Scheduler, SchedulerStoppedError
 
 log = logging.getLogger(__name__)
@@ -129,6 +134,18 @@ class LogAppendInfo(NamedTuple):
     batch_count: int
     records_count: int
     duplicate: bool = False  # an idempotent retry answered with its original offsets
+
+
+class ActiveSegmentAppender(Protocol):
+    """``core.log._active_segment.ActiveSegmentAppender``: the common case of
+    ``append_as_leader`` in one compiled call; None when the request takes the Python path."""
+
+    def append(self, buf: bytearray | memoryview, epoch: int) -> LogAppendInfo | None: ...
+
+
+ACTIVE_SEGMENT_APPEND: ModuleType | None = load_compiled("core.log._active_segment")
+"""The compiled append this process uses, or None for the Python path alone (the tests
+switch it; a log takes it when constructed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +211,14 @@ class PartitionLog:
         # append path does not take the cache's lock for every batch.
         self._latest_epoch: int | None = None
         self._load(had_clean_shutdown)
+        # The compiled common case of append_as_leader (None: the Python path alone).
+        self._appender: ActiveSegmentAppender | None = (
+            None
+            if ACTIVE_SEGMENT_APPEND is None
+            else ACTIVE_SEGMENT_APPEND.ActiveSegmentAppender(
+                self, crc32c.crc32c, LogAppendInfo, now_ms, PENDING_BYTES
+            )
+        )
         self.high_watermark = self._clamp(
             high_watermark if high_watermark is not None else self.log_end_offset
         )
@@ -595,6 +620,19 @@ class PartitionLog:
             OutOfOrderSequenceError, InvalidProducerEpochError: idempotence violations.
             KafkaStorageError: the disk write failed.
         """
+        appender = self._appender
+        if appender is not None:
+            # The common case in one compiled call, under the lock; None: the Python path.
+            info = appender.append(records, leader_epoch)
+            if info is not None:
+                return info
+        return self._append_as_leader_python(records, leader_epoch)
+
+    def _append_as_leader_python(
+        self, records: bytearray | memoryview, leader_epoch: int
+    ) -> LogAppendInfo:
+        """``append_as_leader`` in Python: every case, and the reference the compiled
+        common case is tested against (the same results, errors and files)."""
         # A writable view (a produce request's records inside its frame) is patched in place.
         writable = isinstance(records, bytearray) or not memoryview(records).readonly
         buf = records if writable else bytearray(records)

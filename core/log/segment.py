@@ -128,7 +128,12 @@ class LogSegment:
             segment_file(directory, base_offset, TXN_INDEX_SUFFIX, file_suffix), base_offset
         )
         self._bytes_since_last_index_entry = 0
-        self._max_timestamp_so_far: TimestampOffset | None = None
+        # The largest batch max timestamp and the last offset of its batch, as a plain
+        # (timestamp, offset) tuple: one attribute, so readers on other threads never see
+        # half of an update, and cheap to build for the compiled append, which replaces it
+        # on every append that raises it (a TimestampOffset costs far more). None: not known
+        # yet, read from the time index on first use.
+        self._max_ts: tuple[int, int] | None = None
         self._rolling_based_timestamp: int | None = None
         if create:
             self._open_indexes()
@@ -186,7 +191,7 @@ class LogSegment:
         recovery point was flushed whole."""
         for index in (offset_index, time_index):
             index.reset()
-        self._max_timestamp_so_far = TimestampOffset(-1, self.base_offset)
+        self._max_ts = (-1, self.base_offset)
         self._bytes_since_last_index_entry = 0
         batches = [
             AppendedBatch(
@@ -196,9 +201,9 @@ class LogSegment:
             if (size := header.size_in_bytes) > 0
         ]
         self._index_batches(0, batches, offset_index, time_index)
-        ts = self._max_timestamp_so_far
-        if ts.timestamp >= 0:
-            time_index.maybe_append(ts.timestamp, ts.offset, skip_full_check=True)
+        max_ts, max_ts_offset = self._max_ts
+        if max_ts >= 0:
+            time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
         offset_index.trim_to_valid_size()
         time_index.trim_to_valid_size()
 
@@ -215,9 +220,11 @@ class LogSegment:
     @property
     def max_timestamp_so_far(self) -> TimestampOffset:
         """The largest batch max timestamp in the segment and the last offset of its batch."""
-        if self._max_timestamp_so_far is None:
-            self._max_timestamp_so_far = self.time_index.last_entry
-        return self._max_timestamp_so_far
+        max_ts = self._max_ts
+        if max_ts is None:
+            last = self.time_index.last_entry
+            max_ts = self._max_ts = (last.timestamp, last.offset)
+        return TimestampOffset(*max_ts)
 
     @property
     def largest_timestamp(self) -> int:
@@ -260,16 +267,27 @@ class LogSegment:
         )
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
-        if self._rolling_based_timestamp is None and self.size > 0:
-            first = next(self.log.batch_headers(0), None)
-            if first is not None:
-                self._rolling_based_timestamp = first[1].max_timestamp
+        self._load_rolling_based_timestamp()
         ts = self._rolling_based_timestamp
         if ts is not None and ts >= 0:
             return message_timestamp - ts
         return now_ms - self.created_ms
 
+    def _load_rolling_based_timestamp(self) -> None:
+        """segment.ms counts from the first batch's max timestamp: read it once."""
+        if self._rolling_based_timestamp is None and self.size > 0:
+            first = next(self.log.batch_headers(0), None)
+            if first is not None:
+                self._rolling_based_timestamp = first[1].max_timestamp
+
     # -- writes --------------------------------------------------------------------------
+    def load_append_state(self) -> None:
+        """Open the indexes and load the max and rolling timestamps: the state the compiled
+        append (core/log/_active_segment.pyx) reads but does not load (it leaves a segment
+        without them to the Python path)."""
+        _ = self.max_timestamp_so_far  # opens the indexes on the way
+        self._load_rolling_based_timestamp()
+
     def append(
         self, data: bytes | bytearray | memoryview, batches: Sequence[AppendedBatch]
     ) -> None:
@@ -313,13 +331,13 @@ class LogSegment:
                 max_ts, max_ts_offset = batch_max_ts, last_offset
             if since > interval:
                 offset_index.append(last_offset, start + position)
-                if max_ts > time_index.last_entry.timestamp:
+                if max_ts > time_index.last_timestamp:
                     time_index.maybe_append(max_ts, max_ts_offset)
                 since = 0
             since += size
         self._bytes_since_last_index_entry = since
         if max_ts != current.timestamp:
-            self._max_timestamp_so_far = TimestampOffset(max_ts, max_ts_offset)
+            self._max_ts = (max_ts, max_ts_offset)
 
     def append_aborted_txn(self, txn: AbortedTxn) -> None:
         self.txn_index.append(txn)
@@ -502,7 +520,7 @@ class LogSegment:
             time_entries += _TIME_ENTRY.pack(max_ts, max_ts_offset - base)  # as at a roll
         self._offset_index_path.write_bytes(walk.offset_entries)
         self._time_index_path.write_bytes(time_entries)
-        self._max_timestamp_so_far = TimestampOffset(max_ts, max_ts_offset)
+        self._max_ts = (max_ts, max_ts_offset)
         self._bytes_since_last_index_entry = walk.bytes_since_last_entry
         self._open_indexes()
         if on_epoch is not None:
@@ -532,10 +550,11 @@ class LogSegment:
         removed = self.log.truncate_to(position)
         self._bytes_since_last_index_entry = 0
         # Recompute the max timestamp from what remains (the indexes no longer know it).
-        self._max_timestamp_so_far = TimestampOffset(-1, self.base_offset)
+        max_ts, max_ts_offset = -1, self.base_offset
         for _, h in self.log.batch_headers(0):
-            if h.max_timestamp > self._max_timestamp_so_far.timestamp:
-                self._max_timestamp_so_far = TimestampOffset(h.max_timestamp, h.last_offset)
+            if h.max_timestamp > max_ts:
+                max_ts, max_ts_offset = h.max_timestamp, h.last_offset
+        self._max_ts = (max_ts, max_ts_offset)
         if self.size == 0:
             self._rolling_based_timestamp = None
         return removed

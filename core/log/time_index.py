@@ -62,22 +62,25 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
         return min(breaks, default=slots)
 
     def _entries_changed(self) -> None:
-        self._last_entry = (
+        last = (
             self._read(self._entries - 1)
             if self._entries
             else TimestampOffset(NO_TIMESTAMP, self.base_offset)
         )
+        # The last entry as two ints: the compiled append (core/log/_active_segment.pyx)
+        # reads and writes them without building a TimestampOffset.
+        self._last_timestamp, self._last_entry_offset = last.timestamp, last.offset
 
     def _check_entries(self) -> None:
         if not self._entries:
             return
         first = self._read(0)
-        if self._last_entry.timestamp < first.timestamp:
+        if self._last_timestamp < first.timestamp:
             raise CorruptIndexError(
                 f"time index file {self._path} is corrupt: its last timestamp "
-                f"{self._last_entry.timestamp} is below its first {first.timestamp}"
+                f"{self._last_timestamp} is below its first {first.timestamp}"
             )
-        self._check_last_offset(self._last_entry.offset)
+        self._check_last_offset(self._last_entry_offset)
 
     def _read(self, slot: int) -> TimestampOffset:
         timestamp, relative = self._unpack(_ENTRY, slot)
@@ -96,9 +99,15 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
         return self._entries >= self._max_entries - 1
 
     @property
+    def last_timestamp(self) -> int:
+        """The last entry's timestamp, -1 (NO_TIMESTAMP) when the index is empty."""
+        return self._last_timestamp
+
+    @property
     def last_entry(self) -> TimestampOffset:
         """The last entry, or ``TimestampOffset(-1, base_offset)`` when the index is empty."""
-        return self._last_entry
+        with self._lock:  # both halves of one entry (appends set them under the lock)
+            return TimestampOffset(self._last_timestamp, self._last_entry_offset)
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Add an entry if ``timestamp`` is above the last entry's; otherwise do nothing.
@@ -122,7 +131,7 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
             self._require_writable()
             if not skip_full_check:
                 self._refuse_when_full()
-            last = self._last_entry
+            last = self.last_entry
             if self._entries and offset < last.offset:
                 raise InvalidOffsetError(
                     f"attempt to append offset {offset} to time index {self._path} at slot "
@@ -143,7 +152,7 @@ class TimeIndex(AbstractIndex[TimestampOffset]):
                     f"no slot left in time index {self._path} ({self._entries} entries)"
                 )
             self._write_next(_ENTRY, timestamp, relative)
-            self._last_entry = TimestampOffset(timestamp, offset)
+            self._last_timestamp, self._last_entry_offset = timestamp, offset
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The entry with the largest timestamp <= ``target_timestamp``; O(log n).
