@@ -69,6 +69,7 @@ from core.log.producer_state import (
     OpenTxn,
     ProducerStateEntry,
     ProducerStateManager,
+    delete_snapshot_files,
     read_txn_marker,
     snapshot_path,
 )
@@ -1397,6 +1398,7 @@ class PartitionLog:
 
     def delete_old_segments(self, now: int | None = None) -> int:
         """Apply retention; returns the number of segments deleted (renamed, then removed)."""
+        stale_snapshots: list[Path] = []
         with self.lock:
             doomed = self.deletable_segments(now)
             for segment in doomed:
@@ -1407,14 +1409,17 @@ class PartitionLog:
                     self.log_start_offset = max(self.log_start_offset, new_start)
                     self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
                     self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
-                self.producer_state.delete_snapshots_below(new_start)
+                stale_snapshots = self.producer_state.forget_snapshots_below(new_start)
                 log.info(
                     "%s: retention deleted %d segments; local log starts at %d",
                     self.dir,
                     len(doomed),
                     new_start,
                 )
-            return len(doomed)
+        # Outside the lock: appends need not wait for the unlinks (retention may run on the
+        # tiering copier's thread right after a copy, while producers append).
+        delete_snapshot_files(stale_snapshots)
+        return len(doomed)
 
     def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
         """Swap the cleaner's ``cleaned`` segment (files suffixed ``.cleaned``, complete and

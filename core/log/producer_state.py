@@ -746,11 +746,7 @@ class ProducerStateManager:
     def _delete_snapshot(self, offset: int) -> None:
         if offset in self._snapshots:
             self._snapshots.remove(offset)
-        path = snapshot_path(self.partition_dir, offset)
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot delete producer snapshot {path}: {e}") from e
+        delete_snapshot_files([snapshot_path(self.partition_dir, offset)])
 
     def delete_snapshots_below(self, offset: int) -> None:
         """Delete the snapshots at offsets below ``offset`` (exclusive).
@@ -758,8 +754,17 @@ class ProducerStateManager:
         Raises:
             KafkaStorageError: a file could not be deleted.
         """
-        for at in [s for s in self._snapshots if s < offset]:
-            self._delete_snapshot(at)
+        delete_snapshot_files(self.forget_snapshots_below(offset))
+
+    def forget_snapshots_below(self, offset: int) -> list[Path]:
+        """Drop the snapshots at offsets below ``offset`` (exclusive) from this manager and
+        return their files, for the caller to delete once it no longer holds the log's lock
+        (``delete_snapshot_files``). An unlink waits for the file system's journal, up to
+        milliseconds on a busy disk; Kafka deletes them asynchronously too. Left behind by a
+        crash, they match no segment and start-up removes them (``remove_stray_snapshots``)."""
+        doomed = [at for at in self._snapshots if at < offset]
+        self._snapshots = [at for at in self._snapshots if at >= offset]
+        return [snapshot_path(self.partition_dir, at) for at in doomed]
 
     def delete_snapshots_above(self, offset: int) -> None:
         """Delete the snapshots at offsets above ``offset`` (exclusive).
@@ -877,3 +882,16 @@ class ProducerStateManager:
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+def delete_snapshot_files(paths: Iterable[Path]) -> None:
+    """Unlink producer snapshot files (those already gone are fine).
+
+    Raises:
+        KafkaStorageError: a file could not be deleted.
+    """
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot delete producer snapshot {path}: {e}") from e

@@ -624,3 +624,47 @@ def test_retention_running_into_shutdown_deletes_its_segments_at_once(tmp_path, 
     assert list((tmp_path / "t-0").glob("*.deleted")) == []
     assert plog.log_start_offset > 0
     plog.close()
+
+
+def test_appends_do_not_wait_for_retention_to_unlink_producer_snapshots(
+    tmp_path, batch, monkeypatch
+):
+    """Retention deletes the producer snapshots of the segments it removes. An unlink waits
+    for the file system's journal (milliseconds on a busy disk), and retention may run on the
+    tiering copier's thread while producers append: the unlinks happen after the log's lock
+    is released, so an append goes on while one is stuck."""
+    import threading
+
+    plog = open_log(
+        tmp_path / "t-0", LogConfig(segment_bytes=300, retention_bytes=300, file_delete_delay_ms=0)
+    )
+    for _ in range(10):
+        plog.append_as_leader(batch([b"x" * 60]), 0)
+    plog.update_high_watermark(plog.log_end_offset)
+    assert list((tmp_path / "t-0").glob("*.snapshot")), "no producer snapshot to delete"
+    stuck, release = threading.Event(), threading.Event()
+    unlink = Path.unlink
+
+    def slow_unlink(path: Path, missing_ok: bool = False) -> None:
+        if path.suffix == ".snapshot":
+            stuck.set()
+            release.wait(10)
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", slow_unlink)
+    retention = threading.Thread(target=plog.delete_old_segments)
+    retention.start()
+    try:
+        assert stuck.wait(10), "retention deleted no producer snapshot"
+        appended = threading.Event()
+        appender = threading.Thread(
+            target=lambda: (plog.append_as_leader(batch([b"y"]), 0), appended.set())
+        )
+        appender.start()
+        assert appended.wait(5), "the append waited for retention's unlink"
+    finally:
+        release.set()
+        retention.join(10)
+    appender.join(10)
+    assert plog.log_start_offset > 0
+    plog.close()
