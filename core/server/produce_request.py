@@ -19,8 +19,8 @@ here: this decoder makes the body's checks itself as it reads, the same ones (ev
 count and tagged field within the frame, no null where Kafka's schema has no null, no array
 with more elements than bytes left), so a frame is refused here exactly when the guard and
 kio would refuse it (tests/core/server/test_produce_request.py compares the two on mutated
-frames). Walking the body first cost as much as decoding it: under many small produce
-requests, 5% of the event loop.
+frames). Walking the body first was 4 us of a one-record request's 14 us of decoding: 5%
+of the event loop under many small produce requests.
 """
 
 from __future__ import annotations

