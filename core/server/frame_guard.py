@@ -177,6 +177,12 @@ def entity_walker(entity: type, *, is_header: bool = False) -> Walker:
     return walk_entity
 
 
+def check_header(header_type: type, frame: bytes | memoryview) -> int:
+    """Walk the request header alone (for a body whose decoder checks its own bounds:
+    core.server.produce_request); returns the position after it."""
+    return entity_walker(header_type, is_header=True)(frame, 0, len(frame))
+
+
 def check_frame(request_type: type, header_type: type, frame: bytes | memoryview) -> int:
     """Walk header and body; raise InvalidRequestError if they do not fit in the frame.
 

@@ -12,8 +12,15 @@ Layout (Kafka's ProduceRequest.json): ``transactional_id`` (nullable string), ``
 (int16), ``timeout_ms`` (int32), ``topic_data`` [``name`` (string), ``partition_data``
 [``index`` (int32), ``records`` (nullable bytes)]]. From v9 (flexible) strings, bytes and
 arrays have unsigned-varint lengths plus one and every struct ends with tagged fields, none
-of which Produce defines: they are skipped. The frame guard (core.server.frame_guard) has
-walked the frame before this runs; the bounds are checked here too.
+of which Produce defines: they are skipped.
+
+The frame guard (core.server.frame_guard) walks only the request header of a frame decoded
+here: this decoder makes the body's checks itself as it reads, the same ones (every length,
+count and tagged field within the frame, no null where Kafka's schema has no null, no array
+with more elements than bytes left), so a frame is refused here exactly when the guard and
+kio would refuse it (tests/core/server/test_produce_request.py compares the two on mutated
+frames). Walking the body first was 4 us of a one-record request's 14 us of decoding: 5%
+of the event loop under many small produce requests.
 """
 
 from __future__ import annotations
@@ -62,11 +69,20 @@ class _Reader:
         self.pos = pos
         return value
 
-    def length(self, wide: bool) -> int:
-        """A string/bytes/array length; -1 for null."""
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.int32() if wide else self.int16()
+    def length(self, wide: bool, nullable: bool = True) -> int:
+        """A string/bytes length; -1 for null (refused where the schema has no null)."""
+        size = self.uvarint() - 1 if self.flexible else self.int32() if wide else self.int16()
+        if size < -1 or (size == -1 and not nullable):
+            raise InvalidRequestError(f"length {size} in a Produce request field")
+        return size
+
+    def count(self) -> int:
+        """An array's element count (no Produce array is nullable): every element takes at
+        least one byte, so a count beyond the bytes left is refused before the loop."""
+        count = self.length(wide=True, nullable=False)
+        if count > len(self.buf) - self.pos:
+            raise InvalidRequestError(f"an array of {count} elements runs past the frame")
+        return count
 
     def span(self, size: int) -> memoryview:
         end = self.pos + size
@@ -76,13 +92,16 @@ class _Reader:
         self.pos = end
         return view
 
-    def string(self) -> str | None:
-        size = self.length(wide=False)
+    def string(self, nullable: bool = True) -> str | None:
+        size = self.length(wide=False, nullable=nullable)
         return None if size < 0 else str(self.span(size), "utf-8")
 
     def skip_tagged_fields(self) -> None:
         if self.flexible:
-            for _ in range(self.uvarint()):
+            count = self.uvarint()
+            if count > len(self.buf) - self.pos:
+                raise InvalidRequestError(f"{count} tagged fields run past the frame")
+            for _ in range(count):
                 self.uvarint()  # tag
                 self.span(self.uvarint())
 
@@ -104,10 +123,10 @@ def decode_produce_request(request_type: type, frame: memoryview, offset: int) -
     acks = r.int16()
     timeout_ms = r.int32()
     topics = []
-    for _ in range(r.length(wide=True)):
-        name = r.string()
+    for _ in range(r.count()):
+        name = r.string(nullable=False)
         partitions = []
-        for _ in range(r.length(wide=True)):
+        for _ in range(r.count()):
             index = r.int32()
             size = r.length(wide=True)
             records = None if size < 0 else r.span(size)

@@ -26,7 +26,7 @@ from kio.serial import entity_reader, entity_writer
 
 from core.server.api_keys import INTER_BROKER_VERSIONS, ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
-from core.server.frame_guard import check_frame
+from core.server.frame_guard import check_frame, check_header
 from core.server.interbroker_schema import SCHEMAS as INTER_BROKER_SCHEMAS
 from core.server.produce_request import decode_produce_request
 from core.server.produce_response import encode_produce_response
@@ -140,15 +140,21 @@ class ProtocolCodec:
                 correlation_id = _SIZE.unpack_from(frame, 4)[0]
                 raise UnsupportedVersionRequestError(api_key, api_version, correlation_id)
             raise InvalidRequestError(f"unknown api key {api_key}")
+        # A Produce body read in place is checked by its own decoder as it goes: the
+        # same checks as the guard's walk, which cost a third as much as the decoding.
+        in_place = api_key == ApiKey.PRODUCE and not isinstance(frame, bytes)
         try:
-            check_frame(codec.request_type, codec.request_header_type, frame)
+            if in_place:
+                check_header(codec.request_header_type, frame)
+            else:
+                check_frame(codec.request_type, codec.request_header_type, frame)
         except InvalidRequestError as e:
             raise InvalidRequestError(f"{ApiKey(api_key).name} v{api_version}: {e}") from e
         # kio's readers take read-only buffers; a frame is a bytearray (read in place).
         readable = frame if isinstance(frame, bytes) else memoryview(frame).toreadonly()
         try:
             header, used = codec.read_header(readable, 0)
-            if api_key == ApiKey.PRODUCE and not isinstance(frame, bytes):
+            if in_place:
                 # The records as views into the frame: patched and written to the log in
                 # place, no copy (kio would copy them into bytes).
                 request = decode_produce_request(codec.request_type, memoryview(frame), used)

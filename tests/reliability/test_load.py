@@ -5,13 +5,15 @@ on one broker over loopback; no errors, nothing acknowledged lost, figures repor
 figures, in docs/RELIABILITY.md). ``make test``: 20 partitions, 4 and 4, 20 seconds. Half
 of the consumers start at offset 0 (so they read what has already moved to the remote
 tier), half at the end (tailing). A sampler records the broker's RSS every second.
-Throughput, latency percentiles and the RSS range are printed; only correctness is
-asserted (acknowledged records read back, no error a client cannot retry, the broker
-alive).
+Throughput, produce latency percentiles (librdkafka's, from ``produce()`` to the
+acknowledgement), the broker's CPU, what the producers sent (requests, records a request)
+and the RSS range are printed; only correctness is asserted (acknowledged records read
+back, no error a client cannot retry, the broker alive).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import threading
@@ -31,6 +33,10 @@ SECONDS = int(os.environ.get("TIERLOG_LOAD_SECONDS", SECONDS))
 # Records/s offered by all producers together. TIERLOG_LOAD_RATE=0 leaves the producers
 # unthrottled, to measure what the broker acknowledges at most (its capacity here).
 RATE = int(os.environ.get("TIERLOG_LOAD_RATE", "10000"))
+# Produce requests a producer may have in flight on its connection: librdkafka's default
+# (1,000,000) unless TIERLOG_LOAD_MAX_IN_FLIGHT says otherwise (5 is the Java producer's
+# default), to see how the request mix changes when the broker falls behind.
+MAX_IN_FLIGHT = os.environ.get("TIERLOG_LOAD_MAX_IN_FLIGHT")
 TOPIC = "load"
 VALUE = b"v" * 200
 
@@ -75,49 +81,103 @@ class Producers:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.acked: dict[tuple[int, int], bytes] = {}
-        self.latencies_ms: list[float] = []
+        # (when acknowledged, produce latency in ms) of every acknowledged record
+        self.latencies_ms: list[tuple[float, float]] = []
         self.errors: list[str] = []
+        # From librdkafka's statistics: producer -> (Produce requests, records) sent so far,
+        # and (batches, mean records per batch) of every 5 s window of every producer.
+        self.sent: dict[int, tuple[int, int]] = {}
+        self.batches: list[tuple[int, float]] = []
 
     def run(self, n: int) -> None:
         from confluent_kafka import Producer
 
-        config = {"bootstrap.servers": self.bootstrap, "acks": "all", "linger.ms": 5}
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            # librdkafka's own counters (requests sent, records per batch), read at the end:
+            # what the broker was sent, the request mix its per-request costs multiply.
+            "statistics.interval.ms": 5000,
+            "stats_cb": lambda stats, n=n: self._statistics(n, stats),
+        }
+        if MAX_IN_FLIGHT:
+            config["max.in.flight.requests.per.connection"] = int(MAX_IN_FLIGHT)
         if RATE <= 0:
             # Unthrottled, batches grow: keep them below segment.bytes (the soak's batches
             # are of a few records and never near it).
             config["batch.size"] = 128 * 1024
         producer = Producer(config)
+        lock, acked, latencies, errors = self.lock, self.acked, self.latencies_ms, self.errors
+
+        def report(err: Any, msg: Any) -> None:
+            # The latency a user of the client sees: from produce() to the acknowledgement,
+            # the client's queue included, as librdkafka timed it (msg.latency()). Timing
+            # it here instead would add how long this thread took to call poll() again.
+            with lock:
+                if err is not None:
+                    errors.append(str(err))
+                else:
+                    acked[(msg.partition(), msg.offset())] = msg.key()
+                    latency = msg.latency()
+                    if latency is not None:
+                        latencies.append((time.monotonic(), latency * 1000))
+
         sent = 0
+        per_producer = RATE / PRODUCERS
         began = time.monotonic()
         while not self.stop.is_set():
-            key = b"p%02d-%09d" % (n, sent)
-            t0 = time.perf_counter()
-
-            def report(err: Any, msg: Any, t0: float = t0, key: bytes = key) -> None:
-                with self.lock:
-                    if err is not None:
-                        self.errors.append(str(err))
-                    else:
-                        self.acked[(msg.partition(), msg.offset())] = key
-                        self.latencies_ms.append((time.perf_counter() - t0) * 1000)
-
             try:
                 producer.produce(
-                    TOPIC, key=key, value=VALUE, partition=sent % PARTITIONS, on_delivery=report
+                    TOPIC,
+                    key=b"p%02d-%09d" % (n, sent),
+                    value=VALUE,
+                    partition=sent % PARTITIONS,
+                    on_delivery=report,
                 )
                 sent += 1
             except BufferError:
                 producer.poll(0.05)
-            producer.poll(0)
             if RATE > 0 and sent % 50 == 0:
                 # A steady offered load (RATE records/s over all producers), not a
-                # saturating one: latency then measures the broker, not a client queue.
-                ahead = began + sent / (RATE / PRODUCERS) - time.monotonic()
-                if ahead > 0:
-                    time.sleep(ahead)
+                # saturating one; while ahead of it, wait in poll(), which runs the
+                # delivery reports as they arrive (and returns after serving some).
+                due = began + sent / per_producer
+                producer.poll(0)
+                while (ahead := due - time.monotonic()) > 0:
+                    producer.poll(ahead)
+            elif RATE <= 0:
+                producer.poll(0)
         if producer.flush(60):
             with self.lock:
                 self.errors.append("records still queued at the end")
+
+    def _statistics(self, n: int, raw: str) -> None:
+        """A producer's statistics (every 5 s): its Produce requests and records sent so
+        far, and the mean records per batch over the last window."""
+        stats = json.loads(raw)
+        requests = sum(b.get("req", {}).get("Produce", 0) for b in stats["brokers"].values())
+        topic = stats.get("topics", {}).get(TOPIC)
+        if topic is None:
+            return
+        records = sum(p["txmsgs"] for p in topic["partitions"].values())
+        with self.lock:
+            self.sent[n] = (requests, records)
+            self.batches.append((topic["batchcnt"]["cnt"], topic["batchcnt"]["avg"]))
+
+    def request_mix(self) -> str:
+        """What the producers sent, from librdkafka's statistics: the request mix that the
+        broker's per-request and per-batch costs multiply."""
+        requests = sum(r for r, _ in self.sent.values())
+        records = sum(m for _, m in self.sent.values())
+        batches = sum(cnt for cnt, _ in self.batches)
+        if not requests or not batches:
+            return "no producer statistics"
+        per_batch = sum(cnt * avg for cnt, avg in self.batches) / batches
+        return (
+            f"{requests} produce requests, {records / requests:.1f} records a request,"
+            f" {per_batch:.1f} records a batch"
+        )
 
 
 class Consumers:
@@ -148,6 +208,7 @@ class Consumers:
         consumer.assign(mine)
         try:
             while not self.stop.is_set():
+                read = 0
                 for msg in consumer.consume(500, 0.2):
                     if msg.error():
                         with self.lock:
@@ -158,8 +219,9 @@ class Consumers:
                             else:
                                 self.errors.append(str(msg.error()))
                         continue
-                    with self.lock:
-                        self.read += 1
+                    read += 1
+                with self.lock:
+                    self.read += read  # counted once a batch, not a lock per record
         finally:
             consumer.close()
 
@@ -190,6 +252,19 @@ def verify(bootstrap: str, acked: dict[tuple[int, int], bytes]) -> int:
     lost = [tp for tp, key in acked.items() if got.get(tp) != key]
     assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:3]}"
     return len(got)
+
+
+def p99_over_time(producers: Producers, began: float, elapsed: float) -> str:
+    """The produce p99 of each tenth of the load period: whether a backlog built up and
+    stayed, or was drained."""
+    windows: list[list[float]] = [[] for _ in range(10)]
+    for at, ms in producers.latencies_ms:
+        windows[min(9, max(0, int((at - began) / elapsed * 10)))].append(ms)
+    return ", ".join(
+        f"{i * elapsed / 10:.0f}: {sorted(w)[int(len(w) * 0.99)]:.0f}"
+        for i, w in enumerate(windows)
+        if w
+    )
 
 
 def test_many_partitions_producers_and_consumers(
@@ -249,7 +324,7 @@ def test_many_partitions_producers_and_consumers(
     assert not producers.errors, producers.errors[:5]
     assert not consumers.errors, consumers.errors[:5]
     verified = verify(broker.bootstrap, producers.acked)
-    lat = sorted(producers.latencies_ms)
+    lat = sorted(ms for _, ms in producers.latencies_ms)
     count = len(producers.acked)
     print(
         f"\n{PARTITIONS} partitions, {PRODUCERS} producers, {CONSUMERS} consumers, {elapsed:.0f}s:"
@@ -268,10 +343,13 @@ def test_many_partitions_producers_and_consumers(
         f" thread {loop_user + loop_sys:.0f} s ({(loop_user + loop_sys) / elapsed:.0%} of a"
         f" core: user {loop_user:.0f} s, system {loop_sys:.0f} s), runnable but waiting for"
         f" a CPU {waited:.0f} s ({waited / elapsed:.0%}); the clients' process"
-        f" {clients:.0f} s; offered {RATE or 'unthrottled'} records/s; load average"
+        f" {clients:.0f} s; offered {RATE or 'unthrottled'} records/s"
+        f" (max.in.flight {MAX_IN_FLIGHT or 'default'}); load average"
         f" {load_before:.1f} -> {load_after:.1f}"
     )
-    if len(rss) > 600:  # a 10-minute run: the target's window, its last five minutes
+    print(f"producers sent {producers.request_mix()}")
+    print("produce p99 by when acknowledged (s: ms): " + p99_over_time(producers, began, elapsed))
+    if SECONDS >= 600 and len(rss) >= 300:  # the target's window: the last five minutes
         last = rss[-300:]
         print(
             f"broker RSS over the last 5 minutes: {min(last):.0f}-{max(last):.0f} MB"

@@ -113,3 +113,27 @@ def test_mutated_produce_frames_decode_or_raise_invalid_request(data):
     # Either it decodes, or InvalidRequestError (the connection is closed); nothing else.
     with contextlib.suppress(InvalidRequestError):
         CODEC.decode_request(raw[:cut], "PLAINTEXT", "x")
+
+
+def _outcome(raw: bytes | bytearray) -> tuple[object, ...] | None:
+    """The decoded request's fields, or None when the frame is refused."""
+    try:
+        return _plain(CODEC.decode_request(raw, "PLAINTEXT", "x")[1])
+    except InvalidRequestError:
+        return None
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_in_place_decoder_refuses_what_the_frame_guard_and_kio_refuse(data):
+    """The in-place decoder makes the frame guard's body checks itself (the guard walks
+    only the header of such a frame): on damaged frames it must refuse exactly the frames
+    the guard and kio refuse (the decoding of ``bytes``), and agree on the others."""
+    version = data.draw(st.sampled_from(VERSIONS))
+    raw = bytearray(frame(ApiKey.PRODUCE, version, data.draw(_request_strategy(version))))
+    for _ in range(data.draw(st.integers(1, 4))):
+        pos = data.draw(st.integers(4, len(raw) - 1))
+        # Often a length or count byte turned to 0xff (-1 / null, or a huge value).
+        raw[pos] = data.draw(st.sampled_from([0x00, 0x7F, 0x80, 0xFF]) | st.integers(0, 255))
+    raw = raw[: data.draw(st.integers(0, len(raw)))]
+    assert _outcome(bytearray(raw)) == _outcome(bytes(raw))
