@@ -19,7 +19,9 @@ import contextlib
 import errno
 import mmap
 import os
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -28,12 +30,18 @@ from typing import Any, BinaryIO
 from core.config import ConfigKey, ConfigType
 from core.fs import fsync_dir
 from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
-from rsm_plugins.layout import checksum_bytes
+from rsm_plugins.layout import CorruptObjectError, ObjectSuffix, checksum_bytes
 from rsm_plugins.store import BoundedReader, ObjectInfo, ObjectStore, buffered
-from tiered.api import RemoteResourceNotFoundError, RemoteStorageError
+from tiered.api import (
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 
 STORAGE_ROOT = "storage.root"
 _TMP_MARK = ".tmp-"
+# Log objects whose file was checked against its manifest, remembered by segment id.
+VERIFIED_FILES_MAX = 10_000
 
 
 # Threads that fsync the objects of one copy at once (an fsync releases the GIL).
@@ -196,6 +204,20 @@ class LocalDirObjectStore(ObjectStore):
             return f
         return buffered(BoundedReader(f, end - start))
 
+    def open_fd(self, key: str) -> int:
+        """A new read-only descriptor of object ``key``'s file, owned by the caller.
+
+        Raises:
+            RemoteResourceNotFoundError: no object ``key``.
+        """
+        path = self._path(key)
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"no object {key} under {self.root}") from e
+        except OSError as e:
+            raise RemoteStorageError(f"cannot read {path}: {e}") from e
+
     def get_bytes(self, key: str) -> bytes:
         with self._open(key) as f:
             try:
@@ -248,7 +270,19 @@ class LocalDirObjectStore(ObjectStore):
 
 
 class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
-    """The RSM over a local directory (``rsm.config.storage.root``)."""
+    """The RSM over a local directory (``rsm.config.storage.root``).
+
+    It has ``tiered.api.LogSegmentFiles``: the broker sends fetched bytes from the ``.log``
+    object's file. Each file is checked whole against its manifest (size and CRC32C) when
+    first opened, and again when its identity (device, inode, size, modification time)
+    changed since; ranged reads through ``fetch_log_segment`` are not checked here (the
+    broker checks each batch's own CRC32C).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._verified: OrderedDict[uuid.UUID, tuple[int, int, int, int]] = OrderedDict()
+        self._verified_lock = threading.Lock()
 
     CONFIG_KEYS = (
         ConfigKey(
@@ -273,3 +307,51 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
                 f"{os.strerror(errno.EACCES)}"
             )
         return LocalDirObjectStore(root.resolve())
+
+    def open_log_segment_file(
+        self, metadata: RemoteLogSegmentMetadata, *, only_if_verified: bool = False
+    ) -> int | None:
+        store = self.store
+        if not isinstance(store, LocalDirObjectStore):
+            return None  # client-side encryption: the file holds ciphertext
+        key = self._key(metadata, ObjectSuffix.LOG)
+        fd = store.open_fd(key)
+        try:
+            st = os.fstat(fd)
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            segment_id = metadata.segment_id
+            with self._verified_lock:
+                known = self._verified.get(segment_id) == identity
+                if known:
+                    self._verified.move_to_end(segment_id)
+            if not known:
+                if only_if_verified:
+                    os.close(fd)
+                    return None
+                self._verify_file(metadata, key, fd, st.st_size)
+                with self._verified_lock:
+                    self._verified[segment_id] = identity
+                    self._verified.move_to_end(segment_id)
+                    while len(self._verified) > VERIFIED_FILES_MAX:
+                        self._verified.popitem(last=False)
+        except (OSError, ValueError) as e:  # ValueError: the file shrank under the mapping
+            os.close(fd)
+            raise RemoteStorageError(f"cannot read {key}: {e}") from e
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _verify_file(
+        self, metadata: RemoteLogSegmentMetadata, key: str, fd: int, size: int
+    ) -> None:
+        """Check the whole file against the manifest's size and CRC32C (read through a
+        mapping: no copy into a Python buffer)."""
+        entry = self.manifest(metadata).objects.get(ObjectSuffix.LOG)
+        if entry is None:
+            raise CorruptObjectError(f"{key}: the manifest has no log entry")
+        if size == 0:
+            entry.verify(b"", key)
+            return
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as view:
+            entry.verify(view, key)  # type: ignore[arg-type]  # a mapping is read like bytes

@@ -35,13 +35,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
-from core.errors import OffsetOutOfRangeError
+from core.errors import CoreError, OffsetOutOfRangeError
 from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
 from core.log.txn_index import AbortedTxn, TransactionIndex
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from core.records.record import decode_records
 from core.server.remote_seam import RemoteFetchResult
 from tiered.api import (
+    LogSegmentFiles,
     RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -58,6 +59,7 @@ from tiered.metrics import (
 )
 from tiered.quota import TokenBucket
 from tiered.remote_index_cache import RemoteIndexCache
+from tiered.remote_log_file import FileRegion, RemoteLogFile, find_region
 
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog
@@ -84,6 +86,9 @@ READ_AHEAD_DEPTH = 3
 # RLMM lookup takes about 7 us here: 64 of them, 0.5 ms, about what sending the 1 MiB
 # answer costs the event loop.
 EVENT_LOOP_TXN_SEARCH_SEGMENTS = 64
+# Where sequential consumers' next fetches start in remote log files (plugins with
+# LogSegmentFiles): (segment id, next fetch offset) -> byte position, the newest kept.
+FILE_POSITIONS_MAX_ENTRIES = 1024
 
 
 class CorruptRemoteDataError(RemoteStorageError):
@@ -277,6 +282,28 @@ class _ReadAhead:
         return evicted
 
 
+class _FilePositions:
+    """Byte positions of the batches sequential consumers fetch next from remote log files,
+    keyed by (segment id, offset): the fetch that served the batches before remembers
+    where the next one starts, so the next fetch needs no index lookup. Thread-safe; the
+    FILE_POSITIONS_MAX_ENTRIES newest are kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._positions: OrderedDict[tuple[uuid.UUID, int], int] = OrderedDict()
+
+    def get(self, key: tuple[uuid.UUID, int]) -> int | None:
+        with self._lock:
+            return self._positions.get(key)
+
+    def put(self, key: tuple[uuid.UUID, int], position: int) -> None:
+        with self._lock:
+            self._positions[key] = position
+            self._positions.move_to_end(key)
+            while len(self._positions) > FILE_POSITIONS_MAX_ENTRIES:
+                self._positions.popitem(last=False)
+
+
 class _FetchFuture(Future[RemoteFetchResult]):
     """A fetch on the reader pool. ``cancel`` by its waiter (the broker cancels a read
     that misses ``remote.fetch.max.wait.ms``, or whose client has gone) cancels the queued
@@ -334,6 +361,10 @@ class RemoteLogReader:
         self._pending_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="remote-log-reader")
         self.read_ahead = _ReadAhead()
+        # A plugin whose log objects are local files: fetches are sent from them (no read
+        # into memory, no read-ahead). None once it says it cannot (encrypted objects).
+        self._files: LogSegmentFiles | None = rsm if isinstance(rsm, LogSegmentFiles) else None
+        self._file_positions = _FilePositions()
 
     # -- async-friendly entries --------------------------------------------------------
     def submit_fetch(
@@ -350,7 +381,10 @@ class RemoteLogReader:
         Raises:
             RemoteReadRejectedError: the pending-task bound is reached (raised at once).
         """
-        served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+        if self._files is not None:
+            served = self._serve_file_at_once(tp, plog, fetch_offset, max_bytes, read_committed)
+        else:
+            served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
         if served is not None:
             return served
         answer = _FetchFuture()
@@ -359,14 +393,16 @@ class RemoteLogReader:
             if not answer.set_running_or_notify_cancel():
                 return
             try:
-                result = self.fetch(
-                    tp,
-                    plog,
-                    fetch_offset,
-                    max_bytes,
-                    read_committed=read_committed,
-                    abandoned=answer.is_abandoned,
-                )
+                result = self._fetch_file(tp, plog, fetch_offset, max_bytes, read_committed)
+                if result is None:
+                    result = self.fetch(
+                        tp,
+                        plog,
+                        fetch_offset,
+                        max_bytes,
+                        read_committed=read_committed,
+                        abandoned=answer.is_abandoned,
+                    )
             except BaseException as e:  # noqa: BLE001 - handed to the waiter, as the pool does
                 answer.set_exception(e)
             else:
@@ -404,18 +440,12 @@ class RemoteLogReader:
         if ahead is None:
             return None
         position, prefix = ahead
-        size = peek_batch_size(prefix, 0)
-        if (
-            size is None
-            or size < HEADER_SIZE
-            or size > len(prefix)
-            or RecordBatchHeader(prefix, 0).last_offset < fetch_offset
-        ):
+        data = _answer_in(prefix, fetch_offset, max_bytes)
+        if data is None:
             # Not the plain case (a batch larger than the range, or a range that does not
             # start at the batch asked for): the pool serves it, starting from these bytes.
             self.read_ahead.put(key, position, _done_future(prefix))
             return None
-        data = prefix[: max(max_bytes, size)]
         aborted = None
         if read_committed:
             upper = _upper_bound_offset(data, fetch_offset)
@@ -442,6 +472,129 @@ class RemoteLogReader:
         self._read_ahead(tp, plog, md, position, data, max_bytes)
         answer.set_result(RemoteFetchResult(data, aborted))
         return answer
+
+    def _serve_file_at_once(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
+    ) -> Future[RemoteFetchResult] | None:
+        """A fetch answered in the caller's thread with a slice of the segment's log file
+        (a done future), or None: the pool then serves it. Only when it needs no more I/O
+        than an open and a few batch headers: the file was checked already, and the fetch
+        starts at the segment's first offset or where the fetch before it ended; and, for
+        READ_COMMITTED, when the remote transaction indexes it needs are in memory (as
+        ``_serve_read_ahead``)."""
+        files = self._files
+        assert files is not None
+        if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
+            return None
+        try:
+            md = self._segment_for(tp, plog, fetch_offset)
+        except RemoteStorageError:
+            return None  # the pool looks it up again and reports the failure
+        if md is None:
+            return None
+        if fetch_offset <= md.start_offset:
+            position: int | None = 0
+        else:
+            position = self._file_positions.get((md.segment_id, fetch_offset))
+        if position is None:
+            return None
+        try:
+            fd = files.open_log_segment_file(md, only_if_verified=True)
+            if fd is None:
+                return None
+            file = RemoteLogFile(fd, f"remote segment {md.remote_log_segment_id}")
+            region = find_region(file, position, fetch_offset, max_bytes)
+        except (RemoteStorageError, CoreError, OSError):
+            return None  # the pool reads it again and reports the failure
+        if region is None:
+            return None  # past the segment's last batch: the pool goes on to the next
+        aborted = None
+        if read_committed:
+            txns = self._collect_aborted_txns(
+                tp,
+                plog,
+                fetch_offset,
+                region.upper_bound,
+                self.index_cache.txn_index_in_memory,
+                max_segments=EVENT_LOOP_TXN_SEARCH_SEGMENTS,
+            )
+            if txns is None:
+                return None
+            aborted = tuple((t.producer_id, t.first_offset) for t in txns)
+        self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
+        self._served_file(tp, md, region)
+        answer: Future[RemoteFetchResult] = Future()
+        answer.set_result(RemoteFetchResult(region.records, aborted))
+        return answer
+
+    def _fetch_file(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
+    ) -> RemoteFetchResult | None:
+        """``fetch`` with the records as a slice of the segment's log file (sent from the
+        file), or None when this plugin hands out no files or the plain case does not hold
+        (no segment for the offset, the fetch quota exhausted): ``fetch`` then answers,
+        errors included.
+
+        Raises:
+            RemoteStorageError: the remote tier failed, or the object does not match its
+                manifest (a corrupt object is never served).
+        """
+        files = self._files
+        if files is None or (self.fetch_quota is not None and self.fetch_quota.is_exceeded()):
+            return None
+        try:
+            md = self._segment_for(tp, plog, fetch_offset)
+            while md is not None:
+                fd = files.open_log_segment_file(md)
+                if fd is None:
+                    self._files = None  # the plugin's answer for every segment
+                    return None
+                file = RemoteLogFile(fd, f"remote segment {md.remote_log_segment_id}")
+                position = 0
+                if fetch_offset > md.start_offset:
+                    known = self._file_positions.get((md.segment_id, fetch_offset))
+                    position = (
+                        known
+                        if known is not None
+                        else self.index_cache.lookup_position(md, fetch_offset)
+                    )
+                region = find_region(file, position, fetch_offset, max_bytes)
+                if region is not None:
+                    break
+                file.close()
+                md = self._segment_for(tp, plog, md.end_offset + 1)
+            if md is None:
+                return None
+        except (RemoteStorageError, OSError, CoreError) as e:
+            self._count_failed(tp, fetch_offset, e)
+            raise
+        self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
+        self._served_file(tp, md, region)
+        if not read_committed:
+            return RemoteFetchResult(region.records)
+        txns = self.collect_aborted_txns(tp, plog, fetch_offset, region.upper_bound)
+        return RemoteFetchResult(
+            region.records, tuple((t.producer_id, t.first_offset) for t in txns)
+        )
+
+    def _served_file(
+        self, tp: TopicIdPartition, md: RemoteLogSegmentMetadata, region: FileRegion
+    ) -> None:
+        """A fetch is answered with ``region``: count it and remember where the next one
+        starts."""
+        self._count_served(tp, len(region.records))
+        if region.next_offset is not None and region.next_position < md.segment_size_in_bytes:
+            self._file_positions.put((md.segment_id, region.next_offset), region.next_position)
 
     def _keep_rest(
         self, md: RemoteLogSegmentMetadata, position: int, prefix: bytes, data: bytes
@@ -660,7 +813,19 @@ class RemoteLogReader:
         chunk = max_bytes + READ_SLACK_BYTES
         ahead = self.read_ahead.take((md.segment_id, fetch_offset))
         if ahead is not None:
-            ranges = _SegmentRanges(self.rsm, md, ahead[0], chunk, ahead[1])
+            position, prefix = ahead
+            rest_of_segment = md.segment_size_in_bytes - position
+            if len(prefix) >= min(max_bytes, rest_of_segment):
+                data = _answer_in(prefix, fetch_offset, max_bytes)
+                if data is not None:
+                    # The plain case, as ``_serve_read_ahead``: a slice of a range checked
+                    # when it arrived (no copy, no second CRC32C pass).
+                    if len(data) < len(prefix):
+                        self._keep_rest(md, position, prefix, data)
+                    if abandoned is None or not abandoned():
+                        self._read_ahead(tp, plog, md, position, data, max_bytes)
+                    return data
+            ranges = _SegmentRanges(self.rsm, md, position, chunk, prefix)
         else:
             # A read from the segment's first offset starts at byte 0 without its indexes.
             position = (
@@ -885,6 +1050,22 @@ class RemoteLogReader:
                         return record.timestamp, record.offset, batch.partition_leader_epoch
             at += size
         return None
+
+
+def _answer_in(prefix: bytes, fetch_offset: int, max_bytes: int) -> bytes | None:
+    """What a fetch at ``fetch_offset`` answers from a read-ahead range ``prefix``: its
+    first ``max_bytes`` (the whole first batch when larger), when that batch is whole and
+    holds the offset; None otherwise (a batch larger than the range, or a range that does
+    not start at the batch asked for). A slice of the whole range is the range itself."""
+    size = peek_batch_size(prefix, 0)
+    if (
+        size is None
+        or size < HEADER_SIZE
+        or size > len(prefix)
+        or RecordBatchHeader(prefix, 0).last_offset < fetch_offset
+    ):
+        return None
+    return prefix[: max(max_bytes, size)]
 
 
 def _whole_batches(data: bytes, at: int = 0) -> tuple[int, int | None]:
