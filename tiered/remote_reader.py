@@ -384,10 +384,27 @@ class RemoteLogReader:
         if self._files is not None:
             served = self._serve_file_at_once(tp, plog, fetch_offset, max_bytes, read_committed)
         else:
-            served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+            served = self._serve_read_ahead(
+                tp, plog, fetch_offset, max_bytes, read_committed, wait_in_flight=True
+            )
         if served is not None:
             return served
         answer = _FetchFuture()
+        answer.task = self._submit(
+            self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
+        )
+        return answer
+
+    def _fetch_task(
+        self,
+        answer: _FetchFuture,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
+    ) -> Callable[[], None]:
+        """The pool task that answers ``answer``."""
 
         def run() -> None:
             if not answer.set_running_or_notify_cancel():
@@ -408,7 +425,42 @@ class RemoteLogReader:
             else:
                 answer.set_result(result)
 
-        answer.task = self._submit(run)
+        return run
+
+    def _answer_on_arrival(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
+        in_flight: Future[bytes],
+    ) -> _FetchFuture:
+        """A fetch whose read-ahead range is being read: answered when the range arrives,
+        in the thread that read it (``_serve_read_ahead``), instead of by a pool thread that
+        would wait for it. With a sequential consumer on S3 that is most fetches: the
+        consumer asks as soon as it has the answer before, while its range is still on the
+        way. When the range is not the plain case (or failed), the pool serves the fetch,
+        as it would have. A fetch cancelled meanwhile (its waiter gave up) takes nothing:
+        the range stays in hand for the consumer's next try."""
+        answer = _FetchFuture()
+
+        def arrived(_: Future[bytes]) -> None:
+            if answer.cancelled() or answer.is_abandoned():
+                return
+            served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+            if served is None:
+                run = self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
+                try:
+                    answer.task = self._submit(run)
+                except (RemoteReadRejectedError, RuntimeError) as e:
+                    if answer.set_running_or_notify_cancel():
+                        answer.set_exception(e)
+                return
+            if answer.set_running_or_notify_cancel():
+                answer.set_result(served.result())
+
+        in_flight.add_done_callback(arrived)
         return answer
 
     def _serve_read_ahead(
@@ -418,9 +470,13 @@ class RemoteLogReader:
         fetch_offset: int,
         max_bytes: int,
         read_committed: bool,
+        *,
+        wait_in_flight: bool = False,
     ) -> Future[RemoteFetchResult] | None:
         """A fetch answered in the caller's thread from a read-ahead range already in
-        memory (a done future), or None: the pool then serves it. A sequential consumer's
+        memory (a done future), or None: the pool then serves it. With ``wait_in_flight``,
+        a fetch whose range is being read is answered when it arrives
+        (``_answer_on_arrival``). A sequential consumer's
         next range is usually in hand when it asks, and handing the fetch to a pool thread
         and the answer back cost more than the work (an RLMM lookup and a slice; the
         range's CRC32C was checked when it arrived). Never waits for I/O: a range too short
@@ -438,6 +494,11 @@ class RemoteLogReader:
         key = (md.segment_id, fetch_offset)
         ahead = self.read_ahead.take_ready(key, max_bytes, md.segment_size_in_bytes)
         if ahead is None:
+            held = self.read_ahead.held(key) if wait_in_flight else None
+            if held is not None and not held[1].done():
+                return self._answer_on_arrival(
+                    tp, plog, fetch_offset, max_bytes, read_committed, held[1]
+                )
             return None
         position, prefix = ahead
         data = _answer_in(prefix, fetch_offset, max_bytes)

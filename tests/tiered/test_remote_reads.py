@@ -488,3 +488,49 @@ def test_a_range_read_ahead_is_never_read_again_after_the_consumer_took_it(tmp_p
         assert reader.read_ahead.arrived() == held
     finally:
         env.close()
+
+
+def test_a_fetch_whose_range_is_on_the_way_is_answered_when_it_arrives(tmp_path):
+    """A consumer asks for its next fetch while that range is still being read (on S3,
+    the usual case): the fetch is answered when the range arrives, with its bytes, and no
+    pool thread waits for it. A fetch given up meanwhile takes nothing: the range stays in
+    hand for the consumer's next try, which is answered from it (not read again)."""
+    rsm = GatedRSM()
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        first = reader.fetch(env.tp, env.plog, 0, 600).records
+        offset = next_offset_after(first)
+        wait_until(lambda: reader._pending == 0, 10, what="the pipeline settled")
+        rsm.gated = True  # ranges read ahead from now on wait for the gate
+        got = bytearray(whole_batches(first))
+        while True:
+            md = reader._segment_for(env.tp, env.plog, offset)
+            held = reader.read_ahead.held((md.segment_id, offset))
+            assert held is not None, f"nothing read ahead for offset {offset}"
+            if not held[1].done():
+                break
+            data = reader.submit_fetch(env.tp, env.plog, offset, 600).result(10).records
+            got += whole_batches(data)
+            offset = next_offset_after(data)
+        assert rsm.waiting.wait(10), "the range was never asked for"
+        pending = reader._pending  # the ranges on the way, no fetch among them
+        given_up = reader.submit_fetch(env.tp, env.plog, offset, 600)
+        assert not given_up.done() and reader._pending == pending
+        assert given_up.cancel()
+        answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
+        assert not answer.done() and reader._pending == pending
+        rsm.gated = False
+        rsm.gate.set()
+        data = answer.result(10).records
+        got += whole_batches(data)
+        assert bytes(got) == expected[: len(got)]
+        wait_until(lambda: reader._pending == 0, 10, what="the pipeline settled")
+        assert rsm.reads.count((md.segment_id, held[0])) == 1, "the range was read again"
+    finally:
+        rsm.gate.set()
+        env.close()
