@@ -89,6 +89,8 @@ EVENT_LOOP_TXN_SEARCH_SEGMENTS = 64
 # Where sequential consumers' next fetches start in remote log files (plugins with
 # LogSegmentFiles): (segment id, next fetch offset) -> byte position, the newest kept.
 FILE_POSITIONS_MAX_ENTRIES = 1024
+# Searches for aborted transactions remembered (see _TxnFreeRuns).
+TXN_FREE_RUNS_MAX_ENTRIES = 1024
 
 
 class CorruptRemoteDataError(RemoteStorageError):
@@ -304,6 +306,32 @@ class _FilePositions:
                 self._positions.popitem(last=False)
 
 
+class _TxnFreeRuns:
+    """Runs of remote segments without aborted transactions (KIP-1058's
+    ``txn_index_empty``), by the segment a search for aborts started from: segment id ->
+    the offset that search reached (the local log start then) through segments without
+    aborts only. Remote segments are immutable and new ones only follow the last, so a
+    later search from the same segment finds the same segments up to that offset and
+    can start there. Thread-safe; the TXN_FREE_RUNS_MAX_ENTRIES newest are kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reached: OrderedDict[uuid.UUID, int] = OrderedDict()
+
+    def get(self, segment_id: uuid.UUID) -> int | None:
+        with self._lock:
+            return self._reached.get(segment_id)
+
+    def put(self, segment_id: uuid.UUID, reached: int) -> None:
+        with self._lock:
+            if self._reached.get(segment_id, -1) >= reached:
+                return
+            self._reached[segment_id] = reached
+            self._reached.move_to_end(segment_id)
+            while len(self._reached) > TXN_FREE_RUNS_MAX_ENTRIES:
+                self._reached.popitem(last=False)
+
+
 class _FetchFuture(Future[RemoteFetchResult]):
     """A fetch on the reader pool. ``cancel`` by its waiter (the broker cancels a read
     that misses ``remote.fetch.max.wait.ms``, or whose client has gone) cancels the queued
@@ -365,6 +393,7 @@ class RemoteLogReader:
         # into memory, no read-ahead). None once it says it cannot (encrypted objects).
         self._files: LogSegmentFiles | None = rsm if isinstance(rsm, LogSegmentFiles) else None
         self._file_positions = _FilePositions()
+        self._txn_free_runs = _TxnFreeRuns()
 
     # -- async-friendly entries --------------------------------------------------------
     def submit_fetch(
@@ -765,10 +794,18 @@ class RemoteLogReader:
     ) -> list[AbortedTxn] | None:
         """``collect_aborted_txns`` with the remote transaction indexes from ``txn_index``;
         None as soon as it gives None for one (not in memory), or when more than
-        ``max_segments`` remote segments would be searched."""
+        ``max_segments`` remote segments would be searched.
+
+        A search that went from a segment to the local log through segments without
+        aborts only (KIP-1058's ``txn_index_empty``) is remembered for that segment
+        (``_TxnFreeRuns``), and the next search from it starts where that one ended: a
+        sequential READ_COMMITTED consumer (librdkafka's default) otherwise looked up every
+        remote segment after its own in the RLMM on every fetch."""
         out: list[AbortedTxn] = []
         offset = start_offset
         searched = 0
+        first: uuid.UUID | None = None
+        txn_free = True
         while offset < plog.local_log_start_offset:
             searched += 1
             if max_segments is not None and searched > max_segments:
@@ -776,7 +813,14 @@ class RemoteLogReader:
             md = self._segment_for(tp, plog, offset)
             if md is None:
                 break
+            if first is None:
+                first = md.segment_id
+                reached = self._txn_free_runs.get(first)
+                if reached is not None and reached > offset:
+                    offset = reached
+                    continue
             if not md.txn_index_empty:  # KIP-1058: no fetch for a segment without aborts
+                txn_free = False
                 index = txn_index(md)
                 if index is None:
                     return None
@@ -785,6 +829,9 @@ class RemoteLogReader:
                 if complete:
                     return out
             offset = md.end_offset + 1
+        else:
+            if first is not None and txn_free:
+                self._txn_free_runs.put(first, offset)
         out.extend(plog.collect_aborted_txns(max(offset, start_offset), upper_bound))
         return out
 

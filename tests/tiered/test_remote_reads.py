@@ -22,7 +22,7 @@ from tiered.remote_reader import (
     _ReadAhead,
 )
 
-from .harness import T0, Env, MemoryRSM, produce, tiered_config
+from .harness import T0, Env, MemoryRSM, local_dir_rsm, produce, tiered_config
 
 
 class FreezableRSM(MemoryRSM):
@@ -533,4 +533,37 @@ def test_a_fetch_whose_range_is_on_the_way_is_answered_when_it_arrives(tmp_path)
         assert rsm.reads.count((md.segment_id, held[0])) == 1, "the range was read again"
     finally:
         rsm.gate.set()
+        env.close()
+
+
+@pytest.mark.parametrize("rsm_kind", ["memory", "local-dir"])
+def test_an_abort_tiered_after_a_search_found_none_is_still_found(tmp_path, rsm_kind):
+    """A READ_COMMITTED fetch that found no abort from its segment to the local log is
+    remembered; segments tiered later are still searched: a transaction that started in
+    that segment and was aborted after the first fetch reaches the next fetch's answer."""
+    rsm = MemoryRSM() if rsm_kind == "memory" else local_dir_rsm(tmp_path / "bucket")
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        s1 = env.segments()[0].end_offset + 1
+        for _ in range(2):  # the second search starts from what the first remembered
+            answer = reader.submit_fetch(env.tp, env.plog, s1, 1 << 20, read_committed=True)
+            assert answer.result(10).aborted_txns == ()
+        # A transaction open since segment 1 is aborted in a segment tiered now.
+        reached = env.plog.local_log_start_offset
+        produce(env.plog, 40, ts=T0)
+        late = next(s for s in env.plog.segments() if s.base_offset > reached)
+        late.append_aborted_txn(AbortedTxn(9, s1 + 1, late.base_offset, late.base_offset))
+        env.copy()
+        env.plog.delete_old_segments()
+        assert env.plog.local_log_start_offset > late.base_offset
+        answer = reader.submit_fetch(env.tp, env.plog, s1, 1 << 20, read_committed=True)
+        assert answer.result(10).aborted_txns == ((9, s1 + 1),)
+        assert reader.fetch(env.tp, env.plog, s1, 1 << 20, read_committed=True).aborted_txns == (
+            (9, s1 + 1),
+        )
+    finally:
         env.close()
