@@ -204,17 +204,21 @@ class LocalDirObjectStore(ObjectStore):
             return f
         return buffered(BoundedReader(f, end - start))
 
-    def open_fd(self, key: str) -> int:
-        """A new read-only descriptor of object ``key``'s file, owned by the caller.
+    def object_file(self, key: str) -> str:
+        """The path of object ``key``'s file."""
+        return str(self._path(key))
+
+    def open_file(self, path: str) -> int:
+        """A new read-only descriptor of an object's file (``object_file``), owned by the
+        caller.
 
         Raises:
-            RemoteResourceNotFoundError: no object ``key``.
+            RemoteResourceNotFoundError: no such object.
         """
-        path = self._path(key)
         try:
             return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError as e:
-            raise RemoteResourceNotFoundError(f"no object {key} under {self.root}") from e
+            raise RemoteResourceNotFoundError(f"no object {path}") from e
         except OSError as e:
             raise RemoteStorageError(f"cannot read {path}: {e}") from e
 
@@ -281,7 +285,10 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def __init__(self) -> None:
         super().__init__()
-        self._verified: OrderedDict[uuid.UUID, tuple[int, int, int, int]] = OrderedDict()
+        # Segment id -> the log object's path and the identity of the file checked there.
+        self._verified: OrderedDict[uuid.UUID, tuple[str, tuple[int, int, int, int]]] = (
+            OrderedDict()
+        )
         self._verified_lock = threading.Lock()
 
     CONFIG_KEYS = (
@@ -314,44 +321,51 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
         store = self.store
         if not isinstance(store, LocalDirObjectStore):
             return None  # client-side encryption: the file holds ciphertext
-        key = self._key(metadata, ObjectSuffix.LOG)
-        fd = store.open_fd(key)
+        segment_id = metadata.segment_id
+        with self._verified_lock:
+            checked = self._verified.get(segment_id)
+        # The path of a file checked before is remembered with it (no key to build).
+        path = (
+            store.object_file(self._key(metadata, ObjectSuffix.LOG))
+            if checked is None
+            else checked[0]
+        )
+        fd = store.open_file(path)
         try:
             st = os.fstat(fd)
             identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            segment_id = metadata.segment_id
-            with self._verified_lock:
-                known = self._verified.get(segment_id) == identity
-                if known:
-                    self._verified.move_to_end(segment_id)
-            if not known:
+            if checked is not None and checked[1] == identity:
+                with self._verified_lock:
+                    if segment_id in self._verified:
+                        self._verified.move_to_end(segment_id)
+            else:
                 if only_if_verified:
                     os.close(fd)
                     return None
-                self._verify_file(metadata, key, fd, st.st_size)
+                self._verify_file(metadata, path, fd, st.st_size)
                 with self._verified_lock:
-                    self._verified[segment_id] = identity
+                    self._verified[segment_id] = (path, identity)
                     self._verified.move_to_end(segment_id)
                     while len(self._verified) > VERIFIED_FILES_MAX:
                         self._verified.popitem(last=False)
         except (OSError, ValueError) as e:  # ValueError: the file shrank under the mapping
             os.close(fd)
-            raise RemoteStorageError(f"cannot read {key}: {e}") from e
+            raise RemoteStorageError(f"cannot read {path}: {e}") from e
         except BaseException:
             os.close(fd)
             raise
         return fd
 
     def _verify_file(
-        self, metadata: RemoteLogSegmentMetadata, key: str, fd: int, size: int
+        self, metadata: RemoteLogSegmentMetadata, path: str, fd: int, size: int
     ) -> None:
         """Check the whole file against the manifest's size and CRC32C (read through a
         mapping: no copy into a Python buffer)."""
         entry = self.manifest(metadata).objects.get(ObjectSuffix.LOG)
         if entry is None:
-            raise CorruptObjectError(f"{key}: the manifest has no log entry")
+            raise CorruptObjectError(f"{path}: the manifest has no log entry")
         if size == 0:
-            entry.verify(b"", key)
+            entry.verify(b"", path)
             return
         with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as view:
-            entry.verify(view, key)  # type: ignore[arg-type]  # a mapping is read like bytes
+            entry.verify(view, path)  # type: ignore[arg-type]  # a mapping is read like bytes

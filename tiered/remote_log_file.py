@@ -27,15 +27,20 @@ class RemoteLogFile:
     goes (the answer holding a slice of it was sent or dropped): the writer sends from a
     duplicate taken before it writes the answer."""
 
-    def __init__(self, fd: int, name: str) -> None:
+    def __init__(self, fd: int, segment: object) -> None:
         self._fd = fd
         self._lock = threading.Lock()
-        self.path = name  # what error messages call the file
+        self._segment = segment
         try:
             self.size = os.fstat(fd).st_size
         except OSError:
             os.close(fd)
             raise
+
+    @property
+    def path(self) -> str:
+        """What error messages call the file (formatted only for one)."""
+        return f"remote segment {self._segment}"
 
     def read(self, position: int, size: int) -> bytes:
         """Up to ``size`` bytes from ``position``; fewer only at the end of the file."""

@@ -546,6 +546,7 @@ class RemoteLogReader:
                 upper,
                 self.index_cache.txn_index_in_memory,
                 max_segments=EVENT_LOOP_TXN_SEARCH_SEGMENTS,
+                first_md=md,
             )
             if txns is None:
                 self.read_ahead.put(key, position, _done_future(prefix))
@@ -597,7 +598,7 @@ class RemoteLogReader:
             fd = files.open_log_segment_file(md, only_if_verified=True)
             if fd is None:
                 return None
-            file = RemoteLogFile(fd, f"remote segment {md.remote_log_segment_id}")
+            file = RemoteLogFile(fd, md.remote_log_segment_id)
             region = find_region(file, position, fetch_offset, max_bytes)
         except (RemoteStorageError, CoreError, OSError):
             return None  # the pool reads it again and reports the failure
@@ -612,6 +613,7 @@ class RemoteLogReader:
                 region.upper_bound,
                 self.index_cache.txn_index_in_memory,
                 max_segments=EVENT_LOOP_TXN_SEARCH_SEGMENTS,
+                first_md=md,
             )
             if txns is None:
                 return None
@@ -649,7 +651,7 @@ class RemoteLogReader:
                 if fd is None:
                     self._files = None  # the plugin's answer for every segment
                     return None
-                file = RemoteLogFile(fd, f"remote segment {md.remote_log_segment_id}")
+                file = RemoteLogFile(fd, md.remote_log_segment_id)
                 position = 0
                 if fetch_offset > md.start_offset:
                     known = self._file_positions.get((md.segment_id, fetch_offset))
@@ -791,10 +793,12 @@ class RemoteLogReader:
         txn_index: Callable[[RemoteLogSegmentMetadata], TransactionIndex | None],
         *,
         max_segments: int | None = None,
+        first_md: RemoteLogSegmentMetadata | None = None,
     ) -> list[AbortedTxn] | None:
         """``collect_aborted_txns`` with the remote transaction indexes from ``txn_index``;
         None as soon as it gives None for one (not in memory), or when more than
-        ``max_segments`` remote segments would be searched.
+        ``max_segments`` remote segments would be searched. ``first_md``: the segment
+        holding ``start_offset``, when the caller has looked it up.
 
         A search that went from a segment to the local log through segments without
         aborts only (KIP-1058's ``txn_index_empty``) is remembered for that segment
@@ -810,7 +814,10 @@ class RemoteLogReader:
             searched += 1
             if max_segments is not None and searched > max_segments:
                 return None
-            md = self._segment_for(tp, plog, offset)
+            if first is None and first_md is not None:
+                md: RemoteLogSegmentMetadata | None = first_md  # the caller's lookup
+            else:
+                md = self._segment_for(tp, plog, offset)
             if md is None:
                 break
             if first is None:
