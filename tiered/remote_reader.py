@@ -19,10 +19,18 @@ served from one ends where the next range starts. A read that ends a segment rea
 the start of the next one, and a read from a segment's first offset starts at byte 0: a
 consumer walking the remote tier from offset 0 needs no segment's indexes.
 
+With a plugin whose objects are files on this machine (``tiered.api.LogSegmentFiles``, the
+local-directory one), none of that: a fetch is answered with a slice of the object's file
+(``tiered.remote_log_file``), which the broker sends with ``sendfile`` as it sends a local
+segment's; the plugin checked the whole file against its manifest before handing it out.
+
 Every call here blocks: the broker uses ``submit_fetch`` / ``submit_offset_for_timestamp``,
 which run on a bounded pool and return ``concurrent.futures.Future`` objects for
-``asyncio.wrap_future``. The one exception: ``submit_fetch`` answers at once (a done
-future, no I/O) when the range asked for was read ahead and is in memory.
+``asyncio.wrap_future``. The exceptions: ``submit_fetch`` answers at once (a done future)
+when the range asked for was read ahead and is in memory (no I/O), or with a slice of a
+checked file whose position it knows (an open and a few batch headers read, as a local
+read does); and a fetch whose range is being read ahead is answered when it arrives, by
+the thread that read it, not by a pool thread waiting for it.
 """
 
 from __future__ import annotations
@@ -505,10 +513,10 @@ class RemoteLogReader:
         """A fetch answered in the caller's thread from a read-ahead range already in
         memory (a done future), or None: the pool then serves it. With ``wait_in_flight``,
         a fetch whose range is being read is answered when it arrives
-        (``_answer_on_arrival``). A sequential consumer's
-        next range is usually in hand when it asks, and handing the fetch to a pool thread
-        and the answer back cost more than the work (an RLMM lookup and a slice; the
-        range's CRC32C was checked when it arrived). Never waits for I/O: a range too short
+        (``_answer_on_arrival``). A sequential consumer's next range is usually in hand or
+        on the way when it asks, and handing the fetch to a pool thread and the answer back
+        cost more than the work (an RLMM lookup and a slice; the range's CRC32C was checked
+        when it arrived). Never waits for I/O: a range too short
         for the answer is left for the pool, and so is a READ_COMMITTED fetch (librdkafka's
         default) whose aborted transactions need a remote transaction index not parsed in
         memory yet."""
