@@ -485,7 +485,12 @@ class RemoteLogReader:
         def arrived(_: Future[bytes]) -> None:
             if answer.cancelled() or answer.is_abandoned():
                 return
-            served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+            try:
+                served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+            except BaseException as e:  # noqa: BLE001 - a callback's error would be lost
+                if answer.set_running_or_notify_cancel():
+                    answer.set_exception(e)
+                return
             if served is None:
                 run = self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
                 try:
