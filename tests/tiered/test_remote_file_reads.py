@@ -15,6 +15,7 @@ from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from rsm_plugins.layout import CorruptObjectError
 from tests.rsm_plugins.test_encryption import encrypted_rsm, key_file
+from tests.support.waiting import wait_until
 from tiered.api import RemoteLogSegmentMetadata, RemoteResourceNotFoundError
 
 from .harness import T0, Env, local_dir_rsm, produce, tiered_config
@@ -81,6 +82,22 @@ def test_a_consumer_gets_the_segments_bytes_sent_from_the_object_files(file_env)
     memory = reader.fetch(env.tp, env.plog, remote[1].start_offset, 600).records
     sent = reader.submit_fetch(env.tp, env.plog, remote[1].start_offset, 600).result(10)
     assert records_of(sent) == memory
+
+
+def test_the_next_segments_file_is_checked_before_the_consumer_reaches_it(file_env):
+    """A segment's first fetch would wait for its file's check (a pass over the whole
+    file) on the pool; the check is done ahead, while the consumer reads the segment before,
+    and that fetch is answered at once."""
+    env = file_env
+    _, remote = tiered(env)
+    reader = env.rlm.reader
+    offset = 0
+    while offset < remote[1].start_offset:
+        _, offset = whole(records_of(reader.submit_fetch(env.tp, env.plog, offset, 600).result(10)))
+    wait_until(lambda: reader._pending == 0, 10, what="the check ahead done")
+    answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
+    assert answer.done(), "the segment's first fetch waited for its file's check"
+    assert isinstance(answer.result().records, FileSlice)
 
 
 def test_a_corrupt_object_file_is_never_served(file_env, tmp_path):
