@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -33,9 +33,13 @@ from typing import Any, BinaryIO
 from core.config import ConfigKey, ConfigType
 from core.fs import fsync_dir
 from rsm_plugins.base import ObjectStoreRemoteStorageManager, require, setting
-from rsm_plugins.layout import checksum_bytes
+from rsm_plugins.layout import CorruptObjectError, ObjectSuffix, checksum_bytes
 from rsm_plugins.store import BoundedReader, ObjectInfo, ObjectStore, buffered
-from tiered.api import RemoteResourceNotFoundError, RemoteStorageError
+from tiered.api import (
+    RemoteLogSegmentMetadata,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 
 STORAGE_ROOT = "storage.root"
 _TMP_MARK = ".tmp-"
@@ -44,6 +48,8 @@ _TMP_MARK = ".tmp-"
 SPARE_FILES = 64
 # Spares are removed (and their thread ends) after this long without a write taking one.
 SPARE_IDLE_S = 5.0
+# Log objects whose file was checked against its manifest, remembered by segment id.
+VERIFIED_FILES_MAX = 10_000
 
 log = logging.getLogger(__name__)
 
@@ -326,6 +332,24 @@ class LocalDirObjectStore(ObjectStore):
             return f
         return buffered(BoundedReader(f, end - start))
 
+    def object_file(self, key: str) -> str:
+        """The path of object ``key``'s file."""
+        return str(self._path(key))
+
+    def open_file(self, path: str) -> int:
+        """A new read-only descriptor of an object's file (``object_file``), owned by the
+        caller.
+
+        Raises:
+            RemoteResourceNotFoundError: no such object.
+        """
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError as e:
+            raise RemoteResourceNotFoundError(f"no object {path}") from e
+        except OSError as e:
+            raise RemoteStorageError(f"cannot read {path}: {e}") from e
+
     def get_bytes(self, key: str) -> bytes:
         with self._open(key) as f:
             try:
@@ -378,7 +402,22 @@ class LocalDirObjectStore(ObjectStore):
 
 
 class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
-    """The RSM over a local directory (``rsm.config.storage.root``)."""
+    """The RSM over a local directory (``rsm.config.storage.root``).
+
+    It has ``tiered.api.LogSegmentFiles``: the broker sends fetched bytes from the ``.log``
+    object's file. Each file is checked whole against its manifest (size and CRC32C) when
+    first opened, and again when its identity (device, inode, size, modification time)
+    changed since; ranged reads through ``fetch_log_segment`` are not checked here (the
+    broker checks each batch's own CRC32C).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Segment id -> the log object's path and the identity of the file checked there.
+        self._verified: OrderedDict[uuid.UUID, tuple[str, tuple[int, int, int, int]]] = (
+            OrderedDict()
+        )
+        self._verified_lock = threading.Lock()
 
     CONFIG_KEYS = (
         ConfigKey(
@@ -403,3 +442,58 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
                 f"{os.strerror(errno.EACCES)}"
             )
         return LocalDirObjectStore(root.resolve())
+
+    def open_log_segment_file(
+        self, metadata: RemoteLogSegmentMetadata, *, only_if_verified: bool = False
+    ) -> int | None:
+        store = self.store
+        if not isinstance(store, LocalDirObjectStore):
+            return None  # client-side encryption: the file holds ciphertext
+        segment_id = metadata.segment_id
+        with self._verified_lock:
+            checked = self._verified.get(segment_id)
+        # The path of a file checked before is remembered with it (no key to build).
+        path = (
+            store.object_file(self._key(metadata, ObjectSuffix.LOG))
+            if checked is None
+            else checked[0]
+        )
+        fd = store.open_file(path)
+        try:
+            st = os.fstat(fd)
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if checked is not None and checked[1] == identity:
+                with self._verified_lock:
+                    if segment_id in self._verified:
+                        self._verified.move_to_end(segment_id)
+            else:
+                if only_if_verified:
+                    os.close(fd)
+                    return None
+                self._verify_file(metadata, path, fd, st.st_size)
+                with self._verified_lock:
+                    self._verified[segment_id] = (path, identity)
+                    self._verified.move_to_end(segment_id)
+                    while len(self._verified) > VERIFIED_FILES_MAX:
+                        self._verified.popitem(last=False)
+        except (OSError, ValueError) as e:  # ValueError: the file shrank under the mapping
+            os.close(fd)
+            raise RemoteStorageError(f"cannot read {path}: {e}") from e
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _verify_file(
+        self, metadata: RemoteLogSegmentMetadata, path: str, fd: int, size: int
+    ) -> None:
+        """Check the whole file against the manifest's size and CRC32C (read through a
+        mapping: no copy into a Python buffer)."""
+        entry = self.manifest(metadata).objects.get(ObjectSuffix.LOG)
+        if entry is None:
+            raise CorruptObjectError(f"{path}: the manifest has no log entry")
+        if size == 0:
+            entry.verify(b"", path)
+            return
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as view:
+            entry.verify(view, path)  # type: ignore[arg-type]  # a mapping is read like bytes

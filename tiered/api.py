@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, Protocol, TypeVar, runtime_checkable
 
 # -- errors ---------------------------------------------------------------------------------
 
@@ -408,6 +408,40 @@ class RemoteStorageManager(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients and threads; no call follows."""
+
+
+@runtime_checkable
+class LogSegmentFiles(Protocol):
+    """An optional capability of a RemoteStorageManager whose ``.log`` objects are files on
+    this machine (the local-directory plugin): the broker may send a fetch's bytes straight
+    from the object's file (``sendfile``) instead of reading them into memory. Not part of
+    Kafka's interface; the broker probes for it (``isinstance``) and reads through
+    ``fetch_log_segment`` when a plugin lacks it or answers None.
+    """
+
+    def open_log_segment_file(
+        self, metadata: RemoteLogSegmentMetadata, *, only_if_verified: bool = False
+    ) -> int | None:
+        """A new read-only descriptor of the segment's whole ``.log`` object, owned by the
+        caller, whose bytes match the copy's size and checksum: the plugin checks the file
+        when it first opens it and again whenever the file changed since (a copy finished
+        is immutable, so a sequential reader pays one check per segment). A corrupt object
+        is never handed out.
+
+        Args:
+            only_if_verified: answer None instead of checking a file not checked yet (and
+                instead of fetching a manifest not in memory): a caller that must not
+                block on a whole-file read (the event loop) asks this way first.
+
+        Returns:
+            The descriptor, or None when this plugin cannot hand out the object's file
+            (client-side encryption: the file is not the log's bytes) or, with
+            ``only_if_verified``, when that would need a check or a manifest read.
+
+        Raises:
+            RemoteResourceNotFoundError: the object (or its manifest) does not exist.
+            RemoteStorageError: the object does not match its manifest, or another failure.
+        """
 
 
 class RemoteLogMetadataManager(ABC):

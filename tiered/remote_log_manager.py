@@ -404,6 +404,17 @@ class RemoteLogManager:
             )
         except RemoteReadRejectedError as e:
             raise KafkaStorageError(str(e)) from e
+        if future.done() and not future.cancelled():
+            # Answered at once (from memory, or a slice of a local file): hand it over
+            # directly. wrap_future would schedule it with call_soon_threadsafe, a wake-up
+            # of the event loop through its self-pipe for every such fetch.
+            answer: asyncio.Future[RemoteFetchResult] = asyncio.get_running_loop().create_future()
+            error = future.exception()
+            if error is None:
+                answer.set_result(future.result())
+            else:
+                answer.set_exception(error)
+            return answer
         return asyncio.wrap_future(future)
 
     async def _await(self, future: Future[Any]) -> Any:

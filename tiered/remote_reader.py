@@ -19,15 +19,25 @@ served from one ends where the next range starts. A read that ends a segment rea
 the start of the next one, and a read from a segment's first offset starts at byte 0: a
 consumer walking the remote tier from offset 0 needs no segment's indexes.
 
+With a plugin whose objects are files on this machine (``tiered.api.LogSegmentFiles``, the
+local-directory one), none of that: a fetch is answered with a slice of the object's file
+(``tiered.remote_log_file``), which the broker sends with ``sendfile`` as it sends a local
+segment's; the plugin checked the whole file against its manifest before handing it out.
+
 Every call here blocks: the broker uses ``submit_fetch`` / ``submit_offset_for_timestamp``,
 which run on a bounded pool and return ``concurrent.futures.Future`` objects for
-``asyncio.wrap_future``. The one exception: ``submit_fetch`` answers at once (a done
-future, no I/O) when the range asked for was read ahead and is in memory.
+``asyncio.wrap_future``. The exceptions: ``submit_fetch`` answers at once (a done future)
+when the range asked for was read ahead and is in memory (no I/O), or with a slice of a
+checked file whose position it knows (an open and a few batch headers read, as a local
+read does); and a fetch whose range is being read ahead is answered when it arrives, by
+the thread that read it, not by a pool thread waiting for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import uuid
 from collections import OrderedDict
@@ -35,13 +45,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
-from core.errors import OffsetOutOfRangeError
+from core.errors import CoreError, OffsetOutOfRangeError
 from core.log.partition_log import MAX_TIMESTAMP, TimestampAndOffset
 from core.log.txn_index import AbortedTxn, TransactionIndex
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from core.records.record import decode_records
 from core.server.remote_seam import RemoteFetchResult
 from tiered.api import (
+    LogSegmentFiles,
     RemoteLogMetadataManager,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -58,6 +69,7 @@ from tiered.metrics import (
 )
 from tiered.quota import TokenBucket
 from tiered.remote_index_cache import RemoteIndexCache
+from tiered.remote_log_file import FileRegion, RemoteLogFile, find_region
 
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog
@@ -84,6 +96,11 @@ READ_AHEAD_DEPTH = 3
 # RLMM lookup takes about 7 us here: 64 of them, 0.5 ms, about what sending the 1 MiB
 # answer costs the event loop.
 EVENT_LOOP_TXN_SEARCH_SEGMENTS = 64
+# Where sequential consumers' next fetches start in remote log files (plugins with
+# LogSegmentFiles): (segment id, next fetch offset) -> byte position, the newest kept.
+FILE_POSITIONS_MAX_ENTRIES = 1024
+# Searches for aborted transactions remembered (see _TxnFreeRuns).
+TXN_FREE_RUNS_MAX_ENTRIES = 1024
 
 
 class CorruptRemoteDataError(RemoteStorageError):
@@ -277,6 +294,54 @@ class _ReadAhead:
         return evicted
 
 
+class _FilePositions:
+    """Byte positions of the batches sequential consumers fetch next from remote log files,
+    keyed by (segment id, offset): the fetch that served the batches before remembers
+    where the next one starts, so the next fetch needs no index lookup. Thread-safe; the
+    FILE_POSITIONS_MAX_ENTRIES newest are kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._positions: OrderedDict[tuple[uuid.UUID, int], int] = OrderedDict()
+
+    def get(self, key: tuple[uuid.UUID, int]) -> int | None:
+        with self._lock:
+            return self._positions.get(key)
+
+    def put(self, key: tuple[uuid.UUID, int], position: int) -> None:
+        with self._lock:
+            self._positions[key] = position
+            self._positions.move_to_end(key)
+            while len(self._positions) > FILE_POSITIONS_MAX_ENTRIES:
+                self._positions.popitem(last=False)
+
+
+class _TxnFreeRuns:
+    """Runs of remote segments without aborted transactions (KIP-1058's
+    ``txn_index_empty``), by the segment a search for aborts started from: segment id ->
+    the offset that search reached (the local log start then) through segments without
+    aborts only. Remote segments are immutable and new ones only follow the last, so a
+    later search from the same segment finds the same segments up to that offset and
+    can start there. Thread-safe; the TXN_FREE_RUNS_MAX_ENTRIES newest are kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reached: OrderedDict[uuid.UUID, int] = OrderedDict()
+
+    def get(self, segment_id: uuid.UUID) -> int | None:
+        with self._lock:
+            return self._reached.get(segment_id)
+
+    def put(self, segment_id: uuid.UUID, reached: int) -> None:
+        with self._lock:
+            if self._reached.get(segment_id, -1) >= reached:
+                return
+            self._reached[segment_id] = reached
+            self._reached.move_to_end(segment_id)
+            while len(self._reached) > TXN_FREE_RUNS_MAX_ENTRIES:
+                self._reached.popitem(last=False)
+
+
 class _FetchFuture(Future[RemoteFetchResult]):
     """A fetch on the reader pool. ``cancel`` by its waiter (the broker cancels a read
     that misses ``remote.fetch.max.wait.ms``, or whose client has gone) cancels the queued
@@ -334,6 +399,11 @@ class RemoteLogReader:
         self._pending_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="remote-log-reader")
         self.read_ahead = _ReadAhead()
+        # A plugin whose log objects are local files: fetches are sent from them (no read
+        # into memory, no read-ahead). None once it says it cannot (encrypted objects).
+        self._files: LogSegmentFiles | None = rsm if isinstance(rsm, LogSegmentFiles) else None
+        self._file_positions = _FilePositions()
+        self._txn_free_runs = _TxnFreeRuns()
 
     # -- async-friendly entries --------------------------------------------------------
     def submit_fetch(
@@ -350,29 +420,91 @@ class RemoteLogReader:
         Raises:
             RemoteReadRejectedError: the pending-task bound is reached (raised at once).
         """
-        served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+        if self._files is not None:
+            served = self._serve_file_at_once(tp, plog, fetch_offset, max_bytes, read_committed)
+        else:
+            served = self._serve_read_ahead(
+                tp, plog, fetch_offset, max_bytes, read_committed, wait_in_flight=True
+            )
         if served is not None:
             return served
         answer = _FetchFuture()
+        answer.task = self._submit(
+            self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
+        )
+        return answer
+
+    def _fetch_task(
+        self,
+        answer: _FetchFuture,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
+    ) -> Callable[[], None]:
+        """The pool task that answers ``answer``."""
 
         def run() -> None:
             if not answer.set_running_or_notify_cancel():
                 return
             try:
-                result = self.fetch(
-                    tp,
-                    plog,
-                    fetch_offset,
-                    max_bytes,
-                    read_committed=read_committed,
-                    abandoned=answer.is_abandoned,
-                )
+                result = self._fetch_file(tp, plog, fetch_offset, max_bytes, read_committed)
+                if result is None:
+                    result = self.fetch(
+                        tp,
+                        plog,
+                        fetch_offset,
+                        max_bytes,
+                        read_committed=read_committed,
+                        abandoned=answer.is_abandoned,
+                    )
             except BaseException as e:  # noqa: BLE001 - handed to the waiter, as the pool does
                 answer.set_exception(e)
             else:
                 answer.set_result(result)
 
-        answer.task = self._submit(run)
+        return run
+
+    def _answer_on_arrival(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
+        in_flight: Future[bytes],
+    ) -> _FetchFuture:
+        """A fetch whose read-ahead range is being read: answered when the range arrives,
+        in the thread that read it (``_serve_read_ahead``), instead of by a pool thread that
+        would wait for it. With a sequential consumer on S3 that is most fetches: the
+        consumer asks as soon as it has the answer before, while its range is still on the
+        way. When the range is not the plain case (or failed), the pool serves the fetch,
+        as it would have. A fetch cancelled meanwhile (its waiter gave up) takes nothing:
+        the range stays in hand for the consumer's next try."""
+        answer = _FetchFuture()
+
+        def arrived(_: Future[bytes]) -> None:
+            if answer.cancelled() or answer.is_abandoned():
+                return
+            try:
+                served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+            except BaseException as e:  # noqa: BLE001 - a callback's error would be lost
+                if answer.set_running_or_notify_cancel():
+                    answer.set_exception(e)
+                return
+            if served is None:
+                run = self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
+                try:
+                    answer.task = self._submit(run)
+                except (RemoteReadRejectedError, RuntimeError) as e:
+                    if answer.set_running_or_notify_cancel():
+                        answer.set_exception(e)
+                return
+            if answer.set_running_or_notify_cancel():
+                answer.set_result(served.result())
+
+        in_flight.add_done_callback(arrived)
         return answer
 
     def _serve_read_ahead(
@@ -382,12 +514,16 @@ class RemoteLogReader:
         fetch_offset: int,
         max_bytes: int,
         read_committed: bool,
+        *,
+        wait_in_flight: bool = False,
     ) -> Future[RemoteFetchResult] | None:
         """A fetch answered in the caller's thread from a read-ahead range already in
-        memory (a done future), or None: the pool then serves it. A sequential consumer's
-        next range is usually in hand when it asks, and handing the fetch to a pool thread
-        and the answer back cost more than the work (an RLMM lookup and a slice; the
-        range's CRC32C was checked when it arrived). Never waits for I/O: a range too short
+        memory (a done future), or None: the pool then serves it. With ``wait_in_flight``,
+        a fetch whose range is being read is answered when it arrives
+        (``_answer_on_arrival``). A sequential consumer's next range is usually in hand or
+        on the way when it asks, and handing the fetch to a pool thread and the answer back
+        cost more than the work (an RLMM lookup and a slice; the range's CRC32C was checked
+        when it arrived). Never waits for I/O: a range too short
         for the answer is left for the pool, and so is a READ_COMMITTED fetch (librdkafka's
         default) whose aborted transactions need a remote transaction index not parsed in
         memory yet."""
@@ -402,20 +538,19 @@ class RemoteLogReader:
         key = (md.segment_id, fetch_offset)
         ahead = self.read_ahead.take_ready(key, max_bytes, md.segment_size_in_bytes)
         if ahead is None:
+            held = self.read_ahead.held(key) if wait_in_flight else None
+            if held is not None and not held[1].done():
+                return self._answer_on_arrival(
+                    tp, plog, fetch_offset, max_bytes, read_committed, held[1]
+                )
             return None
         position, prefix = ahead
-        size = peek_batch_size(prefix, 0)
-        if (
-            size is None
-            or size < HEADER_SIZE
-            or size > len(prefix)
-            or RecordBatchHeader(prefix, 0).last_offset < fetch_offset
-        ):
+        data = _answer_in(prefix, fetch_offset, max_bytes)
+        if data is None:
             # Not the plain case (a batch larger than the range, or a range that does not
             # start at the batch asked for): the pool serves it, starting from these bytes.
             self.read_ahead.put(key, position, _done_future(prefix))
             return None
-        data = prefix[: max(max_bytes, size)]
         aborted = None
         if read_committed:
             upper = _upper_bound_offset(data, fetch_offset)
@@ -426,6 +561,7 @@ class RemoteLogReader:
                 upper,
                 self.index_cache.txn_index_in_memory,
                 max_segments=EVENT_LOOP_TXN_SEARCH_SEGMENTS,
+                first_md=md,
             )
             if txns is None:
                 self.read_ahead.put(key, position, _done_future(prefix))
@@ -442,6 +578,158 @@ class RemoteLogReader:
         self._read_ahead(tp, plog, md, position, data, max_bytes)
         answer.set_result(RemoteFetchResult(data, aborted))
         return answer
+
+    def _serve_file_at_once(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
+    ) -> Future[RemoteFetchResult] | None:
+        """A fetch answered in the caller's thread with a slice of the segment's log file
+        (a done future), or None: the pool then serves it. Only when it needs no more I/O
+        than an open and a few batch headers: the file was checked already, and the fetch
+        starts at the segment's first offset or where the fetch before it ended; and, for
+        READ_COMMITTED, when the remote transaction indexes it needs are in memory (as
+        ``_serve_read_ahead``)."""
+        files = self._files
+        assert files is not None
+        if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
+            return None
+        try:
+            md = self._segment_for(tp, plog, fetch_offset)
+        except RemoteStorageError:
+            return None  # the pool looks it up again and reports the failure
+        if md is None:
+            return None
+        if fetch_offset <= md.start_offset:
+            position: int | None = 0
+        else:
+            position = self._file_positions.get((md.segment_id, fetch_offset))
+        if position is None:
+            return None
+        try:
+            fd = files.open_log_segment_file(md, only_if_verified=True)
+            if fd is None:
+                return None
+            file = RemoteLogFile(fd, md.remote_log_segment_id)
+            region = find_region(file, position, fetch_offset, max_bytes)
+        except (RemoteStorageError, CoreError, OSError):
+            return None  # the pool reads it again and reports the failure
+        if region is None:
+            return None  # past the segment's last batch: the pool goes on to the next
+        aborted = None
+        if read_committed:
+            txns = self._collect_aborted_txns(
+                tp,
+                plog,
+                fetch_offset,
+                region.upper_bound,
+                self.index_cache.txn_index_in_memory,
+                max_segments=EVENT_LOOP_TXN_SEARCH_SEGMENTS,
+                first_md=md,
+            )
+            if txns is None:
+                return None
+            aborted = tuple((t.producer_id, t.first_offset) for t in txns)
+        self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
+        self._served_file(tp, plog, md, region)
+        answer: Future[RemoteFetchResult] = Future()
+        answer.set_result(RemoteFetchResult(region.records, aborted))
+        return answer
+
+    def _fetch_file(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        fetch_offset: int,
+        max_bytes: int,
+        read_committed: bool,
+    ) -> RemoteFetchResult | None:
+        """``fetch`` with the records as a slice of the segment's log file (sent from the
+        file), or None when this plugin hands out no files or the plain case does not hold
+        (no segment for the offset, the fetch quota exhausted): ``fetch`` then answers,
+        errors included.
+
+        Raises:
+            RemoteStorageError: the remote tier failed, or the object does not match its
+                manifest (a corrupt object is never served).
+        """
+        files = self._files
+        if files is None or (self.fetch_quota is not None and self.fetch_quota.is_exceeded()):
+            return None
+        try:
+            md = self._segment_for(tp, plog, fetch_offset)
+            while md is not None:
+                fd = files.open_log_segment_file(md)
+                if fd is None:
+                    self._files = None  # the plugin's answer for every segment
+                    return None
+                file = RemoteLogFile(fd, md.remote_log_segment_id)
+                position = 0
+                if fetch_offset > md.start_offset:
+                    known = self._file_positions.get((md.segment_id, fetch_offset))
+                    position = (
+                        known
+                        if known is not None
+                        else self.index_cache.lookup_position(md, fetch_offset)
+                    )
+                region = find_region(file, position, fetch_offset, max_bytes)
+                if region is not None:
+                    break
+                file.close()
+                md = self._segment_for(tp, plog, md.end_offset + 1)
+            if md is None:
+                return None
+        except (RemoteStorageError, OSError, CoreError) as e:
+            self._count_failed(tp, fetch_offset, e)
+            raise
+        self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
+        self._served_file(tp, plog, md, region)
+        if not read_committed:
+            return RemoteFetchResult(region.records)
+        txns = self.collect_aborted_txns(tp, plog, fetch_offset, region.upper_bound)
+        return RemoteFetchResult(
+            region.records, tuple((t.producer_id, t.first_offset) for t in txns)
+        )
+
+    def _served_file(
+        self,
+        tp: TopicIdPartition,
+        plog: PartitionLog,
+        md: RemoteLogSegmentMetadata,
+        region: FileRegion,
+    ) -> None:
+        """A fetch is answered with ``region``: count it, remember where the next one
+        starts, and when the next fetch will reach the end of the segment, check the
+        following segment's file on the pool (if a thread is idle) so that the consumer's
+        first fetch there is answered at once instead of waiting for the check (a pass
+        over the whole file): the file-path twin of reading ahead the next segment's
+        start."""
+        self._count_served(tp, len(region.records))
+        if region.next_offset is not None and region.next_position < md.segment_size_in_bytes:
+            self._file_positions.put((md.segment_id, region.next_offset), region.next_position)
+        end = region.records.position + region.records.size
+        following = md.end_offset + 1
+        if end + region.records.size < md.segment_size_in_bytes:
+            return
+        if following >= plog.local_log_start_offset:
+            return
+        with self._pending_lock:
+            if min(self.threads, self.max_pending_tasks) - self._pending <= 0:
+                return
+        files = self._files
+
+        def check() -> None:
+            md = self._segment_for(tp, plog, following)
+            fd = None if md is None or files is None else files.open_log_segment_file(md)
+            if fd is not None:
+                os.close(fd)
+
+        # A failure is left for the consumer's fetch of that segment to report.
+        with contextlib.suppress(RemoteReadRejectedError, RuntimeError):
+            self._submit(check)
 
     def _keep_rest(
         self, md: RemoteLogSegmentMetadata, position: int, prefix: bytes, data: bytes
@@ -548,21 +836,41 @@ class RemoteLogReader:
         txn_index: Callable[[RemoteLogSegmentMetadata], TransactionIndex | None],
         *,
         max_segments: int | None = None,
+        first_md: RemoteLogSegmentMetadata | None = None,
     ) -> list[AbortedTxn] | None:
         """``collect_aborted_txns`` with the remote transaction indexes from ``txn_index``;
         None as soon as it gives None for one (not in memory), or when more than
-        ``max_segments`` remote segments would be searched."""
+        ``max_segments`` remote segments would be searched. ``first_md``: the segment
+        holding ``start_offset``, when the caller has looked it up.
+
+        A search that went from a segment to the local log through segments without
+        aborts only (KIP-1058's ``txn_index_empty``) is remembered for that segment
+        (``_TxnFreeRuns``), and the next search from it starts where that one ended: a
+        sequential READ_COMMITTED consumer (librdkafka's default) otherwise looked up every
+        remote segment after its own in the RLMM on every fetch."""
         out: list[AbortedTxn] = []
         offset = start_offset
         searched = 0
+        first: uuid.UUID | None = None
+        txn_free = True
         while offset < plog.local_log_start_offset:
             searched += 1
             if max_segments is not None and searched > max_segments:
                 return None
-            md = self._segment_for(tp, plog, offset)
+            if first is None and first_md is not None:
+                md: RemoteLogSegmentMetadata | None = first_md  # the caller's lookup
+            else:
+                md = self._segment_for(tp, plog, offset)
             if md is None:
                 break
+            if first is None:
+                first = md.segment_id
+                reached = self._txn_free_runs.get(first)
+                if reached is not None and reached > offset:
+                    offset = reached
+                    continue
             if not md.txn_index_empty:  # KIP-1058: no fetch for a segment without aborts
+                txn_free = False
                 index = txn_index(md)
                 if index is None:
                     return None
@@ -571,6 +879,9 @@ class RemoteLogReader:
                 if complete:
                     return out
             offset = md.end_offset + 1
+        else:
+            if first is not None and txn_free:
+                self._txn_free_runs.put(first, offset)
         out.extend(plog.collect_aborted_txns(max(offset, start_offset), upper_bound))
         return out
 
@@ -660,7 +971,19 @@ class RemoteLogReader:
         chunk = max_bytes + READ_SLACK_BYTES
         ahead = self.read_ahead.take((md.segment_id, fetch_offset))
         if ahead is not None:
-            ranges = _SegmentRanges(self.rsm, md, ahead[0], chunk, ahead[1])
+            position, prefix = ahead
+            rest_of_segment = md.segment_size_in_bytes - position
+            if len(prefix) >= min(max_bytes, rest_of_segment):
+                data = _answer_in(prefix, fetch_offset, max_bytes)
+                if data is not None:
+                    # The plain case, as ``_serve_read_ahead``: a slice of a range checked
+                    # when it arrived (no copy, no second CRC32C pass).
+                    if len(data) < len(prefix):
+                        self._keep_rest(md, position, prefix, data)
+                    if abandoned is None or not abandoned():
+                        self._read_ahead(tp, plog, md, position, data, max_bytes)
+                    return data
+            ranges = _SegmentRanges(self.rsm, md, position, chunk, prefix)
         else:
             # A read from the segment's first offset starts at byte 0 without its indexes.
             position = (
@@ -885,6 +1208,22 @@ class RemoteLogReader:
                         return record.timestamp, record.offset, batch.partition_leader_epoch
             at += size
         return None
+
+
+def _answer_in(prefix: bytes, fetch_offset: int, max_bytes: int) -> bytes | None:
+    """What a fetch at ``fetch_offset`` answers from a read-ahead range ``prefix``: its
+    first ``max_bytes`` (the whole first batch when larger), when that batch is whole and
+    holds the offset; None otherwise (a batch larger than the range, or a range that does
+    not start at the batch asked for). A slice of the whole range is the range itself."""
+    size = peek_batch_size(prefix, 0)
+    if (
+        size is None
+        or size < HEADER_SIZE
+        or size > len(prefix)
+        or RecordBatchHeader(prefix, 0).last_offset < fetch_offset
+    ):
+        return None
+    return prefix[: max(max_bytes, size)]
 
 
 def _whole_batches(data: bytes, at: int = 0) -> tuple[int, int | None]:

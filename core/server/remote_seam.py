@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import asyncio
 
+    from core.log.file_records import FileSlice
     from core.log.partition_log import PartitionLog, TimestampAndOffset
     from core.server.topics import TopicInfo
 
@@ -25,12 +26,13 @@ class RemoteFetchResult:
     """What one remote read returns for one partition.
 
     ``records`` start at the batch holding the fetch offset and may end inside a batch
-    (clients drop a partial tail). ``aborted_txns`` are the (producer id, first offset) of
-    the aborted transactions overlapping the records, for READ_COMMITTED fetches; None for
-    READ_UNCOMMITTED ones.
+    (clients drop a partial tail): bytes read into memory, or a slice of a file the remote
+    tier keeps on this machine (sent with ``sendfile`` as a local segment's slice is).
+    ``aborted_txns`` are the (producer id, first offset) of the aborted transactions
+    overlapping the records, for READ_COMMITTED fetches; None for READ_UNCOMMITTED ones.
     """
 
-    records: bytes
+    records: bytes | FileSlice
     aborted_txns: tuple[tuple[int, int], ...] | None = None
 
 

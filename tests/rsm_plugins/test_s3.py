@@ -196,6 +196,8 @@ class TestS3(RemoteStorageManagerContract):
         "2026-11-24T10:00:00Z",
         "2026-11-24T10:00:00.123456+02:00",
         "Tue, 24 Nov 2026 10:00:00 GMT",  # a response header's Last-Modified
+        "Tue, 24 Nov 2026 10:00:00 -0000",  # RFC 2822's "no zone": UTC, as botocore says
+        "Tue, 24 Nov 2026 11:00:00 +0100",
         "1795568117",  # epoch seconds: botocore's parser
     ],
 )

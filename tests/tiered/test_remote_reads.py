@@ -22,7 +22,7 @@ from tiered.remote_reader import (
     _ReadAhead,
 )
 
-from .harness import T0, Env, MemoryRSM, produce, tiered_config
+from .harness import T0, Env, MemoryRSM, local_dir_rsm, produce, tiered_config
 
 
 class FreezableRSM(MemoryRSM):
@@ -477,5 +477,84 @@ def test_a_range_read_ahead_is_never_read_again_after_the_consumer_took_it(tmp_p
         wait_until(lambda: reader._pending == 0, 10, what="the late extension done")
         assert rsm.reads == reads, "ranges the consumer had passed were read again"
         assert reader.read_ahead.arrived() == held
+    finally:
+        env.close()
+
+
+def test_a_fetch_whose_range_is_on_the_way_is_answered_when_it_arrives(tmp_path):
+    """A consumer asks for its next fetch while that range is still being read (on S3,
+    the usual case): the fetch is answered when the range arrives, with its bytes, and no
+    pool thread waits for it. A fetch given up meanwhile takes nothing: the range stays in
+    hand for the consumer's next try, which is answered from it (not read again)."""
+    rsm = GatedRSM()
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        expected = b"".join(seg.log.path.read_bytes() for seg in env.plog.segments()[:-1])
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        first = reader.fetch(env.tp, env.plog, 0, 600).records
+        offset = next_offset_after(first)
+        wait_until(lambda: reader._pending == 0, 10, what="the pipeline settled")
+        rsm.gated = True  # ranges read ahead from now on wait for the gate
+        got = bytearray(whole_batches(first))
+        while True:
+            md = reader._segment_for(env.tp, env.plog, offset)
+            held = reader.read_ahead.held((md.segment_id, offset))
+            assert held is not None, f"nothing read ahead for offset {offset}"
+            if not held[1].done():
+                break
+            data = reader.submit_fetch(env.tp, env.plog, offset, 600).result(10).records
+            got += whole_batches(data)
+            offset = next_offset_after(data)
+        assert rsm.waiting.wait(10), "the range was never asked for"
+        pending = reader._pending  # the ranges on the way, no fetch among them
+        given_up = reader.submit_fetch(env.tp, env.plog, offset, 600)
+        assert not given_up.done() and reader._pending == pending
+        assert given_up.cancel()
+        answer = reader.submit_fetch(env.tp, env.plog, offset, 600)
+        assert not answer.done() and reader._pending == pending
+        rsm.gated = False
+        rsm.gate.set()
+        data = answer.result(10).records
+        got += whole_batches(data)
+        assert bytes(got) == expected[: len(got)]
+        wait_until(lambda: reader._pending == 0, 10, what="the pipeline settled")
+        assert rsm.reads.count((md.segment_id, held[0])) == 1, "the range was read again"
+    finally:
+        rsm.gate.set()
+        env.close()
+
+
+@pytest.mark.parametrize("rsm_kind", ["memory", "local-dir"])
+def test_an_abort_tiered_after_a_search_found_none_is_still_found(tmp_path, rsm_kind):
+    """A READ_COMMITTED fetch that found no abort from its segment to the local log is
+    remembered; segments tiered later are still searched: a transaction that started in
+    that segment and was aborted after the first fetch reaches the next fetch's answer."""
+    rsm = MemoryRSM() if rsm_kind == "memory" else local_dir_rsm(tmp_path / "bucket")
+    env = Env(tmp_path, rsm, tiered_config())
+    try:
+        produce(env.plog, 40, ts=T0)
+        env.copy()
+        env.plog.delete_old_segments()
+        reader = env.rlm.reader
+        s1 = env.segments()[0].end_offset + 1
+        for _ in range(2):  # the second search starts from what the first remembered
+            answer = reader.submit_fetch(env.tp, env.plog, s1, 1 << 20, read_committed=True)
+            assert answer.result(10).aborted_txns == ()
+        # A transaction open since segment 1 is aborted in a segment tiered now.
+        reached = env.plog.local_log_start_offset
+        produce(env.plog, 40, ts=T0)
+        late = next(s for s in env.plog.segments() if s.base_offset > reached)
+        late.append_aborted_txn(AbortedTxn(9, s1 + 1, late.base_offset, late.base_offset))
+        env.copy()
+        env.plog.delete_old_segments()
+        assert env.plog.local_log_start_offset > late.base_offset
+        answer = reader.submit_fetch(env.tp, env.plog, s1, 1 << 20, read_committed=True)
+        assert answer.result(10).aborted_txns == ((9, s1 + 1),)
+        assert reader.fetch(env.tp, env.plog, s1, 1 << 20, read_committed=True).aborted_txns == (
+            (9, s1 + 1),
+        )
     finally:
         env.close()
