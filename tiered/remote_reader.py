@@ -362,6 +362,11 @@ class _FetchFuture(Future[RemoteFetchResult]):
     def is_abandoned(self) -> bool:
         return self._abandoned
 
+    def fail(self, error: BaseException) -> None:
+        """Fail the fetch unless its waiter cancelled it first."""
+        if self.set_running_or_notify_cancel():
+            self.set_exception(error)
+
 
 def _done_future(data: bytes) -> Future[bytes]:
     future: Future[bytes] = Future()
@@ -490,16 +495,14 @@ class RemoteLogReader:
             try:
                 served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
             except BaseException as e:  # noqa: BLE001 - a callback's error would be lost
-                if answer.set_running_or_notify_cancel():
-                    answer.set_exception(e)
+                answer.fail(e)
                 return
             if served is None:
                 run = self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
                 try:
                     answer.task = self._submit(run)
                 except (RemoteReadRejectedError, RuntimeError) as e:
-                    if answer.set_running_or_notify_cancel():
-                        answer.set_exception(e)
+                    answer.fail(e)
                 return
             if answer.set_running_or_notify_cancel():
                 answer.set_result(served.result())
