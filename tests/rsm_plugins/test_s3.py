@@ -15,7 +15,12 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from rsm_plugins.s3 import S3RemoteStorageManager, _parse_timestamp
-from tiered.api import IndexType, RetriableRemoteStorageError, TopicIdPartition
+from tiered.api import (
+    IndexType,
+    RemoteResourceNotFoundError,
+    RetriableRemoteStorageError,
+    TopicIdPartition,
+)
 
 from .contract import KEY_PREFIX, MakeRsm, RemoteStorageManagerContract
 from .segment_files import SegmentFiles
@@ -187,6 +192,66 @@ class TestS3(RemoteStorageManagerContract):
             rsm.copy_log_segment_data(md, big_segment.data)
         assert len(started) == 1  # the failure came mid-upload
         assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+    # -- ranged reads by presigned URL ----------------------------------------------------------
+
+    @pytest.fixture
+    def an_object(self, s3_client, bucket) -> bytes:
+        data = bytes(range(256)) * (3 * MIB // 256) + b"tail-bytes"
+        s3_client.put_object(Bucket=bucket, Key="obj", Body=data)
+        return data
+
+    @staticmethod
+    def get_object_calls(rsm: S3RemoteStorageManager) -> list[str]:
+        calls: list[str] = []
+        rsm.store.client.meta.events.register(
+            "before-call.s3.GetObject",
+            lambda params, **_: calls.append(params["headers"].get("Range", "")),
+        )
+        return calls
+
+    def test_ranged_reads_go_by_presigned_url_and_return_the_same_bytes(self, make_rsm, an_object):
+        rsm = make_rsm()
+        calls = self.get_object_calls(rsm)
+        size = len(an_object)
+        for start, end in [(0, MIB), (MIB, 2 * MIB + 5), (size - 10, size), (size - 4, size + 9)]:
+            with rsm.store.get_range("obj", start, end) as f:
+                assert f.read() == an_object[start:end]
+        assert calls == []  # no get_object call: each range was one GET of the URL
+
+    def test_a_range_past_the_end_and_a_missing_object_answer_as_the_ordinary_call(
+        self, make_rsm, an_object
+    ):
+        rsm = make_rsm()
+        calls = self.get_object_calls(rsm)
+        size = len(an_object)
+        with rsm.store.get_range("obj", size + 5, size + 50) as f:
+            assert f.read() == b""
+        with pytest.raises(RemoteResourceNotFoundError):
+            rsm.store.get_range("no-such-object", 0, 100)
+        assert len(calls) == 2  # each refused URL GET fell back to get_object
+
+    def test_a_url_that_stops_working_falls_back_and_is_presigned_again(
+        self, make_rsm, an_object, monkeypatch
+    ):
+        rsm = make_rsm()
+        client = rsm.store.client
+        presign = client.generate_presigned_url
+        presigned: list[str] = []
+
+        def first_one_broken(method: str, Params: dict, **kwargs: Any) -> str:
+            presigned.append(Params["Key"])
+            if len(presigned) == 1:  # as a URL whose credentials expired: refused
+                Params = {**Params, "Key": "no-such-object"}
+            return presign(method, Params=Params, **kwargs)
+
+        monkeypatch.setattr(client, "generate_presigned_url", first_one_broken)
+        calls = self.get_object_calls(rsm)
+        for start in (0, 100, 200):
+            with rsm.store.get_range("obj", start, start + 50) as f:
+                assert f.read() == an_object[start : start + 50]
+        assert calls == ["bytes=0-49"]  # the refused GET went the ordinary way, once
+        assert presigned == ["obj", "obj"]  # then a new URL, used for the next reads
 
 
 @pytest.mark.parametrize(
