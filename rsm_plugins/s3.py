@@ -35,13 +35,14 @@ import contextlib
 import datetime
 import email.utils
 import io
+import logging
 import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from core.config import ConfigKey, ConfigType, at_least, between, one_of
 from core.extras import requires_extra
@@ -104,6 +105,13 @@ _RETRIABLE_CODES = frozenset(
 PRESIGNED_URL_EXPIRES_S = 900
 PRESIGNED_URL_REUSE_S = 300
 PRESIGNED_URL_CACHE_ENTRIES = 1024
+# A store that refuses every URL GET that its ordinary call then serves (an S3-compatible
+# store or a proxy without query authentication) would cost an extra request per read: after
+# this many such refusals in a row, reads go the ordinary way for PRESIGNED_PAUSE_S.
+PRESIGNED_REFUSALS_BEFORE_PAUSE = 8
+PRESIGNED_PAUSE_S = 600.0
+
+log = logging.getLogger(__name__)
 
 _SESSION_LOCK = threading.Lock()
 _SESSION: boto3.session.Session | None = None
@@ -249,11 +257,15 @@ class _PresignedReads:
         self._http = getattr(getattr(client, "_endpoint", None), "http_session", None)
         self._lock = threading.Lock()
         self._urls: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._refusals = 0  # URL GETs refused in a row that the ordinary call then served
+        self._paused_until = 0.0
 
-    def get(self, key: str, start: int, end: int) -> tuple[Any, int] | None:
-        """(the urllib3 response, its length) of bytes ``[start, end)`` of ``key``; None
-        when the caller is to make the ordinary call."""
-        if self._http is None:
+    def get(self, key: str, start: int, end: int) -> tuple[Any, int] | Literal[False] | None:
+        """(the urllib3 response, its length) of bytes ``[start, end)`` of ``key``; False
+        when the URL GET was refused, None when none was tried (the caller then makes the
+        ordinary call either way, and tells ``served_after_refusal`` when that one
+        served what the URL GET refused)."""
+        if self._http is None or time.monotonic() < self._paused_until:
             return None
         url = self._url(key)
         if url is None:
@@ -265,7 +277,7 @@ class _PresignedReads:
             response = self._http.send(request.prepare())
         except (BotoCoreError, OSError, ValueError):
             self._forget(key)
-            return None
+            return False
         content_range = response.headers.get("Content-Range", "")
         length = response.headers.get("Content-Length", "")
         if (
@@ -275,8 +287,26 @@ class _PresignedReads:
         ):
             response.raw.close()
             self._forget(key)
-            return None
+            return False
+        with self._lock:
+            self._refusals = 0
         return response.raw, int(length)
+
+    def served_after_refusal(self) -> None:
+        """The ordinary call served a read whose URL GET was refused."""
+        with self._lock:
+            self._refusals += 1
+            if self._refusals < PRESIGNED_REFUSALS_BEFORE_PAUSE:
+                return
+            self._refusals = 0
+            self._paused_until = time.monotonic() + PRESIGNED_PAUSE_S
+        log.warning(
+            "s3://%s: %d ranged GETs by presigned URL in a row were refused and then served "
+            "by GetObject; reads use GetObject alone for the next %.0f s",
+            self._bucket,
+            PRESIGNED_REFUSALS_BEFORE_PAUSE,
+            PRESIGNED_PAUSE_S,
+        )
 
     def _url(self, key: str) -> str | None:
         now = time.monotonic()
@@ -372,11 +402,10 @@ class S3ObjectStore(ObjectStore):
             self._call("head", "head_object", Key=key)
             return io.BytesIO(b"")
         what = f"s3://{self.bucket}/{key}"
-        if end is not None:
-            fast = self._presigned.get(key, start, end)
-            if fast is not None:
-                raw, length = fast
-                return buffered(_Body(StreamingBody(raw, length), what))
+        fast = None if end is None else self._presigned.get(key, start, end)
+        if fast:
+            raw, length = fast
+            return buffered(_Body(StreamingBody(raw, length), what))
         byte_range = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
         try:
             response = self._call("get", "get_object", Key=key, Range=byte_range)
@@ -389,6 +418,8 @@ class S3ObjectStore(ObjectStore):
                 self._call("head", "head_object", Key=key)  # past the end: nothing to read
                 return io.BytesIO(b"")
             raise
+        if fast is False:
+            self._presigned.served_after_refusal()
         return buffered(_Body(response["Body"], what))
 
     def get_bytes(self, key: str) -> bytes:

@@ -253,6 +253,38 @@ class TestS3(RemoteStorageManagerContract):
         assert calls == ["bytes=0-49"]  # the refused GET went the ordinary way, once
         assert presigned == ["obj", "obj"]  # then a new URL, used for the next reads
 
+    def test_a_store_that_refuses_every_url_is_read_the_ordinary_way_after_a_few(
+        self, make_rsm, an_object, monkeypatch, caplog
+    ):
+        """An S3-compatible store (or a proxy) without query authentication refuses every
+        URL GET, which the ordinary call then serves: after a few such refusals in a row,
+        reads stop trying the URL (one request per read, not two) and the log says so."""
+        from rsm_plugins import s3 as s3_module
+
+        rsm = make_rsm()
+        client = rsm.store.client
+        presign = client.generate_presigned_url
+
+        def always_broken(method: str, Params: dict, **kwargs: Any) -> str:
+            return presign(method, Params={**Params, "Key": "no-such-object"}, **kwargs)
+
+        monkeypatch.setattr(client, "generate_presigned_url", always_broken)
+        calls = self.get_object_calls(rsm)
+        refusals = s3_module.PRESIGNED_REFUSALS_BEFORE_PAUSE
+        with caplog.at_level("WARNING", logger="rsm_plugins.s3"):
+            for start in range(refusals + 3):
+                with rsm.store.get_range("obj", start, start + 10) as f:
+                    assert f.read() == an_object[start : start + 10]
+        assert len(calls) == refusals + 3  # every read served by get_object
+        assert "refused and then served by GetObject" in caplog.text
+        urls_tried = []
+        monkeypatch.setattr(
+            client, "generate_presigned_url", lambda *a, **k: urls_tried.append(a) or ""
+        )
+        with rsm.store.get_range("obj", 0, 10) as f:
+            assert f.read() == an_object[:10]
+        assert urls_tried == [], "the URL path was tried again during the pause"
+
 
 @pytest.mark.parametrize(
     "text",
