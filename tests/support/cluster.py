@@ -25,7 +25,9 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from core.server.api_keys import ApiKey
 from tests.support.broker_process import BrokerProcess, restart, start_broker
+from tests.support.kafka_wire import call, metadata_request
 
 DEADLINE_S = 30.0
 # Short ZooKeeper sessions and replica lag: a SIGKILLed broker's registration goes within
@@ -175,6 +177,44 @@ class Cluster:
             lambda: set(brokers) <= set(self.registered()), f"brokers {brokers} registered", timeout
         )
 
+    def plaintext_endpoint(self, broker_id: int) -> str | None:
+        """``host:port`` of a listener of the broker that takes unauthenticated plaintext
+        connections, or None."""
+        protocols = dict(
+            pair.split(":", 1)
+            for pair in self.settings.get("listener.security.protocol.map", "").split(",")
+            if pair
+        )
+        for name, endpoint in self.brokers[broker_id].endpoints.items():
+            if protocols.get(name, name) == "PLAINTEXT":
+                return endpoint
+        return None
+
+    def wait_metadata_propagated(self, brokers: list[int], timeout: float = DEADLINE_S) -> None:
+        """Every broker of ``brokers`` answers Metadata with all of them and a controller:
+        the controller's first UpdateMetadata reached each. Until then a broker answers with
+        itself alone and no controller (Kafka: no broker at all), and a client that
+        bootstraps then may keep that answer (kafka-python's admin client does, and fails
+        with UnknownBrokerIdError when it learns the controller's id). Asked on a plaintext
+        listener; a cluster without one (SASL-only) is not waited for here."""
+        endpoints = {b: self.plaintext_endpoint(b) for b in brokers}
+        if None in endpoints.values():
+            return
+
+        def knows_all(endpoint: str) -> bool:
+            try:
+                answer = call(endpoint, ApiKey.METADATA, 12, metadata_request([]))
+            except OSError:
+                return False
+            listed = {int(b.node_id) for b in answer.brokers}
+            return listed == set(brokers) and int(answer.controller_id) in listed
+
+        self.wait(
+            lambda: all(knows_all(e) for e in endpoints.values() if e is not None),
+            f"brokers {brokers} all listed, with a controller, by each of them",
+            timeout,
+        )
+
     def wait_leader(
         self,
         topic: str,
@@ -224,7 +264,8 @@ def start_cluster(
     size: int = 3,
     settings: Mapping[str, str] | None = None,
 ) -> Cluster:
-    """Start brokers 1..``size`` and wait until all are registered and one is controller."""
+    """Start brokers 1..``size`` and wait until all are registered, one is controller, and
+    each broker's metadata lists them all (what a client bootstrapping then sees)."""
     cluster = Cluster(base_dir, zk_connect, {**CLUSTER_SETTINGS, **(settings or {})})
     try:
         # Started side by side: each start waits for its broker's "listening on" line.
@@ -233,6 +274,7 @@ def start_cluster(
                 assert started.proc.poll() is None
         cluster.wait_registered(list(range(1, size + 1)))
         cluster.wait_controller()
+        cluster.wait_metadata_propagated(list(range(1, size + 1)))
     except BaseException:
         cluster.close()
         raise
