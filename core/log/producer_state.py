@@ -748,14 +748,6 @@ class ProducerStateManager:
             self._snapshots.remove(offset)
         delete_snapshot_files([snapshot_path(self.partition_dir, offset)])
 
-    def delete_snapshots_below(self, offset: int) -> None:
-        """Delete the snapshots at offsets below ``offset`` (exclusive).
-
-        Raises:
-            KafkaStorageError: a file could not be deleted.
-        """
-        delete_snapshot_files(self.forget_snapshots_below(offset))
-
     def forget_snapshots_below(self, offset: int) -> list[Path]:
         """Drop the snapshots at offsets below ``offset`` (exclusive) from this manager and
         return their files, for the caller to delete once it no longer holds the log's lock

@@ -14,6 +14,7 @@ from core.log.producer_state import (
     CompletedTxn,
     ProducerSnapshotEntry,
     ProducerStateManager,
+    delete_snapshot_files,
     read_snapshot,
 )
 from core.records.batch import CRC_POS, HEADER, RecordBatchHeader, compute_crc
@@ -425,10 +426,10 @@ def test_remove_expired_producers_keeps_open_transactions(psm: ProducerStateMana
     assert set(psm.active_producers) == {8}
 
 
-def test_delete_snapshots_below_is_exclusive(tmp_path: Path) -> None:
+def test_forget_snapshots_below_is_exclusive(tmp_path: Path) -> None:
     snapshots_at(tmp_path, 10, 20, 30)
     psm = ProducerStateManager(tmp_path)
-    psm.delete_snapshots_below(20)
+    delete_snapshot_files(psm.forget_snapshots_below(20))
     assert psm.oldest_snapshot_offset() == 20 and psm.latest_snapshot_offset() == 30
     assert not (tmp_path / "00000000000000000010.snapshot").exists()
 
