@@ -160,6 +160,17 @@ class Env:
         """One run of the partition's expiration task, in this thread."""
         return self.task(ExpirationTask).run_once()
 
+    def retain_only(self, kept: list[RemoteLogSegmentMetadata]) -> None:
+        """Set ``retention.bytes`` (on ``tiered_config()``) to what ``kept`` and the local-only
+        segments hold: the next expiration run deletes the remote segments before ``kept``."""
+        local_only = sum(
+            s.size
+            for s in self.plog.segments()
+            if s.base_offset > self.plog.highest_offset_in_remote_storage
+        )
+        keep = sum(md.segment_size_in_bytes for md in kept)
+        self.plog.update_config(tiered_config(retention_bytes=keep + local_only))
+
     def segments(self, state=None) -> list[RemoteLogSegmentMetadata]:
         return [
             md

@@ -144,13 +144,7 @@ def test_a_deleted_segment_is_not_served_from_its_file(file_env, tmp_path):
     first = reader.submit_fetch(env.tp, env.plog, remote[1].start_offset, 300).result(10)
     _, next_offset = whole(records_of(first))
     assert next_offset is not None and next_offset <= remote[1].end_offset
-    local_only = sum(
-        s.size
-        for s in env.plog.segments()
-        if s.base_offset > env.plog.highest_offset_in_remote_storage
-    )
-    keep = sum(md.segment_size_in_bytes for md in remote[2:])
-    env.plog.update_config(tiered_config(retention_bytes=keep + local_only))
+    env.retain_only(remote[2:])
     assert env.expire() == 2
     with pytest.raises(OffsetOutOfRangeError):
         reader.submit_fetch(env.tp, env.plog, next_offset, 600).result(10)

@@ -425,13 +425,7 @@ def test_expiration_by_time_moves_log_start_and_deletes_objects(env, memory_rsm)
 def test_expiration_by_size_counts_remote_and_local_only_bytes(env, memory_rsm):
     remote = tier_everything(env)
     produce(env.plog, 6)  # local-only bytes, not yet copied
-    local_only = sum(
-        s.size
-        for s in env.plog.segments()
-        if s.base_offset > env.plog.highest_offset_in_remote_storage
-    )
-    keep = sum(md.segment_size_in_bytes for md in remote[-2:])
-    env.plog.update_config(tiered_config(retention_bytes=keep + local_only))
+    env.retain_only(remote[-2:])
     env.expire()
     left = env.segments(S.COPY_SEGMENT_FINISHED)
     assert [md.segment_id for md in left] == [md.segment_id for md in remote[-2:]]

@@ -335,13 +335,7 @@ def test_a_range_read_ahead_of_a_deleted_segment_is_not_served(env, memory_rsm):
     first = reader.fetch(env.tp, env.plog, 0, remote[0].segment_size_in_bytes).records
     assert next_offset_after(first) == remote[1].start_offset
     wait_until(lambda: in_hand(reader, env, remote[1].start_offset), 10)
-    local_only = sum(
-        s.size
-        for s in env.plog.segments()
-        if s.base_offset > env.plog.highest_offset_in_remote_storage
-    )
-    keep = sum(md.segment_size_in_bytes for md in remote[2:])
-    env.plog.update_config(tiered_config(retention_bytes=keep + local_only))
+    env.retain_only(remote[2:])
     assert env.expire() == 2
     assert env.plog.log_start_offset == remote[2].start_offset
     answer = reader.submit_fetch(env.tp, env.plog, remote[1].start_offset, 600)
