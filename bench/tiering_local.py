@@ -11,7 +11,10 @@ and time indexes, a producer snapshot and the leader-epoch checkpoint) are copie
   (each segment synced on its own: the path before the copy task batched);
 - baseline: ``shutil.copyfile`` of the six files of each segment (log, offset index, time
   index, snapshot, and the leader-epoch checkpoint and manifest written as files), no
-  fsync.
+  fsync;
+- for reference, not a target: the same copies made durable as tierlog's are before
+  COPY_SEGMENT_FINISHED (each file ``fsync``-ed, then the directory once), so that the
+  ratio to the baseline can be read as the cost of durability on this disk plus ours.
 
 Both run while another thread appends 16 KiB batches to another partition at ``--produce-mb``
 MB/s (20 by default), alternating which side goes first, median of the rounds. Target
@@ -168,14 +171,54 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
                 Path(f"{stem}.leader-epoch-checkpoint").write_bytes(data.leader_epoch_index)
                 Path(f"{stem}.manifest.json").write_bytes(manifest)
 
+        def durable_baseline() -> None:
+            out = work / "plain" / uuid.uuid4().hex[:8]
+            out.mkdir(parents=True)
+            manifest = b"{" + b"x" * 1200 + b"}"
+            written = []
+            for seg, data in segments:
+                stem = out / f"{seg.base_offset:020d}"
+                for src, suffix in (
+                    (data.log_segment, "log"),
+                    (data.offset_index, "index"),
+                    (data.time_index, "timeindex"),
+                    (data.producer_snapshot_index, "snapshot"),
+                ):
+                    shutil.copyfile(src, f"{stem}.{suffix}")
+                    written.append(f"{stem}.{suffix}")
+                Path(f"{stem}.leader-epoch-checkpoint").write_bytes(data.leader_epoch_index)
+                Path(f"{stem}.manifest.json").write_bytes(manifest)
+                written += [f"{stem}.leader-epoch-checkpoint", f"{stem}.manifest.json"]
+            for name in written:
+                fd = os.open(name, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            fd = os.open(out, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
         producer = Producer(work / "load-0", produce_mb)
         producer.start()
-        times: dict[str, list[float]] = {"tierlog": [], "per segment": [], "copyfile": []}
+        times: dict[str, list[float]] = {
+            "tierlog": [],
+            "per segment": [],
+            "copyfile": [],
+            "copyfile+fsync": [],
+        }
         cpu: dict[str, list[float]] = {name: [] for name in times}
         began = time.monotonic()
         try:
             for r in range(rounds):
-                order = [("tierlog", tierlog), ("copyfile", baseline), ("per segment", per_segment)]
+                order = [
+                    ("tierlog", tierlog),
+                    ("copyfile", baseline),
+                    ("per segment", per_segment),
+                    ("copyfile+fsync", durable_baseline),
+                ]
                 for name, fn in order if r % 2 == 0 else reversed(order):
                     start, start_cpu = time.perf_counter(), time.process_time()
                     fn()
@@ -194,6 +237,7 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
             **{f"{k} cpu ms": 1000 * statistics.median(v) / len(segments) for k, v in cpu.items()},
             "ratio": mbps["tierlog"] / mbps["copyfile"],
             "per-segment ratio": mbps["per segment"] / mbps["copyfile"],
+            "durable ratio": mbps["tierlog"] / mbps["copyfile+fsync"],
             "ratios": [b / a for a, b in zip(times["tierlog"], times["copyfile"], strict=True)],
             "MiB": payload / MiB,
             "segments": len(segments),
@@ -427,7 +471,9 @@ def summary(r: dict[str, Any]) -> str:
         f"{r['tierlog cpu ms']:.1f} ms), shutil.copyfile {r['copyfile']:.1f} MB/s "
         f"(CPU {r['copyfile cpu ms']:.1f} ms/segment), ratio {r['ratio']:.2f} (rounds: "
         f"{per_round}) (target >= {TARGET}) {verdict}; one copy_log_segment_data per segment "
-        f"{r['per segment']:.1f} MB/s, ratio {r['per-segment ratio']:.2f}"
+        f"{r['per segment']:.1f} MB/s, ratio {r['per-segment ratio']:.2f}; for reference "
+        f"(no target), copyfile + fsync of every file {r['copyfile+fsync']:.1f} MB/s, "
+        f"tierlog / that {r['durable ratio']:.2f}"
     )
 
 
