@@ -68,6 +68,7 @@ from tiered.metrics import (
     TieringMetrics,
 )
 from tiered.quota import TokenBucket
+from tiered.remote_batches import answer_in, upper_bound_offset, verify_batches, whole_batches
 from tiered.remote_index_cache import RemoteIndexCache
 from tiered.remote_log_file import FileRegion, RemoteLogFile, find_region
 
@@ -101,10 +102,6 @@ EVENT_LOOP_TXN_SEARCH_SEGMENTS = 64
 FILE_POSITIONS_MAX_ENTRIES = 1024
 # Searches for aborted transactions remembered (see _TxnFreeRuns).
 TXN_FREE_RUNS_MAX_ENTRIES = 1024
-
-
-class CorruptRemoteDataError(RemoteStorageError):
-    """A batch read from the remote tier fails its CRC32C: it is never served."""
 
 
 class RemoteReadRejectedError(RemoteStorageError):
@@ -548,7 +545,7 @@ class RemoteLogReader:
                 )
             return None
         position, prefix = ahead
-        data = _answer_in(prefix, fetch_offset, max_bytes)
+        data = answer_in(prefix, fetch_offset, max_bytes)
         if data is None:
             # Not the plain case (a batch larger than the range, or a range that does not
             # start at the batch asked for): the pool serves it, starting from these bytes.
@@ -556,7 +553,7 @@ class RemoteLogReader:
             return None
         aborted = None
         if read_committed:
-            upper = _upper_bound_offset(data, fetch_offset)
+            upper = upper_bound_offset(data, fetch_offset)
             txns = self._collect_aborted_txns(
                 tp,
                 plog,
@@ -741,10 +738,10 @@ class RemoteLogReader:
         than the fetch before): keep the rest, from the first batch not wholly served, for
         the next fetch, when it holds a whole batch (without one, the next range of the
         pipeline is keyed by the same offset and has these bytes)."""
-        at, next_offset = _whole_batches(data)
+        at, next_offset = whole_batches(data)
         if next_offset is None:
             return
-        if _whole_batches(prefix, at)[1] is None:
+        if whole_batches(prefix, at)[1] is None:
             return
         key = (md.segment_id, next_offset)
         if key not in self.read_ahead:
@@ -803,7 +800,7 @@ class RemoteLogReader:
         data = self.read(tp, plog, fetch_offset, max_bytes, abandoned=abandoned)
         if not read_committed:
             return RemoteFetchResult(data)
-        upper = _upper_bound_offset(data, fetch_offset)
+        upper = upper_bound_offset(data, fetch_offset)
         txns = self.collect_aborted_txns(tp, plog, fetch_offset, upper)
         return RemoteFetchResult(data, tuple((t.producer_id, t.first_offset) for t in txns))
 
@@ -977,7 +974,7 @@ class RemoteLogReader:
             position, prefix = ahead
             rest_of_segment = md.segment_size_in_bytes - position
             if len(prefix) >= min(max_bytes, rest_of_segment):
-                data = _answer_in(prefix, fetch_offset, max_bytes)
+                data = answer_in(prefix, fetch_offset, max_bytes)
                 if data is not None:
                     # The plain case, as ``_serve_read_ahead``: a slice of a range checked
                     # when it arrived (no copy, no second CRC32C pass).
@@ -1005,7 +1002,7 @@ class RemoteLogReader:
                 end = at + max(max_bytes, size)
                 held = ranges.ensure(end)
                 data = bytes(ranges.buf[at : min(end, held)])
-                _verify_batches(md, ranges.start + at, data)
+                verify_batches(md, ranges.start + at, data)
                 if abandoned is None or not abandoned():
                     self._read_ahead(tp, plog, md, ranges.start + at, data, max_bytes)
                 return data
@@ -1034,7 +1031,7 @@ class RemoteLogReader:
         it. ``after`` is the (key, range) that ``data`` is, when this extends the pipeline
         from a range that arrived rather than from a fetch served: nothing is read once a
         fetch has taken that range (see ``_ReadAhead.put``)."""
-        at, next_offset = _whole_batches(data)
+        at, next_offset = whole_batches(data)
         if next_offset is None or next_offset >= plog.local_log_start_offset:
             return
         start = position + at
@@ -1109,7 +1106,7 @@ class RemoteLogReader:
                 parts.append(part)
                 got += len(part)
         data = b"".join(parts)
-        _verify_batches(md, start, data)
+        verify_batches(md, start, data)
         return data
 
     # -- ListOffsets ---------------------------------------------------------------------
@@ -1211,65 +1208,3 @@ class RemoteLogReader:
                         return record.timestamp, record.offset, batch.partition_leader_epoch
             at += size
         return None
-
-
-def _answer_in(prefix: bytes, fetch_offset: int, max_bytes: int) -> bytes | None:
-    """What a fetch at ``fetch_offset`` answers from a read-ahead range ``prefix``: its
-    first ``max_bytes`` (the whole first batch when larger), when that batch is whole and
-    holds the offset; None otherwise (a batch larger than the range, or a range that does
-    not start at the batch asked for). A slice of the whole range is the range itself."""
-    size = peek_batch_size(prefix, 0)
-    if (
-        size is None
-        or size < HEADER_SIZE
-        or size > len(prefix)
-        or RecordBatchHeader(prefix, 0).last_offset < fetch_offset
-    ):
-        return None
-    return prefix[: max(max_bytes, size)]
-
-
-def _whole_batches(data: bytes, at: int = 0) -> tuple[int, int | None]:
-    """Where the whole batches of ``data`` from byte ``at`` end, and the offset after the
-    last of them (None when there is none)."""
-    next_offset = None
-    while at + HEADER_SIZE <= len(data):
-        size = peek_batch_size(data, at)
-        if size is None or size < HEADER_SIZE or at + size > len(data):
-            break
-        next_offset = RecordBatchHeader(data, at).next_offset
-        at += size
-    return at, next_offset
-
-
-def _upper_bound_offset(data: bytes, fetch_offset: int) -> int:
-    """One past the last offset of the batches in ``data`` (a partial last batch counts:
-    its header is enough, and a wider bound only makes the aborted list longer)."""
-    at, upper = 0, fetch_offset + 1
-    while at + HEADER_SIZE <= len(data):
-        size = peek_batch_size(data, at)
-        upper = RecordBatchHeader(data, at).last_offset + 1
-        if size is None or size < HEADER_SIZE:
-            break
-        at += size
-    return upper
-
-
-def _verify_batches(md: RemoteLogSegmentMetadata, position: int, data: bytes) -> None:
-    """Check the CRC32C of every whole batch of ``data`` (read from byte ``position`` of
-    the segment). Ranged reads cannot be checked against the manifest's whole-object
-    checksum, but every batch carries its own: a flipped bit in the bucket, or a faulty
-    proxy or disk on the way, is refused here instead of reaching a consumer. A partial
-    last batch is not served as records (clients drop it) and is checked when read whole.
-
-    Raises:
-        CorruptRemoteDataError: naming the segment and the byte position.
-    """
-    at = 0
-    while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
-        if size < HEADER_SIZE or (h := RecordBatchHeader(data, at)).crc != h.compute_crc():
-            raise CorruptRemoteDataError(
-                f"remote segment {md.remote_log_segment_id}: the batch at byte "
-                f"{position + at} fails its CRC32C check"
-            )
-        at += size

@@ -14,11 +14,11 @@ from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from tests.support.waiting import wait_until
 from tiered.api import RemoteStorageError, TopicIdPartition
+from tiered.remote_batches import CorruptRemoteDataError
 from tiered.remote_reader import (
     EVENT_LOOP_TXN_SEARCH_SEGMENTS,
     READ_AHEAD_DEPTH,
     READ_AHEAD_MAX_ENTRIES,
-    CorruptRemoteDataError,
     _ReadAhead,
 )
 
