@@ -42,7 +42,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from core.errors import CoreError, OffsetOutOfRangeError
@@ -68,6 +68,7 @@ from tiered.metrics import (
     TieringMetrics,
 )
 from tiered.quota import TokenBucket
+from tiered.read_ahead import READ_AHEAD_DEPTH, ReadAhead, SegmentRanges, done_future
 from tiered.remote_batches import answer_in, upper_bound_offset, verify_batches, whole_batches
 from tiered.remote_index_cache import RemoteIndexCache
 from tiered.remote_log_file import FileRegion, RemoteLogFile, find_region
@@ -83,14 +84,6 @@ T = TypeVar("T")
 # an offset lies up to index.interval.bytes (4096 by default) before its batch.
 READ_SLACK_BYTES = 16 * 1024
 
-# Read-ahead: ranges kept for sequential consumers, bounded in count and bytes.
-READ_AHEAD_MAX_ENTRIES = 64
-READ_AHEAD_MAX_BYTES = 64 * 1024 * 1024
-# Ranges in hand or in flight ahead of a sequential consumer. One was not enough: the range
-# after a fetch was asked for when that fetch was served, and the consumer's next fetch
-# arrived before it (a pool hop and a wait per fetch). Two or more keep one arrived while
-# the next is read (parallel ranged GETs on S3).
-READ_AHEAD_DEPTH = 3
 # A READ_COMMITTED fetch answered on the event loop looks up at most this many remote
 # segments for aborted transactions (Kafka's search goes on through later segments until a
 # transaction index says it is complete); one that needs more goes to the reader pool. An
@@ -106,189 +99,6 @@ TXN_FREE_RUNS_MAX_ENTRIES = 1024
 
 class RemoteReadRejectedError(RemoteStorageError):
     """``remote.log.reader.max.pending.tasks`` reads are already queued or running."""
-
-
-class _SegmentRanges:
-    """Sequential ranged reads of one segment's log, fetched from the RSM on demand.
-
-    ``prefix`` is bytes already in hand from ``start`` on (a read-ahead range).
-    """
-
-    def __init__(
-        self,
-        rsm: RemoteStorageManager,
-        md: RemoteLogSegmentMetadata,
-        start: int,
-        chunk: int,
-        prefix: bytes = b"",
-    ) -> None:
-        self.rsm = rsm
-        self.md = md
-        self.start = start
-        self.chunk = max(chunk, HEADER_SIZE)
-        self.buf = bytearray(prefix)
-        self.fetched = len(prefix)  # bytes asked for, from ``start``
-
-    @property
-    def remaining_in_segment(self) -> int:
-        return self.md.segment_size_in_bytes - self.start
-
-    def ensure(self, end: int) -> int:
-        """Make ``buf`` hold ``[0, end)`` (relative to ``start``) if the segment does;
-        returns how many bytes it holds."""
-        end = min(end, self.remaining_in_segment)
-        if len(self.buf) >= end or self.fetched >= self.remaining_in_segment:
-            return len(self.buf)
-        want_end = min(max(end, self.fetched + self.chunk), self.remaining_in_segment)
-        with self.rsm.fetch_log_segment(
-            self.md, self.start + self.fetched, self.start + want_end
-        ) as stream:
-            while len(self.buf) < want_end:
-                data = stream.read(want_end - len(self.buf))
-                if not data:
-                    break
-                self.buf += data
-        self.fetched = want_end
-        return len(self.buf)
-
-
-class _ReadAhead:
-    """Ranges fetched ahead for sequential consumers: (segment id, next fetch offset) ->
-    (byte position of that offset's batch, the bytes from there). Every range starts at a
-    batch and had the CRC32C of its whole batches checked before it was put here (or is
-    the rest of such a range from a batch on). A range is handed out once. LRU, bounded by
-    READ_AHEAD_MAX_ENTRIES and READ_AHEAD_MAX_BYTES (counted when a range arrives).
-    Thread-safe; futures are never cancelled under the lock, because a cancellation runs
-    the future's callbacks (``_arrived``) at once in the same thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ranges: OrderedDict[tuple[uuid.UUID, int], tuple[int, Future[bytes]]] = OrderedDict()
-        self._bytes = 0
-        self.hits = 0
-
-    def __contains__(self, key: object) -> bool:
-        with self._lock:
-            return key in self._ranges
-
-    def arrived(self) -> int:
-        """How many ranges are in hand (read, not yet handed out)."""
-        with self._lock:
-            return sum(
-                1
-                for _, f in self._ranges.values()
-                if f.done() and not f.cancelled() and f.exception() is None
-            )
-
-    def roomy(self) -> bool:
-        """Less than half full (entries and bytes): room for ranges beyond the next one of
-        each consumer without evicting another consumer's next range."""
-        with self._lock:
-            return (
-                len(self._ranges) < READ_AHEAD_MAX_ENTRIES // 2
-                and self._bytes < READ_AHEAD_MAX_BYTES // 2
-            )
-
-    def held(self, key: tuple[uuid.UUID, int]) -> tuple[int, Future[bytes]] | None:
-        """The (position, range) kept for ``key``, left in place; None if none is."""
-        with self._lock:
-            return self._ranges.get(key)
-
-    def put(
-        self,
-        key: tuple[uuid.UUID, int],
-        position: int,
-        future: Future[bytes],
-        *,
-        after: tuple[tuple[uuid.UUID, int], Future[bytes]] | None = None,
-    ) -> bool:
-        """Keep ``future``'s range for ``key``. With ``after`` (the key and range this one
-        follows in a pipeline), only while that range is still held: once a fetch has taken
-        it, the fetch extended the pipeline from it itself, and a range read from here could
-        only be one the consumer has already passed. Returns whether it was kept (the caller
-        cancels one that was not)."""
-        with self._lock:
-            if after is not None:
-                held = self._ranges.get(after[0])
-                if held is None or held[1] is not after[1]:
-                    return False
-            self._ranges[key] = (position, future)
-            evicted = self._evict()
-        _cancel(evicted)
-        future.add_done_callback(lambda f: self._arrived(key, f))
-        return True
-
-    def still_held(self, key: tuple[uuid.UUID, int], future: Future[bytes]) -> bool:
-        """Whether ``future``'s range is still the one kept for ``key`` (not handed out)."""
-        with self._lock:
-            held = self._ranges.get(key)
-            return held is not None and held[1] is future
-
-    def _arrived(self, key: tuple[uuid.UUID, int], future: Future[bytes]) -> None:
-        with self._lock:
-            held = self._ranges.get(key)
-            if held is None or held[1] is not future:
-                return
-            if future.cancelled() or future.exception() is not None:
-                del self._ranges[key]  # a failed range is read again on demand
-                return
-            self._bytes += len(future.result())
-            evicted = self._evict()
-        _cancel(evicted)
-
-    def take(self, key: tuple[uuid.UUID, int]) -> tuple[int, bytes] | None:
-        """The range for ``key`` if one was fetched (waiting for it if it is being fetched
-        right now); None otherwise. A range still queued is cancelled instead of waited
-        for, so that a reader thread never waits on a task behind it in the queue."""
-        with self._lock:
-            held = self._ranges.pop(key, None)
-            if held is None:
-                return None
-            position, future = held
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self._bytes -= len(future.result())
-        if not future.done() and future.cancel():
-            return None
-        try:
-            data = future.result()
-        except (CancelledError, RemoteStorageError, OSError):
-            return None
-        self.hits += 1
-        return position, data
-
-    def take_ready(
-        self, key: tuple[uuid.UUID, int], max_bytes: int, segment_size: int
-    ) -> tuple[int, bytes] | None:
-        """The range for ``key`` if it has arrived and holds ``max_bytes`` (or the rest of
-        its segment); None, leaving it in place, otherwise."""
-        with self._lock:
-            held = self._ranges.get(key)
-            if held is None:
-                return None
-            position, future = held
-            if not future.done() or future.cancelled() or future.exception() is not None:
-                return None
-            data = future.result()
-            if len(data) < min(max_bytes, segment_size - position):
-                return None
-            del self._ranges[key]
-            self._bytes -= len(data)
-            self.hits += 1
-        return position, data
-
-    def _evict(self) -> list[Future[bytes]]:
-        """Drop the least recently added ranges beyond the bounds (lock held); returns the
-        futures to cancel once the lock is released."""
-        evicted = []
-        while len(self._ranges) > READ_AHEAD_MAX_ENTRIES or (
-            self._bytes > READ_AHEAD_MAX_BYTES and len(self._ranges) > 1
-        ):
-            _, (_, future) = self._ranges.popitem(last=False)
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self._bytes -= len(future.result())
-            else:
-                evicted.append(future)
-        return evicted
 
 
 class _FilePositions:
@@ -365,17 +175,6 @@ class _FetchFuture(Future[RemoteFetchResult]):
             self.set_exception(error)
 
 
-def _done_future(data: bytes) -> Future[bytes]:
-    future: Future[bytes] = Future()
-    future.set_result(data)
-    return future
-
-
-def _cancel(futures: list[Future[bytes]]) -> None:
-    for future in futures:
-        future.cancel()
-
-
 class RemoteLogReader:
     """Serves reads of tiered partitions from the remote tier."""
 
@@ -400,7 +199,7 @@ class RemoteLogReader:
         self._pending = 0
         self._pending_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="remote-log-reader")
-        self.read_ahead = _ReadAhead()
+        self.read_ahead = ReadAhead()
         # A plugin whose log objects are local files: fetches are sent from them (no read
         # into memory, no read-ahead). None once it says it cannot (encrypted objects).
         self._files: LogSegmentFiles | None = rsm if isinstance(rsm, LogSegmentFiles) else None
@@ -549,7 +348,7 @@ class RemoteLogReader:
         if data is None:
             # Not the plain case (a batch larger than the range, or a range that does not
             # start at the batch asked for): the pool serves it, starting from these bytes.
-            self.read_ahead.put(key, position, _done_future(prefix))
+            self.read_ahead.put(key, position, done_future(prefix))
             return None
         aborted = None
         if read_committed:
@@ -564,7 +363,7 @@ class RemoteLogReader:
                 first_md=md,
             )
             if txns is None:
-                self.read_ahead.put(key, position, _done_future(prefix))
+                self.read_ahead.put(key, position, done_future(prefix))
                 return None
             aborted = tuple((t.producer_id, t.first_offset) for t in txns)
         # No CRC32C pass here: every range in hand was checked when it arrived (in the
@@ -745,7 +544,7 @@ class RemoteLogReader:
             return
         key = (md.segment_id, next_offset)
         if key not in self.read_ahead:
-            self.read_ahead.put(key, position + at, _done_future(prefix[at:]))
+            self.read_ahead.put(key, position + at, done_future(prefix[at:]))
 
     def submit_offset_for_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
@@ -983,7 +782,7 @@ class RemoteLogReader:
                     if abandoned is None or not abandoned():
                         self._read_ahead(tp, plog, md, position, data, max_bytes)
                     return data
-            ranges = _SegmentRanges(self.rsm, md, position, chunk, prefix)
+            ranges = SegmentRanges(self.rsm, md, position, chunk, prefix)
         else:
             # A read from the segment's first offset starts at byte 0 without its indexes.
             position = (
@@ -991,7 +790,7 @@ class RemoteLogReader:
                 if fetch_offset <= md.start_offset
                 else self.index_cache.lookup_position(md, fetch_offset)
             )
-            ranges = _SegmentRanges(self.rsm, md, position, chunk)
+            ranges = SegmentRanges(self.rsm, md, position, chunk)
         at = 0
         while True:
             if ranges.ensure(at + HEADER_SIZE) < at + HEADER_SIZE:
@@ -1030,7 +829,7 @@ class RemoteLogReader:
         offset 0). Nothing is read ahead from the local log start on: the local log serves
         it. ``after`` is the (key, range) that ``data`` is, when this extends the pipeline
         from a range that arrived rather than from a fetch served: nothing is read once a
-        fetch has taken that range (see ``_ReadAhead.put``)."""
+        fetch has taken that range (see ``ReadAhead.put``)."""
         at, next_offset = whole_batches(data)
         if next_offset is None or next_offset >= plog.local_log_start_offset:
             return
@@ -1193,7 +992,7 @@ class RemoteLogReader:
         ``timestamp`` and ``starting_offset`` in the segment."""
         from_offset = max(self.index_cache.lookup_timestamp(md, timestamp), starting_offset)
         position = self.index_cache.lookup_position(md, from_offset)
-        ranges = _SegmentRanges(self.rsm, md, position, 256 * 1024)
+        ranges = SegmentRanges(self.rsm, md, position, 256 * 1024)
         at = 0
         while ranges.ensure(at + HEADER_SIZE) >= at + HEADER_SIZE:
             size = peek_batch_size(ranges.buf, at)
