@@ -40,7 +40,6 @@ import logging
 import os
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
@@ -71,7 +70,8 @@ from tiered.quota import TokenBucket
 from tiered.read_ahead import READ_AHEAD_DEPTH, ReadAhead, SegmentRanges, done_future
 from tiered.remote_batches import answer_in, upper_bound_offset, verify_batches, whole_batches
 from tiered.remote_index_cache import RemoteIndexCache
-from tiered.remote_log_file import FileRegion, RemoteLogFile, find_region
+from tiered.remote_log_file import FilePositions, FileRegion, RemoteLogFile, find_region
+from tiered.txn_free_runs import TxnFreeRuns
 
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog
@@ -90,63 +90,10 @@ READ_SLACK_BYTES = 16 * 1024
 # RLMM lookup takes about 7 us here: 64 of them, 0.5 ms, about what sending the 1 MiB
 # answer costs the event loop.
 EVENT_LOOP_TXN_SEARCH_SEGMENTS = 64
-# Where sequential consumers' next fetches start in remote log files (plugins with
-# LogSegmentFiles): (segment id, next fetch offset) -> byte position, the newest kept.
-FILE_POSITIONS_MAX_ENTRIES = 1024
-# Searches for aborted transactions remembered (see _TxnFreeRuns).
-TXN_FREE_RUNS_MAX_ENTRIES = 1024
 
 
 class RemoteReadRejectedError(RemoteStorageError):
     """``remote.log.reader.max.pending.tasks`` reads are already queued or running."""
-
-
-class _FilePositions:
-    """Byte positions of the batches sequential consumers fetch next from remote log files,
-    keyed by (segment id, offset): the fetch that served the batches before remembers
-    where the next one starts, so the next fetch needs no index lookup. Thread-safe; the
-    FILE_POSITIONS_MAX_ENTRIES newest are kept."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._positions: OrderedDict[tuple[uuid.UUID, int], int] = OrderedDict()
-
-    def get(self, key: tuple[uuid.UUID, int]) -> int | None:
-        with self._lock:
-            return self._positions.get(key)
-
-    def put(self, key: tuple[uuid.UUID, int], position: int) -> None:
-        with self._lock:
-            self._positions[key] = position
-            self._positions.move_to_end(key)
-            while len(self._positions) > FILE_POSITIONS_MAX_ENTRIES:
-                self._positions.popitem(last=False)
-
-
-class _TxnFreeRuns:
-    """Runs of remote segments without aborted transactions (KIP-1058's
-    ``txn_index_empty``), by the segment a search for aborts started from: segment id ->
-    the offset that search reached (the local log start then) through segments without
-    aborts only. Remote segments are immutable and new ones only follow the last, so a
-    later search from the same segment finds the same segments up to that offset and
-    can start there. Thread-safe; the TXN_FREE_RUNS_MAX_ENTRIES newest are kept."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reached: OrderedDict[uuid.UUID, int] = OrderedDict()
-
-    def get(self, segment_id: uuid.UUID) -> int | None:
-        with self._lock:
-            return self._reached.get(segment_id)
-
-    def put(self, segment_id: uuid.UUID, reached: int) -> None:
-        with self._lock:
-            if self._reached.get(segment_id, -1) >= reached:
-                return
-            self._reached[segment_id] = reached
-            self._reached.move_to_end(segment_id)
-            while len(self._reached) > TXN_FREE_RUNS_MAX_ENTRIES:
-                self._reached.popitem(last=False)
 
 
 class _FetchFuture(Future[RemoteFetchResult]):
@@ -203,8 +150,8 @@ class RemoteLogReader:
         # A plugin whose log objects are local files: fetches are sent from them (no read
         # into memory, no read-ahead). None once it says it cannot (encrypted objects).
         self._files: LogSegmentFiles | None = rsm if isinstance(rsm, LogSegmentFiles) else None
-        self._file_positions = _FilePositions()
-        self._txn_free_runs = _TxnFreeRuns()
+        self._file_positions = FilePositions()
+        self._txn_free_runs = TxnFreeRuns()
 
     # -- async-friendly entries --------------------------------------------------------
     def submit_fetch(
@@ -644,7 +591,7 @@ class RemoteLogReader:
 
         A search that went from a segment to the local log through segments without
         aborts only (KIP-1058's ``txn_index_empty``) is remembered for that segment
-        (``_TxnFreeRuns``), and the next search from it starts where that one ended: a
+        (``TxnFreeRuns``), and the next search from it starts where that one ended: a
         sequential READ_COMMITTED consumer (librdkafka's default) otherwise looked up every
         remote segment after its own in the RLMM on every fetch."""
         out: list[AbortedTxn] = []
