@@ -69,6 +69,7 @@ from tiered.metrics import (
 from tiered.quota import TokenBucket
 from tiered.read_ahead import READ_AHEAD_DEPTH, ReadAhead, SegmentRanges, done_future
 from tiered.remote_batches import answer_in, upper_bound_offset, verify_batches, whole_batches
+from tiered.remote_fetch import FetchFuture, RemoteFetchRequest
 from tiered.remote_index_cache import RemoteIndexCache
 from tiered.remote_log_file import FilePositions, FileRegion, RemoteLogFile, find_region
 from tiered.txn_free_runs import TxnFreeRuns
@@ -94,32 +95,6 @@ EVENT_LOOP_TXN_SEARCH_SEGMENTS = 64
 
 class RemoteReadRejectedError(RemoteStorageError):
     """``remote.log.reader.max.pending.tasks`` reads are already queued or running."""
-
-
-class _FetchFuture(Future[RemoteFetchResult]):
-    """A fetch on the reader pool. ``cancel`` by its waiter (the broker cancels a read
-    that misses ``remote.fetch.max.wait.ms``, or whose client has gone) cancels the queued
-    task; a read already running cannot be stopped, but it is marked abandoned, so that it
-    reads nothing ahead."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.task: Future[None] | None = None
-        self._abandoned = False
-
-    def cancel(self) -> bool:
-        self._abandoned = True
-        if self.task is not None:
-            self.task.cancel()
-        return super().cancel()
-
-    def is_abandoned(self) -> bool:
-        return self._abandoned
-
-    def fail(self, error: BaseException) -> None:
-        """Fail the fetch unless its waiter cancelled it first."""
-        if self.set_running_or_notify_cancel():
-            self.set_exception(error)
 
 
 class RemoteLogReader:
@@ -168,45 +143,27 @@ class RemoteLogReader:
         Raises:
             RemoteReadRejectedError: the pending-task bound is reached (raised at once).
         """
+        request = RemoteFetchRequest(tp, plog, fetch_offset, max_bytes, read_committed)
         if self._files is not None:
-            served = self._serve_file_at_once(tp, plog, fetch_offset, max_bytes, read_committed)
+            served = self._serve_file_at_once(request)
         else:
-            served = self._serve_read_ahead(
-                tp, plog, fetch_offset, max_bytes, read_committed, wait_in_flight=True
-            )
+            served = self._serve_read_ahead(request, wait_in_flight=True)
         if served is not None:
             return served
-        answer = _FetchFuture()
-        answer.task = self._submit(
-            self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
-        )
+        answer = FetchFuture()
+        answer.task = self._submit(self._fetch_task(answer, request))
         return answer
 
-    def _fetch_task(
-        self,
-        answer: _FetchFuture,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-    ) -> Callable[[], None]:
+    def _fetch_task(self, answer: FetchFuture, request: RemoteFetchRequest) -> Callable[[], None]:
         """The pool task that answers ``answer``."""
 
         def run() -> None:
             if not answer.set_running_or_notify_cancel():
                 return
             try:
-                result = self._fetch_file(tp, plog, fetch_offset, max_bytes, read_committed)
+                result = self._fetch_file(request)
                 if result is None:
-                    result = self.fetch(
-                        tp,
-                        plog,
-                        fetch_offset,
-                        max_bytes,
-                        read_committed=read_committed,
-                        abandoned=answer.is_abandoned,
-                    )
+                    result = self._fetch(request, abandoned=answer.is_abandoned)
             except BaseException as e:  # noqa: BLE001 - handed to the waiter, as the pool does
                 answer.set_exception(e)
             else:
@@ -215,14 +172,8 @@ class RemoteLogReader:
         return run
 
     def _answer_on_arrival(
-        self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-        in_flight: Future[bytes],
-    ) -> _FetchFuture:
+        self, request: RemoteFetchRequest, in_flight: Future[bytes]
+    ) -> FetchFuture:
         """A fetch whose read-ahead range is being read: answered when the range arrives,
         in the thread that read it (``_serve_read_ahead``), instead of by a pool thread that
         would wait for it. With a sequential consumer on S3 that is most fetches: the
@@ -230,18 +181,18 @@ class RemoteLogReader:
         way. When the range is not the plain case (or failed), the pool serves the fetch,
         as it would have. A fetch cancelled meanwhile (its waiter gave up) takes nothing:
         the range stays in hand for the consumer's next try."""
-        answer = _FetchFuture()
+        answer = FetchFuture()
 
         def arrived(_: Future[bytes]) -> None:
             if answer.cancelled() or answer.is_abandoned():
                 return
             try:
-                served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+                served = self._serve_read_ahead(request)
             except BaseException as e:  # noqa: BLE001 - a callback's error would be lost
                 answer.fail(e)
                 return
             if served is None:
-                run = self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
+                run = self._fetch_task(answer, request)
                 try:
                     answer.task = self._submit(run)
                 except (RemoteReadRejectedError, RuntimeError) as e:
@@ -254,14 +205,7 @@ class RemoteLogReader:
         return answer
 
     def _serve_read_ahead(
-        self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-        *,
-        wait_in_flight: bool = False,
+        self, request: RemoteFetchRequest, *, wait_in_flight: bool = False
     ) -> Future[RemoteFetchResult] | None:
         """A fetch answered in the caller's thread from a read-ahead range already in
         memory (a done future), or None: the pool then serves it. With ``wait_in_flight``,
@@ -275,6 +219,8 @@ class RemoteLogReader:
         memory yet."""
         if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
             return None
+        tp, plog = request.tp, request.plog
+        fetch_offset, max_bytes = request.fetch_offset, request.max_bytes
         try:
             md = self._segment_for(tp, plog, fetch_offset)
         except RemoteStorageError:
@@ -286,9 +232,7 @@ class RemoteLogReader:
         if ahead is None:
             held = self.read_ahead.held(key) if wait_in_flight else None
             if held is not None and not held[1].done():
-                return self._answer_on_arrival(
-                    tp, plog, fetch_offset, max_bytes, read_committed, held[1]
-                )
+                return self._answer_on_arrival(request, held[1])
             return None
         position, prefix = ahead
         data = answer_in(prefix, fetch_offset, max_bytes)
@@ -298,7 +242,7 @@ class RemoteLogReader:
             self.read_ahead.put(key, position, done_future(prefix))
             return None
         aborted = None
-        if read_committed:
+        if request.read_committed:
             upper = upper_bound_offset(data, fetch_offset)
             txns = self._collect_aborted_txns(
                 tp,
@@ -325,14 +269,7 @@ class RemoteLogReader:
         answer.set_result(RemoteFetchResult(data, aborted))
         return answer
 
-    def _serve_file_at_once(
-        self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-    ) -> Future[RemoteFetchResult] | None:
+    def _serve_file_at_once(self, request: RemoteFetchRequest) -> Future[RemoteFetchResult] | None:
         """A fetch answered in the caller's thread with a slice of the segment's log file
         (a done future), or None: the pool then serves it. Only when it needs no more I/O
         than an open and a few batch headers: the file was checked already, and the fetch
@@ -343,6 +280,7 @@ class RemoteLogReader:
         assert files is not None
         if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
             return None
+        tp, plog, fetch_offset = request.tp, request.plog, request.fetch_offset
         try:
             md = self._segment_for(tp, plog, fetch_offset)
         except RemoteStorageError:
@@ -360,13 +298,13 @@ class RemoteLogReader:
             if fd is None:
                 return None
             file = RemoteLogFile(fd, md.remote_log_segment_id)
-            region = find_region(file, position, fetch_offset, max_bytes)
+            region = find_region(file, position, fetch_offset, request.max_bytes)
         except (RemoteStorageError, CoreError, OSError):
             return None  # the pool reads it again and reports the failure
         if region is None:
             return None  # past the segment's last batch: the pool goes on to the next
         aborted = None
-        if read_committed:
+        if request.read_committed:
             txns = self._collect_aborted_txns(
                 tp,
                 plog,
@@ -385,14 +323,7 @@ class RemoteLogReader:
         answer.set_result(RemoteFetchResult(region.records, aborted))
         return answer
 
-    def _fetch_file(
-        self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-    ) -> RemoteFetchResult | None:
+    def _fetch_file(self, request: RemoteFetchRequest) -> RemoteFetchResult | None:
         """``fetch`` with the records as a slice of the segment's log file (sent from the
         file), or None when this plugin hands out no files or the plain case does not hold
         (no segment for the offset, the fetch quota exhausted): ``fetch`` then answers,
@@ -405,6 +336,7 @@ class RemoteLogReader:
         files = self._files
         if files is None or (self.fetch_quota is not None and self.fetch_quota.is_exceeded()):
             return None
+        tp, plog, fetch_offset = request.tp, request.plog, request.fetch_offset
         try:
             md = self._segment_for(tp, plog, fetch_offset)
             while md is not None:
@@ -421,7 +353,7 @@ class RemoteLogReader:
                         if known is not None
                         else self.index_cache.lookup_position(md, fetch_offset)
                     )
-                region = find_region(file, position, fetch_offset, max_bytes)
+                region = find_region(file, position, fetch_offset, request.max_bytes)
                 if region is not None:
                     break
                 file.close()
@@ -433,7 +365,7 @@ class RemoteLogReader:
             raise
         self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
         self._served_file(tp, plog, md, region)
-        if not read_committed:
+        if not request.read_committed:
             return RemoteFetchResult(region.records)
         txns = self.collect_aborted_txns(tp, plog, fetch_offset, region.upper_bound)
         return RemoteFetchResult(
@@ -543,11 +475,18 @@ class RemoteLogReader:
         Raises:
             As ``read`` and ``collect_aborted_txns``.
         """
-        data = self.read(tp, plog, fetch_offset, max_bytes, abandoned=abandoned)
-        if not read_committed:
+        request = RemoteFetchRequest(tp, plog, fetch_offset, max_bytes, read_committed)
+        return self._fetch(request, abandoned=abandoned)
+
+    def _fetch(
+        self, request: RemoteFetchRequest, *, abandoned: Callable[[], bool] | None = None
+    ) -> RemoteFetchResult:
+        """``fetch`` of ``request``."""
+        data = self._read(request, abandoned=abandoned)
+        if not request.read_committed:
             return RemoteFetchResult(data)
-        upper = upper_bound_offset(data, fetch_offset)
-        txns = self.collect_aborted_txns(tp, plog, fetch_offset, upper)
+        upper = upper_bound_offset(data, request.fetch_offset)
+        txns = self.collect_aborted_txns(request.tp, request.plog, request.fetch_offset, upper)
         return RemoteFetchResult(data, tuple((t.producer_id, t.first_offset) for t in txns))
 
     def collect_aborted_txns(
@@ -654,6 +593,15 @@ class RemoteLogReader:
             OffsetOutOfRangeError: no remote segment of the current lineage holds the offset.
             RemoteStorageError: the remote tier failed.
         """
+        return self._read(
+            RemoteFetchRequest(tp, plog, fetch_offset, max_bytes), abandoned=abandoned
+        )
+
+    def _read(
+        self, request: RemoteFetchRequest, *, abandoned: Callable[[], bool] | None = None
+    ) -> bytes:
+        """``read`` of ``request`` (its ``read_committed`` is ``fetch``'s to act on)."""
+        tp, plog, fetch_offset = request.tp, request.plog, request.fetch_offset
         self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
         if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
             log.debug("%s: remote fetch quota exceeded; answering empty", tp)
@@ -666,7 +614,7 @@ class RemoteLogReader:
                     f"(leader epoch {plog.leader_epoch_cache.epoch_for_offset(fetch_offset)})"
                 )
             while md is not None:
-                data = self._read_segment(tp, plog, md, fetch_offset, max_bytes, abandoned)
+                data = self._read_segment(request, md, abandoned)
                 if data is not None:
                     self._count_served(tp, len(data))
                     return data
@@ -704,16 +652,16 @@ class RemoteLogReader:
 
     def _read_segment(
         self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
+        request: RemoteFetchRequest,
         md: RemoteLogSegmentMetadata,
-        fetch_offset: int,
-        max_bytes: int,
         abandoned: Callable[[], bool] | None = None,
     ) -> bytes | None:
-        """The bytes from the batch holding ``fetch_offset``, or None when the segment has
-        no batch at or after it. Starts from a read-ahead range when one is there, and
-        reads the next range ahead when the segment goes on (unless ``abandoned()``)."""
+        """The bytes from the batch holding the request's fetch offset, or None when the
+        segment ``md`` has no batch at or after it. Starts from a read-ahead range when one
+        is there, and reads the next range ahead when the segment goes on (unless
+        ``abandoned()``)."""
+        tp, plog = request.tp, request.plog
+        fetch_offset, max_bytes = request.fetch_offset, request.max_bytes
         chunk = max_bytes + READ_SLACK_BYTES
         ahead = self.read_ahead.take((md.segment_id, fetch_offset))
         if ahead is not None:
