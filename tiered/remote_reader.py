@@ -7,17 +7,18 @@ until the batch holding the offset and ``max_bytes`` after it are in hand. READ_
 fetches also get the aborted transactions overlapping what was read, from the remote
 transaction indexes and then the local log's (Kafka's ``collectAbortedTransactions``).
 
-Sequential consumers are read ahead: after serving a range, the next ranges of the
-segment are fetched in the background (when a pool thread is idle) and kept, keyed by the
-segment and the offset a consumer will ask for next, in a small memory-bounded cache; the
-next fetch starts from those bytes instead of a fresh round trip to the remote tier. The
-read-ahead is a pipeline READ_AHEAD_DEPTH ranges deep: when a range arrives, the one after
-it is asked for, so that a consumer that asks for its next fetch as soon as it has the
-last one (librdkafka does) finds it in memory instead of waiting for the one range read
-since. Each range is the fetch's ``max_bytes`` long and starts at a batch, so a fetch
-served from one ends where the next range starts. A read that ends a segment reads ahead
-the start of the next one, and a read from a segment's first offset starts at byte 0: a
-consumer walking the remote tier from offset 0 needs no segment's indexes.
+Sequential consumers are read ahead: after serving a range, the next ranges of the segment
+are fetched in the background (when a pool thread is idle) and kept, keyed by the segment
+and the offset a consumer will ask for next, in a small memory-bounded cache
+(``tiered.read_ahead``); the next fetch starts from those bytes instead of a fresh round
+trip to the remote tier. The read-ahead is a pipeline READ_AHEAD_DEPTH ranges deep: when a
+range arrives, the one after it is asked for, so that a consumer that asks for its next
+fetch as soon as it has the last one (librdkafka does) finds it in memory instead of
+waiting for the one range read since. Each range is the fetch's ``max_bytes`` long and
+starts at a batch, so a fetch served from one ends where the next range starts. A read
+that ends a segment reads ahead the start of the next one, and a read from a segment's
+first offset starts at byte 0: a consumer walking the remote tier from offset 0 needs no
+segment's indexes.
 
 With a plugin whose objects are files on this machine (``tiered.api.LogSegmentFiles``, the
 local-directory one), none of that: a fetch is answered with a slice of the object's file
