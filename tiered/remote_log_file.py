@@ -5,19 +5,26 @@ fetch needs neither a read into memory nor a CRC32C pass per range: the plugin c
 whole object against its manifest before handing out its descriptor, and the broker sends
 the fetch's byte range from it as it sends a local segment's (a ``FileSlice``). What is
 read here is the headers of the batches in the range (``pread`` of 61 bytes each), to find
-where the fetch starts and where the next one will.
+where the fetch starts and where the next one will (remembered in ``FilePositions``, so
+that a sequential consumer's next fetch needs no index lookup).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from core.errors import KafkaStorageError
 from core.log.file_records import FileSlice
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from tiered.api import RemoteStorageError
+
+# Where sequential consumers' next fetches start in remote log files (plugins with
+# LogSegmentFiles): (segment id, next fetch offset) -> byte position, the newest kept.
+FILE_POSITIONS_MAX_ENTRIES = 1024
 
 
 class RemoteLogFile:
@@ -142,3 +149,25 @@ def _header(file: RemoteLogFile, position: int) -> tuple[int, int, int] | None:
         )
     header = RecordBatchHeader(data, 0)
     return size, header.last_offset, header.next_offset
+
+
+class FilePositions:
+    """Byte positions of the batches sequential consumers fetch next from remote log files,
+    keyed by (segment id, offset): the fetch that served the batches before remembers
+    where the next one starts, so the next fetch needs no index lookup. Thread-safe; the
+    FILE_POSITIONS_MAX_ENTRIES newest are kept."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._positions: OrderedDict[tuple[uuid.UUID, int], int] = OrderedDict()
+
+    def get(self, key: tuple[uuid.UUID, int]) -> int | None:
+        with self._lock:
+            return self._positions.get(key)
+
+    def put(self, key: tuple[uuid.UUID, int], position: int) -> None:
+        with self._lock:
+            self._positions[key] = position
+            self._positions.move_to_end(key)
+            while len(self._positions) > FILE_POSITIONS_MAX_ENTRIES:
+                self._positions.popitem(last=False)

@@ -7,17 +7,18 @@ until the batch holding the offset and ``max_bytes`` after it are in hand. READ_
 fetches also get the aborted transactions overlapping what was read, from the remote
 transaction indexes and then the local log's (Kafka's ``collectAbortedTransactions``).
 
-Sequential consumers are read ahead: after serving a range, the next ranges of the
-segment are fetched in the background (when a pool thread is idle) and kept, keyed by the
-segment and the offset a consumer will ask for next, in a small memory-bounded cache; the
-next fetch starts from those bytes instead of a fresh round trip to the remote tier. The
-read-ahead is a pipeline READ_AHEAD_DEPTH ranges deep: when a range arrives, the one after
-it is asked for, so that a consumer that asks for its next fetch as soon as it has the
-last one (librdkafka does) finds it in memory instead of waiting for the one range read
-since. Each range is the fetch's ``max_bytes`` long and starts at a batch, so a fetch
-served from one ends where the next range starts. A read that ends a segment reads ahead
-the start of the next one, and a read from a segment's first offset starts at byte 0: a
-consumer walking the remote tier from offset 0 needs no segment's indexes.
+Sequential consumers are read ahead: after serving a range, the next ranges of the segment
+are fetched in the background (when a pool thread is idle) and kept, keyed by the segment
+and the offset a consumer will ask for next, in a small memory-bounded cache
+(``tiered.read_ahead``); the next fetch starts from those bytes instead of a fresh round
+trip to the remote tier. The read-ahead is a pipeline READ_AHEAD_DEPTH ranges deep: when a
+range arrives, the one after it is asked for, so that a consumer that asks for its next
+fetch as soon as it has the last one (librdkafka does) finds it in memory instead of
+waiting for the one range read since. Each range is the fetch's ``max_bytes`` long and
+starts at a batch, so a fetch served from one ends where the next range starts. A read
+that ends a segment reads ahead the start of the next one, and a read from a segment's
+first offset starts at byte 0: a consumer walking the remote tier from offset 0 needs no
+segment's indexes.
 
 With a plugin whose objects are files on this machine (``tiered.api.LogSegmentFiles``, the
 local-directory one), none of that: a fetch is answered with a slice of the object's file
@@ -40,9 +41,8 @@ import logging
 import os
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from core.errors import CoreError, OffsetOutOfRangeError
@@ -68,8 +68,12 @@ from tiered.metrics import (
     TieringMetrics,
 )
 from tiered.quota import TokenBucket
+from tiered.read_ahead import READ_AHEAD_DEPTH, ReadAhead, SegmentRanges, done_future
+from tiered.remote_batches import answer_in, upper_bound_offset, verify_batches, whole_batches
+from tiered.remote_fetch import FetchFuture, RemoteFetchRequest
 from tiered.remote_index_cache import RemoteIndexCache
-from tiered.remote_log_file import FileRegion, RemoteLogFile, find_region
+from tiered.remote_log_file import FilePositions, FileRegion, RemoteLogFile, find_region
+from tiered.txn_free_runs import TxnFreeRuns
 
 if TYPE_CHECKING:
     from core.log.partition_log import PartitionLog
@@ -82,301 +86,16 @@ T = TypeVar("T")
 # an offset lies up to index.interval.bytes (4096 by default) before its batch.
 READ_SLACK_BYTES = 16 * 1024
 
-# Read-ahead: ranges kept for sequential consumers, bounded in count and bytes.
-READ_AHEAD_MAX_ENTRIES = 64
-READ_AHEAD_MAX_BYTES = 64 * 1024 * 1024
-# Ranges in hand or in flight ahead of a sequential consumer. One was not enough: the range
-# after a fetch was asked for when that fetch was served, and the consumer's next fetch
-# arrived before it (a pool hop and a wait per fetch). Two or more keep one arrived while
-# the next is read (parallel ranged GETs on S3).
-READ_AHEAD_DEPTH = 3
 # A READ_COMMITTED fetch answered on the event loop looks up at most this many remote
 # segments for aborted transactions (Kafka's search goes on through later segments until a
 # transaction index says it is complete); one that needs more goes to the reader pool. An
 # RLMM lookup takes about 7 us here: 64 of them, 0.5 ms, about what sending the 1 MiB
 # answer costs the event loop.
 EVENT_LOOP_TXN_SEARCH_SEGMENTS = 64
-# Where sequential consumers' next fetches start in remote log files (plugins with
-# LogSegmentFiles): (segment id, next fetch offset) -> byte position, the newest kept.
-FILE_POSITIONS_MAX_ENTRIES = 1024
-# Searches for aborted transactions remembered (see _TxnFreeRuns).
-TXN_FREE_RUNS_MAX_ENTRIES = 1024
-
-
-class CorruptRemoteDataError(RemoteStorageError):
-    """A batch read from the remote tier fails its CRC32C: it is never served."""
 
 
 class RemoteReadRejectedError(RemoteStorageError):
     """``remote.log.reader.max.pending.tasks`` reads are already queued or running."""
-
-
-class _SegmentRanges:
-    """Sequential ranged reads of one segment's log, fetched from the RSM on demand.
-
-    ``prefix`` is bytes already in hand from ``start`` on (a read-ahead range).
-    """
-
-    def __init__(
-        self,
-        rsm: RemoteStorageManager,
-        md: RemoteLogSegmentMetadata,
-        start: int,
-        chunk: int,
-        prefix: bytes = b"",
-    ) -> None:
-        self.rsm = rsm
-        self.md = md
-        self.start = start
-        self.chunk = max(chunk, HEADER_SIZE)
-        self.buf = bytearray(prefix)
-        self.fetched = len(prefix)  # bytes asked for, from ``start``
-
-    @property
-    def remaining_in_segment(self) -> int:
-        return self.md.segment_size_in_bytes - self.start
-
-    def ensure(self, end: int) -> int:
-        """Make ``buf`` hold ``[0, end)`` (relative to ``start``) if the segment does;
-        returns how many bytes it holds."""
-        end = min(end, self.remaining_in_segment)
-        if len(self.buf) >= end or self.fetched >= self.remaining_in_segment:
-            return len(self.buf)
-        want_end = min(max(end, self.fetched + self.chunk), self.remaining_in_segment)
-        with self.rsm.fetch_log_segment(
-            self.md, self.start + self.fetched, self.start + want_end
-        ) as stream:
-            while len(self.buf) < want_end:
-                data = stream.read(want_end - len(self.buf))
-                if not data:
-                    break
-                self.buf += data
-        self.fetched = want_end
-        return len(self.buf)
-
-
-class _ReadAhead:
-    """Ranges fetched ahead for sequential consumers: (segment id, next fetch offset) ->
-    (byte position of that offset's batch, the bytes from there). Every range starts at a
-    batch and had the CRC32C of its whole batches checked before it was put here (or is
-    the rest of such a range from a batch on). A range is handed out once. LRU, bounded by
-    READ_AHEAD_MAX_ENTRIES and READ_AHEAD_MAX_BYTES (counted when a range arrives).
-    Thread-safe; futures are never cancelled under the lock, because a cancellation runs
-    the future's callbacks (``_arrived``) at once in the same thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ranges: OrderedDict[tuple[uuid.UUID, int], tuple[int, Future[bytes]]] = OrderedDict()
-        self._bytes = 0
-        self.hits = 0
-
-    def __contains__(self, key: object) -> bool:
-        with self._lock:
-            return key in self._ranges
-
-    def arrived(self) -> int:
-        """How many ranges are in hand (read, not yet handed out)."""
-        with self._lock:
-            return sum(
-                1
-                for _, f in self._ranges.values()
-                if f.done() and not f.cancelled() and f.exception() is None
-            )
-
-    def roomy(self) -> bool:
-        """Less than half full (entries and bytes): room for ranges beyond the next one of
-        each consumer without evicting another consumer's next range."""
-        with self._lock:
-            return (
-                len(self._ranges) < READ_AHEAD_MAX_ENTRIES // 2
-                and self._bytes < READ_AHEAD_MAX_BYTES // 2
-            )
-
-    def held(self, key: tuple[uuid.UUID, int]) -> tuple[int, Future[bytes]] | None:
-        """The (position, range) kept for ``key``, left in place; None if none is."""
-        with self._lock:
-            return self._ranges.get(key)
-
-    def put(
-        self,
-        key: tuple[uuid.UUID, int],
-        position: int,
-        future: Future[bytes],
-        *,
-        after: tuple[tuple[uuid.UUID, int], Future[bytes]] | None = None,
-    ) -> bool:
-        """Keep ``future``'s range for ``key``. With ``after`` (the key and range this one
-        follows in a pipeline), only while that range is still held: once a fetch has taken
-        it, the fetch extended the pipeline from it itself, and a range read from here could
-        only be one the consumer has already passed. Returns whether it was kept (the caller
-        cancels one that was not)."""
-        with self._lock:
-            if after is not None:
-                held = self._ranges.get(after[0])
-                if held is None or held[1] is not after[1]:
-                    return False
-            self._ranges[key] = (position, future)
-            evicted = self._evict()
-        _cancel(evicted)
-        future.add_done_callback(lambda f: self._arrived(key, f))
-        return True
-
-    def still_held(self, key: tuple[uuid.UUID, int], future: Future[bytes]) -> bool:
-        """Whether ``future``'s range is still the one kept for ``key`` (not handed out)."""
-        with self._lock:
-            held = self._ranges.get(key)
-            return held is not None and held[1] is future
-
-    def _arrived(self, key: tuple[uuid.UUID, int], future: Future[bytes]) -> None:
-        with self._lock:
-            held = self._ranges.get(key)
-            if held is None or held[1] is not future:
-                return
-            if future.cancelled() or future.exception() is not None:
-                del self._ranges[key]  # a failed range is read again on demand
-                return
-            self._bytes += len(future.result())
-            evicted = self._evict()
-        _cancel(evicted)
-
-    def take(self, key: tuple[uuid.UUID, int]) -> tuple[int, bytes] | None:
-        """The range for ``key`` if one was fetched (waiting for it if it is being fetched
-        right now); None otherwise. A range still queued is cancelled instead of waited
-        for, so that a reader thread never waits on a task behind it in the queue."""
-        with self._lock:
-            held = self._ranges.pop(key, None)
-            if held is None:
-                return None
-            position, future = held
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self._bytes -= len(future.result())
-        if not future.done() and future.cancel():
-            return None
-        try:
-            data = future.result()
-        except (CancelledError, RemoteStorageError, OSError):
-            return None
-        self.hits += 1
-        return position, data
-
-    def take_ready(
-        self, key: tuple[uuid.UUID, int], max_bytes: int, segment_size: int
-    ) -> tuple[int, bytes] | None:
-        """The range for ``key`` if it has arrived and holds ``max_bytes`` (or the rest of
-        its segment); None, leaving it in place, otherwise."""
-        with self._lock:
-            held = self._ranges.get(key)
-            if held is None:
-                return None
-            position, future = held
-            if not future.done() or future.cancelled() or future.exception() is not None:
-                return None
-            data = future.result()
-            if len(data) < min(max_bytes, segment_size - position):
-                return None
-            del self._ranges[key]
-            self._bytes -= len(data)
-            self.hits += 1
-        return position, data
-
-    def _evict(self) -> list[Future[bytes]]:
-        """Drop the least recently added ranges beyond the bounds (lock held); returns the
-        futures to cancel once the lock is released."""
-        evicted = []
-        while len(self._ranges) > READ_AHEAD_MAX_ENTRIES or (
-            self._bytes > READ_AHEAD_MAX_BYTES and len(self._ranges) > 1
-        ):
-            _, (_, future) = self._ranges.popitem(last=False)
-            if future.done() and not future.cancelled() and future.exception() is None:
-                self._bytes -= len(future.result())
-            else:
-                evicted.append(future)
-        return evicted
-
-
-class _FilePositions:
-    """Byte positions of the batches sequential consumers fetch next from remote log files,
-    keyed by (segment id, offset): the fetch that served the batches before remembers
-    where the next one starts, so the next fetch needs no index lookup. Thread-safe; the
-    FILE_POSITIONS_MAX_ENTRIES newest are kept."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._positions: OrderedDict[tuple[uuid.UUID, int], int] = OrderedDict()
-
-    def get(self, key: tuple[uuid.UUID, int]) -> int | None:
-        with self._lock:
-            return self._positions.get(key)
-
-    def put(self, key: tuple[uuid.UUID, int], position: int) -> None:
-        with self._lock:
-            self._positions[key] = position
-            self._positions.move_to_end(key)
-            while len(self._positions) > FILE_POSITIONS_MAX_ENTRIES:
-                self._positions.popitem(last=False)
-
-
-class _TxnFreeRuns:
-    """Runs of remote segments without aborted transactions (KIP-1058's
-    ``txn_index_empty``), by the segment a search for aborts started from: segment id ->
-    the offset that search reached (the local log start then) through segments without
-    aborts only. Remote segments are immutable and new ones only follow the last, so a
-    later search from the same segment finds the same segments up to that offset and
-    can start there. Thread-safe; the TXN_FREE_RUNS_MAX_ENTRIES newest are kept."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._reached: OrderedDict[uuid.UUID, int] = OrderedDict()
-
-    def get(self, segment_id: uuid.UUID) -> int | None:
-        with self._lock:
-            return self._reached.get(segment_id)
-
-    def put(self, segment_id: uuid.UUID, reached: int) -> None:
-        with self._lock:
-            if self._reached.get(segment_id, -1) >= reached:
-                return
-            self._reached[segment_id] = reached
-            self._reached.move_to_end(segment_id)
-            while len(self._reached) > TXN_FREE_RUNS_MAX_ENTRIES:
-                self._reached.popitem(last=False)
-
-
-class _FetchFuture(Future[RemoteFetchResult]):
-    """A fetch on the reader pool. ``cancel`` by its waiter (the broker cancels a read
-    that misses ``remote.fetch.max.wait.ms``, or whose client has gone) cancels the queued
-    task; a read already running cannot be stopped, but it is marked abandoned, so that it
-    reads nothing ahead."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.task: Future[None] | None = None
-        self._abandoned = False
-
-    def cancel(self) -> bool:
-        self._abandoned = True
-        if self.task is not None:
-            self.task.cancel()
-        return super().cancel()
-
-    def is_abandoned(self) -> bool:
-        return self._abandoned
-
-    def fail(self, error: BaseException) -> None:
-        """Fail the fetch unless its waiter cancelled it first."""
-        if self.set_running_or_notify_cancel():
-            self.set_exception(error)
-
-
-def _done_future(data: bytes) -> Future[bytes]:
-    future: Future[bytes] = Future()
-    future.set_result(data)
-    return future
-
-
-def _cancel(futures: list[Future[bytes]]) -> None:
-    for future in futures:
-        future.cancel()
 
 
 class RemoteLogReader:
@@ -403,12 +122,12 @@ class RemoteLogReader:
         self._pending = 0
         self._pending_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="remote-log-reader")
-        self.read_ahead = _ReadAhead()
+        self.read_ahead = ReadAhead()
         # A plugin whose log objects are local files: fetches are sent from them (no read
         # into memory, no read-ahead). None once it says it cannot (encrypted objects).
         self._files: LogSegmentFiles | None = rsm if isinstance(rsm, LogSegmentFiles) else None
-        self._file_positions = _FilePositions()
-        self._txn_free_runs = _TxnFreeRuns()
+        self._file_positions = FilePositions()
+        self._txn_free_runs = TxnFreeRuns()
 
     # -- async-friendly entries --------------------------------------------------------
     def submit_fetch(
@@ -425,45 +144,27 @@ class RemoteLogReader:
         Raises:
             RemoteReadRejectedError: the pending-task bound is reached (raised at once).
         """
+        request = RemoteFetchRequest(tp, plog, fetch_offset, max_bytes, read_committed)
         if self._files is not None:
-            served = self._serve_file_at_once(tp, plog, fetch_offset, max_bytes, read_committed)
+            served = self._serve_file_at_once(request)
         else:
-            served = self._serve_read_ahead(
-                tp, plog, fetch_offset, max_bytes, read_committed, wait_in_flight=True
-            )
+            served = self._serve_read_ahead(request, wait_in_flight=True)
         if served is not None:
             return served
-        answer = _FetchFuture()
-        answer.task = self._submit(
-            self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
-        )
+        answer = FetchFuture()
+        answer.task = self._submit(self._fetch_task(answer, request))
         return answer
 
-    def _fetch_task(
-        self,
-        answer: _FetchFuture,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-    ) -> Callable[[], None]:
+    def _fetch_task(self, answer: FetchFuture, request: RemoteFetchRequest) -> Callable[[], None]:
         """The pool task that answers ``answer``."""
 
         def run() -> None:
             if not answer.set_running_or_notify_cancel():
                 return
             try:
-                result = self._fetch_file(tp, plog, fetch_offset, max_bytes, read_committed)
+                result = self._fetch_file(request)
                 if result is None:
-                    result = self.fetch(
-                        tp,
-                        plog,
-                        fetch_offset,
-                        max_bytes,
-                        read_committed=read_committed,
-                        abandoned=answer.is_abandoned,
-                    )
+                    result = self._fetch(request, abandoned=answer.is_abandoned)
             except BaseException as e:  # noqa: BLE001 - handed to the waiter, as the pool does
                 answer.set_exception(e)
             else:
@@ -472,14 +173,8 @@ class RemoteLogReader:
         return run
 
     def _answer_on_arrival(
-        self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-        in_flight: Future[bytes],
-    ) -> _FetchFuture:
+        self, request: RemoteFetchRequest, in_flight: Future[bytes]
+    ) -> FetchFuture:
         """A fetch whose read-ahead range is being read: answered when the range arrives,
         in the thread that read it (``_serve_read_ahead``), instead of by a pool thread that
         would wait for it. With a sequential consumer on S3 that is most fetches: the
@@ -487,18 +182,18 @@ class RemoteLogReader:
         way. When the range is not the plain case (or failed), the pool serves the fetch,
         as it would have. A fetch cancelled meanwhile (its waiter gave up) takes nothing:
         the range stays in hand for the consumer's next try."""
-        answer = _FetchFuture()
+        answer = FetchFuture()
 
         def arrived(_: Future[bytes]) -> None:
             if answer.cancelled() or answer.is_abandoned():
                 return
             try:
-                served = self._serve_read_ahead(tp, plog, fetch_offset, max_bytes, read_committed)
+                served = self._serve_read_ahead(request)
             except BaseException as e:  # noqa: BLE001 - a callback's error would be lost
                 answer.fail(e)
                 return
             if served is None:
-                run = self._fetch_task(answer, tp, plog, fetch_offset, max_bytes, read_committed)
+                run = self._fetch_task(answer, request)
                 try:
                     answer.task = self._submit(run)
                 except (RemoteReadRejectedError, RuntimeError) as e:
@@ -511,14 +206,7 @@ class RemoteLogReader:
         return answer
 
     def _serve_read_ahead(
-        self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-        *,
-        wait_in_flight: bool = False,
+        self, request: RemoteFetchRequest, *, wait_in_flight: bool = False
     ) -> Future[RemoteFetchResult] | None:
         """A fetch answered in the caller's thread from a read-ahead range already in
         memory (a done future), or None: the pool then serves it. With ``wait_in_flight``,
@@ -532,6 +220,8 @@ class RemoteLogReader:
         memory yet."""
         if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
             return None
+        tp, plog = request.tp, request.plog
+        fetch_offset, max_bytes = request.fetch_offset, request.max_bytes
         try:
             md = self._segment_for(tp, plog, fetch_offset)
         except RemoteStorageError:
@@ -543,20 +233,18 @@ class RemoteLogReader:
         if ahead is None:
             held = self.read_ahead.held(key) if wait_in_flight else None
             if held is not None and not held[1].done():
-                return self._answer_on_arrival(
-                    tp, plog, fetch_offset, max_bytes, read_committed, held[1]
-                )
+                return self._answer_on_arrival(request, held[1])
             return None
         position, prefix = ahead
-        data = _answer_in(prefix, fetch_offset, max_bytes)
+        data = answer_in(prefix, fetch_offset, max_bytes)
         if data is None:
             # Not the plain case (a batch larger than the range, or a range that does not
             # start at the batch asked for): the pool serves it, starting from these bytes.
-            self.read_ahead.put(key, position, _done_future(prefix))
+            self.read_ahead.put(key, position, done_future(prefix))
             return None
         aborted = None
-        if read_committed:
-            upper = _upper_bound_offset(data, fetch_offset)
+        if request.read_committed:
+            upper = upper_bound_offset(data, fetch_offset)
             txns = self._collect_aborted_txns(
                 tp,
                 plog,
@@ -567,7 +255,7 @@ class RemoteLogReader:
                 first_md=md,
             )
             if txns is None:
-                self.read_ahead.put(key, position, _done_future(prefix))
+                self.read_ahead.put(key, position, done_future(prefix))
                 return None
             aborted = tuple((t.producer_id, t.first_offset) for t in txns)
         # No CRC32C pass here: every range in hand was checked when it arrived (in the
@@ -582,14 +270,7 @@ class RemoteLogReader:
         answer.set_result(RemoteFetchResult(data, aborted))
         return answer
 
-    def _serve_file_at_once(
-        self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-    ) -> Future[RemoteFetchResult] | None:
+    def _serve_file_at_once(self, request: RemoteFetchRequest) -> Future[RemoteFetchResult] | None:
         """A fetch answered in the caller's thread with a slice of the segment's log file
         (a done future), or None: the pool then serves it. Only when it needs no more I/O
         than an open and a few batch headers: the file was checked already, and the fetch
@@ -600,6 +281,7 @@ class RemoteLogReader:
         assert files is not None
         if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
             return None
+        tp, plog, fetch_offset = request.tp, request.plog, request.fetch_offset
         try:
             md = self._segment_for(tp, plog, fetch_offset)
         except RemoteStorageError:
@@ -617,13 +299,13 @@ class RemoteLogReader:
             if fd is None:
                 return None
             file = RemoteLogFile(fd, md.remote_log_segment_id)
-            region = find_region(file, position, fetch_offset, max_bytes)
+            region = find_region(file, position, fetch_offset, request.max_bytes)
         except (RemoteStorageError, CoreError, OSError):
             return None  # the pool reads it again and reports the failure
         if region is None:
             return None  # past the segment's last batch: the pool goes on to the next
         aborted = None
-        if read_committed:
+        if request.read_committed:
             txns = self._collect_aborted_txns(
                 tp,
                 plog,
@@ -642,14 +324,7 @@ class RemoteLogReader:
         answer.set_result(RemoteFetchResult(region.records, aborted))
         return answer
 
-    def _fetch_file(
-        self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
-        fetch_offset: int,
-        max_bytes: int,
-        read_committed: bool,
-    ) -> RemoteFetchResult | None:
+    def _fetch_file(self, request: RemoteFetchRequest) -> RemoteFetchResult | None:
         """``fetch`` with the records as a slice of the segment's log file (sent from the
         file), or None when this plugin hands out no files or the plain case does not hold
         (no segment for the offset, the fetch quota exhausted): ``fetch`` then answers,
@@ -662,6 +337,7 @@ class RemoteLogReader:
         files = self._files
         if files is None or (self.fetch_quota is not None and self.fetch_quota.is_exceeded()):
             return None
+        tp, plog, fetch_offset = request.tp, request.plog, request.fetch_offset
         try:
             md = self._segment_for(tp, plog, fetch_offset)
             while md is not None:
@@ -678,7 +354,7 @@ class RemoteLogReader:
                         if known is not None
                         else self.index_cache.lookup_position(md, fetch_offset)
                     )
-                region = find_region(file, position, fetch_offset, max_bytes)
+                region = find_region(file, position, fetch_offset, request.max_bytes)
                 if region is not None:
                     break
                 file.close()
@@ -690,7 +366,7 @@ class RemoteLogReader:
             raise
         self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
         self._served_file(tp, plog, md, region)
-        if not read_committed:
+        if not request.read_committed:
             return RemoteFetchResult(region.records)
         txns = self.collect_aborted_txns(tp, plog, fetch_offset, region.upper_bound)
         return RemoteFetchResult(
@@ -741,14 +417,14 @@ class RemoteLogReader:
         than the fetch before): keep the rest, from the first batch not wholly served, for
         the next fetch, when it holds a whole batch (without one, the next range of the
         pipeline is keyed by the same offset and has these bytes)."""
-        at, next_offset = _whole_batches(data)
+        at, next_offset = whole_batches(data)
         if next_offset is None:
             return
-        if _whole_batches(prefix, at)[1] is None:
+        if whole_batches(prefix, at)[1] is None:
             return
         key = (md.segment_id, next_offset)
         if key not in self.read_ahead:
-            self.read_ahead.put(key, position + at, _done_future(prefix[at:]))
+            self.read_ahead.put(key, position + at, done_future(prefix[at:]))
 
     def submit_offset_for_timestamp(
         self, tp: TopicIdPartition, plog: PartitionLog, timestamp: int
@@ -800,11 +476,18 @@ class RemoteLogReader:
         Raises:
             As ``read`` and ``collect_aborted_txns``.
         """
-        data = self.read(tp, plog, fetch_offset, max_bytes, abandoned=abandoned)
-        if not read_committed:
+        request = RemoteFetchRequest(tp, plog, fetch_offset, max_bytes, read_committed)
+        return self._fetch(request, abandoned=abandoned)
+
+    def _fetch(
+        self, request: RemoteFetchRequest, *, abandoned: Callable[[], bool] | None = None
+    ) -> RemoteFetchResult:
+        """``fetch`` of ``request``."""
+        data = self._read(request, abandoned=abandoned)
+        if not request.read_committed:
             return RemoteFetchResult(data)
-        upper = _upper_bound_offset(data, fetch_offset)
-        txns = self.collect_aborted_txns(tp, plog, fetch_offset, upper)
+        upper = upper_bound_offset(data, request.fetch_offset)
+        txns = self.collect_aborted_txns(request.tp, request.plog, request.fetch_offset, upper)
         return RemoteFetchResult(data, tuple((t.producer_id, t.first_offset) for t in txns))
 
     def collect_aborted_txns(
@@ -848,7 +531,7 @@ class RemoteLogReader:
 
         A search that went from a segment to the local log through segments without
         aborts only (KIP-1058's ``txn_index_empty``) is remembered for that segment
-        (``_TxnFreeRuns``), and the next search from it starts where that one ended: a
+        (``TxnFreeRuns``), and the next search from it starts where that one ended: a
         sequential READ_COMMITTED consumer (librdkafka's default) otherwise looked up every
         remote segment after its own in the RLMM on every fetch."""
         out: list[AbortedTxn] = []
@@ -911,6 +594,15 @@ class RemoteLogReader:
             OffsetOutOfRangeError: no remote segment of the current lineage holds the offset.
             RemoteStorageError: the remote tier failed.
         """
+        return self._read(
+            RemoteFetchRequest(tp, plog, fetch_offset, max_bytes), abandoned=abandoned
+        )
+
+    def _read(
+        self, request: RemoteFetchRequest, *, abandoned: Callable[[], bool] | None = None
+    ) -> bytes:
+        """``read`` of ``request`` (its ``read_committed`` is ``fetch``'s to act on)."""
+        tp, plog, fetch_offset = request.tp, request.plog, request.fetch_offset
         self.metrics.inc(REMOTE_FETCH_REQUESTS, tp)
         if self.fetch_quota is not None and self.fetch_quota.is_exceeded():
             log.debug("%s: remote fetch quota exceeded; answering empty", tp)
@@ -923,7 +615,7 @@ class RemoteLogReader:
                     f"(leader epoch {plog.leader_epoch_cache.epoch_for_offset(fetch_offset)})"
                 )
             while md is not None:
-                data = self._read_segment(tp, plog, md, fetch_offset, max_bytes, abandoned)
+                data = self._read_segment(request, md, abandoned)
                 if data is not None:
                     self._count_served(tp, len(data))
                     return data
@@ -961,23 +653,23 @@ class RemoteLogReader:
 
     def _read_segment(
         self,
-        tp: TopicIdPartition,
-        plog: PartitionLog,
+        request: RemoteFetchRequest,
         md: RemoteLogSegmentMetadata,
-        fetch_offset: int,
-        max_bytes: int,
         abandoned: Callable[[], bool] | None = None,
     ) -> bytes | None:
-        """The bytes from the batch holding ``fetch_offset``, or None when the segment has
-        no batch at or after it. Starts from a read-ahead range when one is there, and
-        reads the next range ahead when the segment goes on (unless ``abandoned()``)."""
+        """The bytes from the batch holding the request's fetch offset, or None when the
+        segment ``md`` has no batch at or after it. Starts from a read-ahead range when one
+        is there, and reads the next range ahead when the segment goes on (unless
+        ``abandoned()``)."""
+        tp, plog = request.tp, request.plog
+        fetch_offset, max_bytes = request.fetch_offset, request.max_bytes
         chunk = max_bytes + READ_SLACK_BYTES
         ahead = self.read_ahead.take((md.segment_id, fetch_offset))
         if ahead is not None:
             position, prefix = ahead
             rest_of_segment = md.segment_size_in_bytes - position
             if len(prefix) >= min(max_bytes, rest_of_segment):
-                data = _answer_in(prefix, fetch_offset, max_bytes)
+                data = answer_in(prefix, fetch_offset, max_bytes)
                 if data is not None:
                     # The plain case, as ``_serve_read_ahead``: a slice of a range checked
                     # when it arrived (no copy, no second CRC32C pass).
@@ -986,7 +678,7 @@ class RemoteLogReader:
                     if abandoned is None or not abandoned():
                         self._read_ahead(tp, plog, md, position, data, max_bytes)
                     return data
-            ranges = _SegmentRanges(self.rsm, md, position, chunk, prefix)
+            ranges = SegmentRanges(self.rsm, md, position, chunk, prefix)
         else:
             # A read from the segment's first offset starts at byte 0 without its indexes.
             position = (
@@ -994,7 +686,7 @@ class RemoteLogReader:
                 if fetch_offset <= md.start_offset
                 else self.index_cache.lookup_position(md, fetch_offset)
             )
-            ranges = _SegmentRanges(self.rsm, md, position, chunk)
+            ranges = SegmentRanges(self.rsm, md, position, chunk)
         at = 0
         while True:
             if ranges.ensure(at + HEADER_SIZE) < at + HEADER_SIZE:
@@ -1005,7 +697,7 @@ class RemoteLogReader:
                 end = at + max(max_bytes, size)
                 held = ranges.ensure(end)
                 data = bytes(ranges.buf[at : min(end, held)])
-                _verify_batches(md, ranges.start + at, data)
+                verify_batches(md, ranges.start + at, data)
                 if abandoned is None or not abandoned():
                     self._read_ahead(tp, plog, md, ranges.start + at, data, max_bytes)
                 return data
@@ -1033,8 +725,8 @@ class RemoteLogReader:
         offset 0). Nothing is read ahead from the local log start on: the local log serves
         it. ``after`` is the (key, range) that ``data`` is, when this extends the pipeline
         from a range that arrived rather than from a fetch served: nothing is read once a
-        fetch has taken that range (see ``_ReadAhead.put``)."""
-        at, next_offset = _whole_batches(data)
+        fetch has taken that range (see ``ReadAhead.put``)."""
+        at, next_offset = whole_batches(data)
         if next_offset is None or next_offset >= plog.local_log_start_offset:
             return
         start = position + at
@@ -1109,7 +801,7 @@ class RemoteLogReader:
                 parts.append(part)
                 got += len(part)
         data = b"".join(parts)
-        _verify_batches(md, start, data)
+        verify_batches(md, start, data)
         return data
 
     # -- ListOffsets ---------------------------------------------------------------------
@@ -1196,7 +888,7 @@ class RemoteLogReader:
         ``timestamp`` and ``starting_offset`` in the segment."""
         from_offset = max(self.index_cache.lookup_timestamp(md, timestamp), starting_offset)
         position = self.index_cache.lookup_position(md, from_offset)
-        ranges = _SegmentRanges(self.rsm, md, position, 256 * 1024)
+        ranges = SegmentRanges(self.rsm, md, position, 256 * 1024)
         at = 0
         while ranges.ensure(at + HEADER_SIZE) >= at + HEADER_SIZE:
             size = peek_batch_size(ranges.buf, at)
@@ -1211,65 +903,3 @@ class RemoteLogReader:
                         return record.timestamp, record.offset, batch.partition_leader_epoch
             at += size
         return None
-
-
-def _answer_in(prefix: bytes, fetch_offset: int, max_bytes: int) -> bytes | None:
-    """What a fetch at ``fetch_offset`` answers from a read-ahead range ``prefix``: its
-    first ``max_bytes`` (the whole first batch when larger), when that batch is whole and
-    holds the offset; None otherwise (a batch larger than the range, or a range that does
-    not start at the batch asked for). A slice of the whole range is the range itself."""
-    size = peek_batch_size(prefix, 0)
-    if (
-        size is None
-        or size < HEADER_SIZE
-        or size > len(prefix)
-        or RecordBatchHeader(prefix, 0).last_offset < fetch_offset
-    ):
-        return None
-    return prefix[: max(max_bytes, size)]
-
-
-def _whole_batches(data: bytes, at: int = 0) -> tuple[int, int | None]:
-    """Where the whole batches of ``data`` from byte ``at`` end, and the offset after the
-    last of them (None when there is none)."""
-    next_offset = None
-    while at + HEADER_SIZE <= len(data):
-        size = peek_batch_size(data, at)
-        if size is None or size < HEADER_SIZE or at + size > len(data):
-            break
-        next_offset = RecordBatchHeader(data, at).next_offset
-        at += size
-    return at, next_offset
-
-
-def _upper_bound_offset(data: bytes, fetch_offset: int) -> int:
-    """One past the last offset of the batches in ``data`` (a partial last batch counts:
-    its header is enough, and a wider bound only makes the aborted list longer)."""
-    at, upper = 0, fetch_offset + 1
-    while at + HEADER_SIZE <= len(data):
-        size = peek_batch_size(data, at)
-        upper = RecordBatchHeader(data, at).last_offset + 1
-        if size is None or size < HEADER_SIZE:
-            break
-        at += size
-    return upper
-
-
-def _verify_batches(md: RemoteLogSegmentMetadata, position: int, data: bytes) -> None:
-    """Check the CRC32C of every whole batch of ``data`` (read from byte ``position`` of
-    the segment). Ranged reads cannot be checked against the manifest's whole-object
-    checksum, but every batch carries its own: a flipped bit in the bucket, or a faulty
-    proxy or disk on the way, is refused here instead of reaching a consumer. A partial
-    last batch is not served as records (clients drop it) and is checked when read whole.
-
-    Raises:
-        CorruptRemoteDataError: naming the segment and the byte position.
-    """
-    at = 0
-    while (size := peek_batch_size(data, at)) is not None and at + size <= len(data):
-        if size < HEADER_SIZE or (h := RecordBatchHeader(data, at)).crc != h.compute_crc():
-            raise CorruptRemoteDataError(
-                f"remote segment {md.remote_log_segment_id}: the batch at byte "
-                f"{position + at} fails its CRC32C check"
-            )
-        at += size

@@ -636,13 +636,13 @@ def test_a_cancelled_read_that_has_not_started_never_runs(env):
         **{"remote.log.reader.threads": 1, "remote.log.reader.max.pending.tasks": 2}
     )
     calls = []
-    original = env.rlm.reader.read
+    original = env.rlm.reader._read  # what every read from the remote tier goes through
 
     def counted(*args, **kwargs):
         calls.append(args)
         return original(*args, **kwargs)
 
-    env.rlm.reader.read = counted  # type: ignore[method-assign]
+    env.rlm.reader._read = counted  # type: ignore[method-assign]
     gate = threading.Event()
     blocker = env.rlm.reader._submit(gate.wait)  # holds the only reader thread
 

@@ -14,13 +14,9 @@ from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
 from tests.support.waiting import wait_until
 from tiered.api import RemoteStorageError, TopicIdPartition
-from tiered.remote_reader import (
-    EVENT_LOOP_TXN_SEARCH_SEGMENTS,
-    READ_AHEAD_DEPTH,
-    READ_AHEAD_MAX_ENTRIES,
-    CorruptRemoteDataError,
-    _ReadAhead,
-)
+from tiered.read_ahead import READ_AHEAD_DEPTH, READ_AHEAD_MAX_ENTRIES, ReadAhead
+from tiered.remote_batches import CorruptRemoteDataError
+from tiered.remote_reader import EVENT_LOOP_TXN_SEARCH_SEGMENTS
 
 from .harness import T0, Env, MemoryRSM, local_dir_rsm, produce, tiered_config
 
@@ -187,7 +183,7 @@ def test_read_committed_remote_fetch_returns_the_aborted_transactions_it_overlap
 
 
 def test_read_ahead_stays_bounded_and_evicting_a_pending_range_cancels_it():
-    ahead = _ReadAhead()
+    ahead = ReadAhead()
     pending = [Future() for _ in range(READ_AHEAD_MAX_ENTRIES + 6)]
     sid = uuid.uuid4()
 
