@@ -6,26 +6,33 @@ around them. So does tierlog: the Fetch handler puts the log's ``FileSlice`` its
 response's records field; ``SplicingBuffer`` takes kio's writes of the response, and when
 kio writes a slice (after its length, which ``len`` of the slice gives) it ends the current
 chunk of encoded bytes there and keeps the slice as a part of its own. The response is sent
-part by part: the encoded chunks with the transport's ``write``, each slice with
-``loop.sendfile`` (``os.sendfile`` on a plain TCP socket: no copy in user space, no ``pread``).
+part by part: a slice of COALESCE_PART_BYTES or more with ``loop.sendfile`` (``os.sendfile``
+on a plain TCP socket: no copy in user space, no ``pread``); a smaller slice is read
+(``pread``) and written in one ``write`` with the encoded chunks and small slices around it,
+as ``loop.sendfile``'s fixed cost on the event loop is far more than the copy of a few KiB
+(most fetches of a consumer keeping up carry a few hundred bytes per partition).
 
 TLS encrypts in user space, so there is no ``sendfile`` on a TLS connection: the slice is
 read (``pread``) and written, one copy, as before.
 
 Records a remote read put in memory (``bytes`` of IN_MEMORY_PART_BYTES or more) are kept as
-parts of their own too, not copied into the encoded chunks, and written in pieces of
-MEMORY_WRITE_CHUNK_BYTES, each once the one before has left asyncio's write buffer: a
-piece the socket does not take at once is copied into that buffer, and the buffer is
-shifted after every ``send`` from it, so a 1 MiB answer written whole cost more there
-(copies and shifts of up to 1 MiB per ``send``) than encoding the rest of the response.
+parts of their own too, not copied into the encoded chunks (those under
+COALESCE_PART_BYTES are then joined with their neighbours in one ``write`` like a small
+slice), and written in pieces of MEMORY_WRITE_CHUNK_BYTES, each once the one before has
+left asyncio's write buffer: a piece the socket does not take at once is copied into that
+buffer, and the buffer is shifted after every ``send`` from it, so a 1 MiB answer written
+whole cost more there (copies and shifts of up to 1 MiB per ``send``) than encoding the
+rest of the response.
 
-A slice is sent from a duplicate of the segment's descriptor taken just before the response
-is written, so a segment deleted by retention while the response goes out still sends its
-bytes (as Kafka's channel of a deleted file does). If the file has fewer bytes than the
-frame announced (a follower truncated its log meanwhile, or the segment was closed in the
-moment between the handler's answer and the send),
-the frame cannot be completed: the connection is closed, as Kafka closes it on a
-``FileRecords`` truncated during a write, and the client fetches again.
+Before the first byte of the response is written, each small slice is read (through the
+segment's descriptor, under the lock its ``close`` takes: never a closed descriptor or its
+number reused by another file), up to READ_AHEAD_BYTES per response, and each other slice
+gets a duplicate of the segment's descriptor to be sent or read from; so a segment deleted
+by retention while the response goes out still sends its bytes (as Kafka's channel of a
+deleted file does). If the file has fewer bytes than the frame announced (a follower
+truncated its log meanwhile, or the segment was closed in the moment between the handler's
+answer and the send), the frame cannot be completed: the connection is closed, as Kafka
+closes it on a ``FileRecords`` truncated during a write, and the client fetches again.
 """
 
 from __future__ import annotations
@@ -109,15 +116,17 @@ class _Drainable(Protocol):
 SENDFILE_CHUNK_BYTES = 1 << 20
 
 # Parts smaller than this are written together: a slice is read (``pread``) and joined with
-# the encoded chunks around it into one ``write``. ``loop.sendfile`` has a fixed cost of about
-# 50 us of the event loop's CPU (a flush waiter, pausing and resuming reading: two
-# ``epoll_ctl``, futures, the duplicate descriptor and its close) and the encoded bytes around
-# a slice each take a ``send`` of their own; copying costs about 0.25 us per KiB. Measured
-# (``python -m bench.fetch_send``), an answer of one 300-byte slice took 50-60 us with
-# sendfile and 4-5 us copied; the copy stayed cheaper up to slices of a few hundred KiB on
-# loopback. Past that, and on a real network where sendfile saves the copy into the socket
-# too, a large slice keeps ``sendfile``: zero copy for the big fetches of consumers catching
-# up and of followers. 128 KiB is below the break-even, so every slice copied is cheaper so.
+# the encoded chunks around it into one ``write``. ``loop.sendfile`` costs the event loop
+# about 50 us per call (a flush waiter, pausing and resuming reading: two ``epoll_ctl``,
+# futures, the duplicate descriptor and its close), and the encoded bytes around each slice
+# took a ``send`` each; the copy costs about 0.25 us per KiB. Measured with
+# ``python -m bench.fetch_send`` (docs/BENCHMARKS.md, issue 19 session 7): an answer of one
+# 300-byte slice took 53-64 us with sendfile, 5 us copied; at 128 KiB 75 us against 31 us;
+# the two met between 256 and 512 KiB on loopback. A real network takes sendfile's pages
+# without the copy into the socket that loopback still makes, and a socket that is not
+# drained at once makes asyncio copy the rest of a write into its buffer: the threshold
+# stays well below that break-even, and large slices (consumers catching up, followers)
+# keep zero copy.
 COALESCE_PART_BYTES = 128 * 1024
 # Small slices are read before the first byte of the answer is written, up to this many
 # bytes in all (the answer's other slices are sent from a duplicate descriptor, those under
