@@ -475,3 +475,46 @@ def test_a_small_slice_of_a_segment_deleted_while_an_earlier_part_goes_out_is_se
     assert not segment.path.exists()
     assert calls == [(0, 1 << 20)]
     assert received == expected
+
+
+def test_a_client_that_reads_none_of_many_small_slices_is_closed_after_the_idle_time(
+    tmp_path: Path,
+) -> None:
+    """Small slices are copied and written in batches; a peer that reads none of them is
+    found out by the same stall timeout (connections.max.idle.ms) as with sendfile."""
+    size = COALESCE_PART_BYTES - 1
+    count = 4 * READ_AHEAD_BYTES // size
+    big = FileRecords(tmp_path / "00000000000000000000.log")
+    big.append(os.urandom(count * size))
+    partitions = [FileSlice(big, i * size, size) for i in range(count)]
+
+    async def scenario() -> None:
+        served = asyncio.get_running_loop().create_future()
+
+        async def handler(ctx: RequestContext, request: Any) -> Any:
+            served.set_result(None)
+            return fetch_response(ctx.api_version, partitions)
+
+        server = SocketServer(
+            CODEC, handler, lambda ctx: None, idle_timeout_s=0.3, send_buffer_bytes=4096
+        )
+        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", bound.port))
+            _, writer = await asyncio.open_connection(sock=sock)
+            writer.write(fetch_request_frame())
+            async with asyncio.timeout(DEADLINE_S):
+                await served
+                while server.connection_count > 0:  # until the stalled send is given up
+                    await asyncio.sleep(0.01)
+            writer.close()
+        finally:
+            await server.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        big.close()
