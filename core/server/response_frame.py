@@ -148,8 +148,8 @@ async def send_response(
     Before the first byte is written, every slice's bytes are read (the small ones, up to
     READ_AHEAD_BYTES in all) or its file is opened (a duplicate descriptor), so a segment
     deleted while an earlier part is still going out to a slow client is sent all the same.
-    Consecutive parts under COALESCE_PART_BYTES go in one ``write`` (of at most
-    MEMORY_WRITE_CHUNK_BYTES); a small Fetch answer is one ``write``.
+    Consecutive parts under COALESCE_PART_BYTES go in one ``write`` (written once they
+    reach MEMORY_WRITE_CHUNK_BYTES); a small Fetch answer is one ``write``.
 
     Args:
         sendfile: slices of COALESCE_PART_BYTES or more go with ``loop.sendfile`` (plain
