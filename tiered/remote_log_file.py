@@ -30,9 +30,10 @@ FILE_POSITIONS_MAX_ENTRIES = 1024
 class RemoteLogFile:
     """The open descriptor of one ``.log`` object, in the shape that ``FileSlice`` and the
     response writer use of a segment's ``FileRecords`` (``path``, ``read``,
-    ``duplicate_fd``). The descriptor is closed by ``close`` or when the last reference
-    goes (the answer holding a slice of it was sent or dropped): the writer sends from a
-    duplicate taken before it writes the answer."""
+    ``read_while_open``, ``duplicate_fd``). The descriptor is closed by ``close`` or when
+    the last reference goes (the answer holding a slice of it was sent or dropped): the
+    writer reads a small slice, or sends a large one from a duplicate, before it writes
+    the answer."""
 
     def __init__(self, fd: int, segment: object) -> None:
         self._fd = fd
@@ -56,6 +57,13 @@ class RemoteLogFile:
             return os.pread(self._checked_fd(), size, position)
         except OSError as e:
             raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
+
+    def read_while_open(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position``, read under the lock ``close`` takes (no
+        read of a closed descriptor, or of its number reused by another file): how the
+        response writer reads a small slice instead of duplicating the descriptor."""
+        with self._lock:
+            return self.read(position, size)
 
     def duplicate_fd(self) -> int:
         """A new descriptor of the same open file, owned by the caller (for a ``sendfile``

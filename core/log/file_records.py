@@ -134,6 +134,22 @@ class FileRecords:
             self._check_open()
             return os.dup(self._fd)
 
+    def read_while_open(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position`` (fewer only at the end of the file), read
+        under the lock ``close`` takes: another thread closing the segment meanwhile cannot
+        make this read a closed descriptor, or its number reused by another file. (A send
+        path that reads a small slice instead of duplicating the descriptor for it.)
+
+        Raises:
+            KafkaStorageError: the file is closed, or the read failed.
+        """
+        with self._lock:
+            self._check_open()
+            try:
+                return os.pread(self._fd, size, position)
+            except OSError as e:
+                raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:

@@ -3,7 +3,9 @@ the local-directory one): the bytes a consumer gets, and what is never served.""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,9 @@ from core.errors import OffsetOutOfRangeError
 from core.log.file_records import FileSlice
 from core.log.txn_index import AbortedTxn
 from core.records.batch import HEADER_SIZE, RecordBatchHeader, peek_batch_size
+from core.server import response_frame
+from core.server.frame_protocol import FrameProtocol
+from core.server.response_frame import ResponseFrame, send_response
 from rsm_plugins.layout import CorruptObjectError
 from tests.rsm_plugins.test_encryption import encrypted_rsm, key_file
 from tests.support.waiting import wait_until
@@ -82,6 +87,45 @@ def test_a_consumer_gets_the_segments_bytes_sent_from_the_object_files(file_env)
     memory = reader.fetch(env.tp, env.plog, remote[1].start_offset, 600).records
     sent = reader.submit_fetch(env.tp, env.plog, remote[1].start_offset, 600).result(10)
     assert records_of(sent) == memory
+
+
+def sent_over_a_socket(frame: ResponseFrame) -> bytes:
+    """What a peer receives of ``frame`` written by the broker's response writer."""
+
+    async def scenario() -> bytes:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            transport, protocol = await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: FrameProtocol(4096, lambda p: None), ours
+            )
+            await send_response(transport, protocol, frame, sendfile=True)
+            transport.close()
+            await protocol.closed
+            theirs.setblocking(True)
+            received = bytearray()
+            while chunk := theirs.recv(1 << 16):
+                received += chunk
+            return bytes(received)
+
+    return asyncio.run(scenario())
+
+
+def test_the_response_writer_sends_small_and_large_slices_of_an_object_file(file_env, monkeypatch):
+    """A fetch's slice of an object file goes out like a local segment's: read and written
+    with the bytes around it when small, with sendfile when large (the test's segments are
+    small: the threshold is lowered to 1 KiB)."""
+    monkeypatch.setattr(response_frame, "COALESCE_PART_BYTES", 1024)
+    env = file_env
+    _, remote = tiered(env)
+    reader = env.rlm.reader
+    small = reader.submit_fetch(env.tp, env.plog, remote[1].start_offset, 600).result(10)
+    assert isinstance(small.records, FileSlice) and small.records.size < 1024
+    file = small.records.records
+    large = FileSlice(file, 0, file.size)
+    assert large.size >= 1024
+    frame = ResponseFrame((b"head", small.records, b"middle", large, b"tail"))
+    expected = b"head" + small.records.read_bytes() + b"middle" + large.read_bytes() + b"tail"
+    assert sent_over_a_socket(frame) == expected
 
 
 def test_the_next_segments_file_is_checked_before_the_consumer_reaches_it(file_env):
