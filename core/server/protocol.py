@@ -29,7 +29,7 @@ from core.server.errors import InvalidRequestError, UnsupportedVersionRequestErr
 from core.server.frame_guard import check_frame, check_header
 from core.server.interbroker_schema import SCHEMAS as INTER_BROKER_SCHEMAS
 from core.server.produce_request import decode_produce_request
-from core.server.produce_response import encode_produce_response
+from core.server.produce_response import ProduceAnswer, encode_produce_response
 from core.server.response_frame import ResponseFrame, SplicingBuffer
 
 _KEY_AND_VERSION = struct.Struct(">hh")
@@ -188,12 +188,14 @@ class ProtocolCodec:
         """The response frame, size prefix included: ``bytes``, or for a Fetch response
         whose records are segment file slices a ``ResponseFrame`` that keeps them as slices
         (sent with ``sendfile``, core.server.response_frame)."""
+        codec = self._codecs[(context.api_key, context.api_version)]
         if context.api_key == ApiKey.PRODUCE:
             # The most frequent answer under many small produce requests: hand-encoded.
             frame = encode_produce_response(context.correlation_id, context.api_version, response)
             if frame is not None:
                 return frame
-        codec = self._codecs[(context.api_key, context.api_version)]
+            if isinstance(response, ProduceAnswer):  # a leader hint: kio writes it
+                response = response.to_kio(codec.response_type)
         header = codec.response_header_type(correlation_id=context.correlation_id)
         if context.api_key == ApiKey.FETCH:
             # Only Fetch carries slices; other responses keep the plain BytesIO, whose
