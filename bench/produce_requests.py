@@ -18,12 +18,18 @@ background flushes, is not counted):
   the run divided by the requests answered (the loop's idle wake-ups and timers included,
   as in the soak).
 
+- ``gil``: the compiled append alone (``PartitionLog.append_as_leader`` of the same
+  one-record batches over 100 logs), with and without another thread running Python code
+  meanwhile; reported: CPU and wall time per append. An append that let go of the GIL has
+  to wait for that thread to hand it back (up to the 5 ms switch interval).
+
 Compare two versions of the code by running the same command with each on PYTHONPATH, in
 alternation; the numbers depend on the machine and its load (print ``uptime`` with them).
 
     python -m bench.produce_requests [--mode direct|socket|both] [--rounds 5]
         [--requests 20000] [--rate 4000] [--seconds 10] [--connections 20]
         [--segment-bytes 262144] [--profile out.prof]
+    python -m bench.produce_requests --mode gil [--requests 20000]
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -187,6 +194,56 @@ async def run_socket(
         await broker.stop()
 
 
+def run_gil(
+    directory: Path, appends: int, rounds: int
+) -> list[tuple[str, list[float], list[float]]]:
+    """(case, CPU us, wall us of each round) per append, without and with a busy Python
+    thread (how long the GIL is away varies: every round is reported)."""
+    from core.log.config import LogConfig
+    from core.log.partition_log import PartitionLog
+
+    config = LogConfig().with_overrides({"segment.bytes": str(1 << 30)})
+    logs = [PartitionLog(directory / f"t-{p}", "t", p, config) for p in range(PARTITIONS)]
+    builder = RecordBatchBuilder()
+    builder.append(VALUE, key=b"p00-000000001", timestamp=int(time.time() * 1000))
+    batch = bytes(builder.build())
+    stop = threading.Event()
+
+    def busy() -> None:  # pure Python, as a background task's parsing or bookkeeping
+        while not stop.is_set():
+            sum(range(100))
+
+    def timed() -> tuple[float, float]:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        for i in range(appends):
+            logs[i % PARTITIONS].append_as_leader(bytearray(batch), 0)
+        return (time.thread_time() - cpu) / appends, (time.perf_counter() - wall) / appends
+
+    out = []
+    try:
+        timed()  # warm-up: the segments' files
+        alone = [timed() for _ in range(rounds)]
+        out.append(("alone", [c * 1e6 for c, _ in alone], [w * 1e6 for _, w in alone]))
+        thread = threading.Thread(target=busy)
+        thread.start()
+        try:
+            beside = [timed() for _ in range(rounds)]
+        finally:
+            stop.set()
+            thread.join()
+        out.append(
+            (
+                "beside a busy Python thread",
+                [c * 1e6 for c, _ in beside],
+                [w * 1e6 for _, w in beside],
+            )
+        )
+    finally:
+        for log in logs:
+            log.close()
+    return out
+
+
 # -- the client process ------------------------------------------------------------------------
 async def _client(address: str, rate: int, seconds: float, connections: int) -> int:
     host, port = address.rsplit(":", 1)
@@ -230,7 +287,7 @@ async def _client(address: str, rate: int, seconds: float, connections: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=["direct", "socket", "both"], default="both")
+    parser.add_argument("--mode", choices=["direct", "socket", "both", "gil"], default="both")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--rate", type=int, default=4000)
@@ -248,6 +305,12 @@ def main() -> None:
     print(describe_machine(directory))
     print(f"load average {os.getloadavg()}")
     try:
+        if args.mode == "gil":
+            for case, cpu, wall in run_gil(directory / "gil", args.requests, args.rounds):
+                print(
+                    f"append {case}: CPU {', '.join(f'{c:.1f}' for c in cpu)} us, "
+                    f"wall {', '.join(f'{w:.1f}' for w in wall)} us (rounds)"
+                )
         if args.mode in ("direct", "both"):
             results = asyncio.run(
                 run_direct(
