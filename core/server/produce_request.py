@@ -36,6 +36,7 @@ from core.server.errors import InvalidRequestError
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
+_CORRELATION_AND_CLIENT_ID = struct.Struct(">ih")  # after api key and version
 
 
 class _Reader:
@@ -113,6 +114,27 @@ class _Reader:
             for _ in range(count):
                 self.uvarint()  # tag
                 self.span(self.uvarint())
+
+
+def decode_request_header(
+    frame: bytearray | memoryview, flexible: bool
+) -> tuple[int, str | None, int] | None:
+    """(correlation id, client id, body offset) of a request header (v1, or v2 when
+    ``flexible``) without tagged fields, whose client id fits the frame; None for anything
+    else, valid or not (kio's reader and the frame guard then decide, as for any request).
+
+    Raises:
+        UnicodeDecodeError: a client id that is not UTF-8 (kio refuses it too).
+    """
+    end = len(frame)
+    if end < 10:
+        return None
+    correlation_id, size = _CORRELATION_AND_CLIENT_ID.unpack_from(frame, 4)
+    body = 10 + max(size, 0)
+    if size < -1 or body + flexible > end or (flexible and frame[body]):
+        return None
+    client_id = None if size < 0 else str(frame[10:body], "utf-8")
+    return correlation_id, client_id, body + flexible
 
 
 @functools.cache

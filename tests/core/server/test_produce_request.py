@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import io
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
-from kio.serial import entity_reader
+from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i16, i32
 
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
@@ -72,11 +73,52 @@ def _plain(request: object) -> tuple[object, ...]:
 def test_in_place_decoding_matches_kio(version, data):
     request = data.draw(_request_strategy(version))
     raw = frame(ApiKey.PRODUCE, version, request)
-    _, from_bytes = CODEC.decode_request(raw, "PLAINTEXT", "x")  # kio's decoder
+    kio_context, from_bytes = CODEC.decode_request(raw, "PLAINTEXT", "x")  # kio's decoder
     context, in_place = CODEC.decode_request(bytearray(raw), "PLAINTEXT", "x")
     assert type(in_place) is type(from_bytes)
     assert _plain(in_place) == _plain(from_bytes) == _plain(request)
+    assert context == kio_context
+    assert (context.correlation_id, context.client_id) == (42, "test-client")
     assert context.size == len(raw)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("client_id", [None, "", "rdkafka", "é" * 200])
+def test_request_headers_read_in_place_are_kios(version, client_id):
+    """The header of a Produce frame read in place (client id null, empty, long, not ASCII;
+    v2 headers with and without tagged fields) gives the context kio's reader gives."""
+    cls = load_request_schema(ApiKey.PRODUCE, version)
+    request = data_free_request(cls)
+    header_cls = cls.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(
+        out,
+        header_cls(
+            request_api_key=i16(ApiKey.PRODUCE),
+            request_api_version=i16(version),
+            correlation_id=i32(-7),
+            client_id=client_id,
+        ),
+    )
+    header = out.getvalue()
+    entity_writer(cls)(out, request)
+    raw = out.getvalue()
+    kio_context, _ = CODEC.decode_request(bytes(raw), "PLAINTEXT", "x")
+    context, decoded = CODEC.decode_request(bytearray(raw), "PLAINTEXT", "x")
+    assert context == kio_context
+    assert (context.correlation_id, context.client_id, context.size) == (-7, client_id, len(raw))
+    assert _plain(decoded) == _plain(request)
+    if header_cls.__flexible__:
+        # The same header with a tagged field (tag 9, 2 bytes): read by kio's reader (which
+        # refuses a tag it does not know) whichever way the frame came.
+        tagged = header[:-1] + b"\x01\x09\x02ab" + raw[len(header) :]
+        assert _outcome(bytearray(tagged)) == _outcome(bytes(tagged))
+
+
+def data_free_request(cls: type) -> object:
+    return cls(
+        transactional_id=None, acks=i16(1), timeout=datetime.timedelta(seconds=1), topic_data=()
+    )
 
 
 def test_records_are_writable_views_into_the_frame():
@@ -118,11 +160,12 @@ def test_mutated_produce_frames_decode_or_raise_invalid_request(data):
 
 
 def _outcome(raw: bytes | bytearray) -> tuple[object, ...] | None:
-    """The decoded request's fields, or None when the frame is refused."""
+    """The decoded request's context and fields, or None when the frame is refused."""
     try:
-        return _plain(CODEC.decode_request(raw, "PLAINTEXT", "x")[1])
+        context, request = CODEC.decode_request(raw, "PLAINTEXT", "x")
     except InvalidRequestError:
         return None
+    return context, _plain(request)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
