@@ -250,7 +250,9 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     replica_manager = broker.replica_manager
-    hints = LeaderHints(replica_manager.metadata_cache, response_type, ctx.listener)
+    # KIP-951 leader hints, made at the first error (metadata as of then): most answers
+    # have none.
+    hints: LeaderHints | None = None
     topics = []
     # (partition, its topic's result list, slot in it, offset the high watermark must reach)
     waits: list[tuple[Any, list[PartitionAnswer], int, int]] = []
@@ -317,6 +319,11 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     log.warning("produce to %s-%d failed: %s", name, pdata.index, e)
                 else:
                     log.debug("produce to %s-%d failed: %s", name, pdata.index, e)
+            leader = None
+            if error:
+                if hints is None:
+                    hints = LeaderHints(replica_manager.metadata_cache, response_type, ctx.listener)
+                leader = hints.current_leader((name, pdata.index), error)
             results.append(
                 PartitionAnswer(
                     pdata.index,
@@ -326,9 +333,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     start,
                     record_errors,
                     message,
-                    None
-                    if error == ErrorCode.none
-                    else hints.current_leader((name, pdata.index), error),
+                    leader,
                 )
             )
         topics.append((name, results))
@@ -347,6 +352,8 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
         if acks == -1:
             code = await replica_manager.wait_replicated(partition, required, timeout_ms)
             if code:
+                if hints is None:
+                    hints = LeaderHints(replica_manager.metadata_cache, response_type, ctx.listener)
                 results[slot] = PartitionAnswer(
                     partition.index,
                     error_code(code),
@@ -360,7 +367,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     return ProduceAnswer(
         tuple((name, tuple(results)) for name, results in topics),
         datetime.timedelta(milliseconds=throttle_ms) if throttle_ms else NO_THROTTLE,
-        hints.node_endpoints(),
+        () if hints is None else hints.node_endpoints(),
     )
 
 
