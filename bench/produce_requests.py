@@ -40,6 +40,7 @@ import cProfile
 import datetime
 import io
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -164,12 +165,14 @@ async def run_direct(
 
 async def run_socket(
     directory: Path, rate: int, seconds: float, connections: int, segment_bytes: int
-) -> tuple[float, int]:
-    """(event-loop CPU seconds per request, requests answered) over one client run."""
+) -> tuple[float, float, float, int]:
+    """Event-loop CPU seconds per request (all, user, system) and requests answered, over
+    one client run."""
     broker = await _start_broker(directory, segment_bytes)
     try:
         port = broker.bound[0].port
         begin = time.thread_time()
+        usage = resource.getrusage(resource.RUSAGE_THREAD)
         client = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -186,10 +189,13 @@ async def run_socket(
         )
         out, _ = await client.communicate()
         cpu = time.thread_time() - begin
+        after = resource.getrusage(resource.RUSAGE_THREAD)
         if client.returncode != 0:
             raise SystemExit(f"the client failed ({client.returncode})")
         answered = int(out.split()[-1])
-        return cpu / answered, answered
+        user = (after.ru_utime - usage.ru_utime) / answered
+        system = (after.ru_stime - usage.ru_stime) / answered
+        return cpu / answered, user, system, answered
     finally:
         await broker.stop()
 
@@ -324,7 +330,7 @@ def main() -> None:
             rounds = ", ".join(f"{r * 1e6:.1f}" for r in results)
             print(f"direct: {min(results) * 1e6:.1f} us/request (min; rounds {rounds})")
         if args.mode in ("socket", "both"):
-            per_request, answered = asyncio.run(
+            per_request, user, system, answered = asyncio.run(
                 run_socket(
                     directory / "socket",
                     args.rate,
@@ -334,7 +340,8 @@ def main() -> None:
                 )
             )
             print(
-                f"socket: {per_request * 1e6:.1f} us/request of event-loop CPU "
+                f"socket: {per_request * 1e6:.1f} us/request of event-loop CPU (user "
+                f"{user * 1e6:.1f}, system {system * 1e6:.1f}) "
                 f"({answered} requests at {args.rate}/s over {args.connections} connections)"
             )
     finally:
