@@ -45,7 +45,8 @@ writes, all under the log's lock, as the Python path does:
   reach the file with ``_write_pending``'s ``pwrite``, a page at a time, as before; the
   buffers and arrays are changed in place by the Python code too, never replaced.
 
-The write: one ``pwrite`` with the GIL released (finishing short writes); a failure raises
+The write: one ``pwrite`` (finishing short writes), with the GIL held up to 64 KiB and
+released beyond (``_write`` says why); a failure raises
 ``KafkaStorageError`` with ``FileRecords.append``'s message, and the file size is left as
 it was (the next append overwrites the partial bytes), as in ``FileRecords.append``.
 """
@@ -86,9 +87,34 @@ cdef enum:
     MAX_BATCHES = 64  # more in one request: the Python path (v3+ produce requests carry one)
     OFFSET_ENTRY = 8  # relative offset, position
     TIME_ENTRY = 12  # timestamp, relative offset
+    GIL_KEPT_BYTES = 64 * 1024  # a request's records up to this size are written with the GIL
 
 cdef int64_t INT32_MAX = 2147483647
 cdef int64_t NO_TIMESTAMP = -1
+
+
+cdef int _write(int fd, unsigned char *data, Py_ssize_t end, int64_t at) noexcept nogil:
+    """pwrite ``end`` bytes at ``at``, finishing short writes; 0, or the errno.
+
+    Called with the GIL held for writes up to ``GIL_KEPT_BYTES``: one into the page cache
+    takes a microsecond or two, and releasing the GIL for it let any other thread that
+    wanted the GIL take it, the appending thread (the broker's event loop) then waiting
+    to get it back, up to the 5 ms switch interval while that thread runs Python code:
+    with one busy Python thread beside it, a one-record append took 90-110 us of wall
+    time instead of 3 us (docs/BENCHMARKS.md, issue 19 session 7). Larger writes release
+    it, as os.pwrite does."""
+    cdef Py_ssize_t done = 0
+    cdef ssize_t written
+    while done < end:
+        written = pwrite(fd, data + done, end - done, <off_t>(at + done))
+        if written < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        if written == 0:  # no progress: report it rather than spin
+            return EIO
+        done += written
+    return 0
 
 
 cdef inline void _put(object info, Py_ssize_t i, object value):
@@ -240,7 +266,7 @@ cdef class ActiveSegmentAppender:
     cdef object _append(self, unsigned char *data, Py_ssize_t end, int32_t epoch, int64_t now):
         cdef Batch batches[MAX_BATCHES]
         cdef Batch *b
-        cdef Py_ssize_t position = 0, size, count = 0, i, done
+        cdef Py_ssize_t position = 0, size, count = 0, i
         cdef unsigned char *h
         cdef int32_t length, delta, records_in_batch
         cdef int16_t attributes
@@ -253,7 +279,6 @@ cdef class ActiveSegmentAppender:
         cdef int64_t latest_allowed
         cdef bint append_time = self.log_append_time and now >= 0
         cdef bint create_time = not self.log_append_time
-        cdef ssize_t written
         cdef int error = 0
         cdef object rolling_obj, max_ts_obj
         if end == 0 or end > self.segment_bytes:
@@ -347,20 +372,13 @@ cdef class ActiveSegmentAppender:
                     PyMemoryView_FromMemory(<char *>h + 21, b.size - 21, PyBUF_READ)
                 ))
 
-        # 4. The write (FileRecords.append): the GIL is released, the buffer stays exported.
-        done = 0
-        with nogil:
-            while done < end:
-                written = pwrite(self.fd, data + done, end - done, <off_t>(file_size + done))
-                if written < 0:
-                    if errno == EINTR:
-                        continue
-                    error = errno
-                    break
-                if written == 0:  # no progress: report it rather than spin
-                    error = EIO
-                    break
-                done += written
+        # 4. The write (FileRecords.append); the buffer stays exported. A small write keeps
+        # the GIL: see _write.
+        if end <= GIL_KEPT_BYTES:
+            error = _write(self.fd, data, end, file_size)
+        else:
+            with nogil:
+                error = _write(self.fd, data, end, file_size)
         if error:
             raise KafkaStorageError(
                 f"write to {self.file.path} failed: {OSError(error, os.strerror(error))}"

@@ -42,6 +42,7 @@ from core.server.internal_topics import (
 from core.server.kio_build import make, nested, nested_optional
 from core.server.leader_hints import FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER, LeaderHints
 from core.server.metadata_cache import MetadataSnapshot
+from core.server.produce_response import PartitionAnswer, ProduceAnswer
 from core.server.produce_validation import produce_records_refusal
 from core.server.protocol import RequestContext
 from core.server.quota_enforcement import fetch_quota_bytes, fetch_throttle_ms, produce_throttle_ms
@@ -243,27 +244,29 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     # Everything up to the append runs before any await: a request's appends land
     # together, with no other connection's request in between, and stay done even if the
     # client goes away while this waits (the network layer cancels it then).
+    # The answer is a ProduceAnswer of plain tuples, encoded without kio's classes
+    # (core.server.produce_response): building those was a large part of a small request.
     response_type = broker.codec.response_type(ctx.api_key, ctx.api_version)
-    topic_cls = nested(response_type, "TopicProduceResponse")
-    partition_cls = nested(response_type, "PartitionProduceResponse")
-    record_error_cls = nested_optional(response_type, "BatchIndexAndErrorMessage")
     acks = request.acks
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    hints = LeaderHints(broker.replica_manager.metadata_cache, response_type, ctx.listener)
+    replica_manager = broker.replica_manager
+    # KIP-951 leader hints, made at the first error (metadata as of then): most answers
+    # have none.
+    hints: LeaderHints | None = None
     topics = []
     # (partition, its topic's result list, slot in it, offset the high watermark must reach)
-    waits: list[tuple[Any, list[Any], int, int]] = []
+    waits: list[tuple[Any, list[PartitionAnswer], int, int]] = []
     # KIP-890 answers from a coordinator on another broker; suspends only if it asks one.
     remote = await remote_verifications(
-        broker.transaction_coordinator, request, broker.replica_manager.partition
+        broker.transaction_coordinator, request, replica_manager.partition
     )
     for topic_data in request.topic_data:
         name = topic_data.name
-        results = []
+        results: list[PartitionAnswer] = []
         for pdata in topic_data.partition_data:
-            error, message, base_offset, start, append_time = ErrorCode.none, None, -1, -1, None
-            record_errors: tuple[Any, ...] = ()
-            partition = broker.replica_manager.partition(name, pdata.index)
+            error, message, base_offset, start, append_time = ErrorCode.none, None, -1, -1, -1
+            record_errors: tuple[tuple[int, str | None], ...] = ()
+            partition = replica_manager.partition(name, pdata.index)
             try:
                 if acks not in (0, 1, -1):
                     error = ErrorCode.invalid_required_acks
@@ -274,9 +277,7 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     error = ErrorCode.topic_authorization_failed
                     message = protected_message(name, "produce to")
                 elif partition is None:
-                    error = error_code(
-                        broker.replica_manager.missing_partition_error((name, pdata.index))
-                    )
+                    error = error_code(replica_manager.missing_partition_error((name, pdata.index)))
                 elif not pdata.records:
                     error = ErrorCode.invalid_record
                     message = "the produce request carries no records"
@@ -299,27 +300,17 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     error = error_code(code)
                     message = verification_message(code)
                 else:
-                    info = broker.replica_manager.append(partition, _writable(pdata.records), acks)
+                    info = replica_manager.append(partition, _writable(pdata.records), acks)
                     base_offset, start = info.first_offset, info.log_start_offset
                     waits.append((partition, results, len(results), info.last_offset + 1))
                     if info.log_append_time >= 0:
-                        append_time = datetime.datetime.fromtimestamp(
-                            info.log_append_time / 1000, tz=datetime.UTC
-                        )
+                        append_time = info.log_append_time
             except RecordValidationError as e:
                 # KIP-467: the batch is refused whole, its bad records named (v8+), and the
                 # partition's log start offset given, as Kafka's ReplicaManager does.
                 error, message = error_of(e), str(e)
                 start = partition.log.log_start_offset if partition is not None else -1
-                if record_error_cls is not None:
-                    record_errors = tuple(
-                        make(
-                            record_error_cls,
-                            batch_index=r.batch_index,
-                            batch_index_error_message=r.message,
-                        )
-                        for r in e.record_errors
-                    )
+                record_errors = tuple((r.batch_index, r.message) for r in e.record_errors)
                 log.debug("produce to %s-%d refused: %s", name, pdata.index, e)
             except CoreError as e:
                 error, message = error_of(e), str(e)
@@ -328,17 +319,21 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
                     log.warning("produce to %s-%d failed: %s", name, pdata.index, e)
                 else:
                     log.debug("produce to %s-%d failed: %s", name, pdata.index, e)
+            leader = None
+            if error:
+                if hints is None:
+                    hints = LeaderHints(replica_manager.metadata_cache, response_type, ctx.listener)
+                leader = hints.current_leader((name, pdata.index), error)
             results.append(
-                make(
-                    partition_cls,
-                    index=pdata.index,
-                    error_code=error,
-                    base_offset=base_offset,
-                    log_append_time=append_time,
-                    log_start_offset=start,
-                    record_errors=record_errors,
-                    error_message=message,
-                    **hints.partition_fields((name, pdata.index), error),
+                PartitionAnswer(
+                    pdata.index,
+                    error,
+                    base_offset,
+                    append_time,
+                    start,
+                    record_errors,
+                    message,
+                    leader,
                 )
             )
         topics.append((name, results))
@@ -346,48 +341,33 @@ async def handle_produce(broker: BrokerServices, ctx: RequestContext, request: A
     # the high watermark for acks=-1).
     for partition, results, slot, required in waits:
         try:
-            await broker.replica_manager.wait_durable(partition)
+            await replica_manager.wait_durable(partition)
         except KafkaStorageError as e:
             # Written but not durable (flush.messages): not acknowledged.
             log.warning("fsync of %s-%d failed: %s", partition.topic, partition.index, e)
-            results[slot] = make(
-                partition_cls,
-                index=partition.index,
-                error_code=ErrorCode.kafka_storage_error,
-                base_offset=-1,
-                log_append_time=None,
-                log_start_offset=-1,
-                record_errors=(),
-                error_message=str(e),
+            results[slot] = PartitionAnswer(
+                partition.index, ErrorCode.kafka_storage_error, error_message=str(e)
             )
             continue
         if acks == -1:
-            code = await broker.replica_manager.wait_replicated(partition, required, timeout_ms)
+            code = await replica_manager.wait_replicated(partition, required, timeout_ms)
             if code:
-                results[slot] = make(
-                    partition_cls,
-                    index=partition.index,
-                    error_code=error_code(code),
-                    base_offset=-1,
-                    log_append_time=None,
-                    log_start_offset=-1,
-                    record_errors=(),
-                    error_message=None,
-                    **hints.partition_fields(partition.tp, code),
+                if hints is None:
+                    hints = LeaderHints(replica_manager.metadata_cache, response_type, ctx.listener)
+                results[slot] = PartitionAnswer(
+                    partition.index,
+                    error_code(code),
+                    current_leader=hints.current_leader(partition.tp, code),
                 )
     # producer_byte_rate counts the request once it is answered (acks=0 too: Kafka mutes
     # the connection of a throttled acks=0 producer though it sends no answer).
     throttle_ms = produce_throttle_ms(broker, ctx)
     if acks == 0:
         return ThrottledResponse(None, throttle_ms) if throttle_ms else None
-    responses = tuple(
-        make(topic_cls, name=name, partition_responses=tuple(results)) for name, results in topics
-    )
-    return make(
-        response_type,
-        responses=responses,
-        throttle_time=datetime.timedelta(milliseconds=throttle_ms),
-        node_endpoints=hints.node_endpoints(),
+    return ProduceAnswer(
+        tuple((name, tuple(results)) for name, results in topics),
+        datetime.timedelta(milliseconds=throttle_ms) if throttle_ms else NO_THROTTLE,
+        () if hints is None else hints.node_endpoints(),
     )
 
 

@@ -46,13 +46,19 @@ class LeaderHints:
     def partition_fields(self, tp: TopicPartition, error: int) -> dict[str, Any]:
         """``{"current_leader": ...}`` for a partition answered ``error`` that gets a hint,
         else ``{}`` (the field keeps its default: leader -1, epoch -1)."""
+        leader = self.current_leader(tp, error)
+        return {} if leader is None else {"current_leader": leader}
+
+    def current_leader(self, tp: TopicPartition, error: int) -> Any | None:
+        """The ``current_leader`` of a partition answered ``error`` that gets a hint (kio's
+        LeaderIdAndEpoch of the version), else None."""
         if self._leader_cls is None or int(error) not in self._errors:
-            return {}
+            return None
         state = self._snapshot.partition(tp)
         leader, epoch = (state.leader, state.leader_epoch) if state is not None else (-1, -1)
         if leader >= 0:
             self._leaders.add(leader)
-        return {"current_leader": make(self._leader_cls, leader_id=leader, leader_epoch=epoch)}
+        return make(self._leader_cls, leader_id=leader, leader_epoch=epoch)
 
     def node_endpoints(self) -> tuple[Any, ...]:
         """The endpoints of the leaders named by ``partition_fields`` (those alive and with

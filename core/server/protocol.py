@@ -18,7 +18,7 @@ import io
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio import index as kio_index
 from kio.schema.index import api_key_map
@@ -28,8 +28,8 @@ from core.server.api_keys import INTER_BROKER_VERSIONS, ApiKey
 from core.server.errors import InvalidRequestError, UnsupportedVersionRequestError
 from core.server.frame_guard import check_frame, check_header
 from core.server.interbroker_schema import SCHEMAS as INTER_BROKER_SCHEMAS
-from core.server.produce_request import decode_produce_request
-from core.server.produce_response import encode_produce_response
+from core.server.produce_request import decode_produce_request, decode_request_header
+from core.server.produce_response import ProduceAnswer, encode_produce_response
 from core.server.response_frame import ResponseFrame, SplicingBuffer
 
 _KEY_AND_VERSION = struct.Struct(">hh")
@@ -52,9 +52,10 @@ def load_response_schema(api_key: int, version: int) -> type:
     return pair[1] if pair is not None else kio_index.load_response_schema(api_key, version)
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    """What a handler knows about a request besides its body."""
+class RequestContext(NamedTuple):
+    """What a handler knows about a request besides its body. Immutable; a NamedTuple
+    rather than a frozen dataclass, whose ``__init__`` sets each field through
+    ``object.__setattr__``: one is made per request."""
 
     api_key: int
     api_version: int
@@ -78,6 +79,7 @@ class _Codec:
     read_request: Any
     write_response_header: Any
     write_response: Any
+    flexible: bool  # the request header is v2 (ends with tagged fields)
 
 
 class ProtocolCodec:
@@ -110,6 +112,7 @@ class ProtocolCodec:
                     read_request=entity_reader(request),
                     write_response_header=entity_writer(response.__header_schema__),
                     write_response=entity_writer(response),
+                    flexible=bool(request.__header_schema__.__flexible__),
                 )
 
     def response_type(self, api_key: int, api_version: int) -> type:
@@ -144,16 +147,28 @@ class ProtocolCodec:
         # same checks as the guard's walk, which cost a third as much as the decoding.
         in_place = api_key == ApiKey.PRODUCE and not isinstance(frame, bytes)
         try:
-            if in_place:
-                check_header(codec.request_header_type, frame)
-            else:
-                check_frame(codec.request_type, codec.request_header_type, frame)
+            # The usual header of such a frame (no tagged fields) is read here directly;
+            # any other goes through the guard and kio's reader, as every request's does.
+            head = decode_request_header(frame, codec.flexible) if in_place else None
+            if head is None:
+                if in_place:
+                    check_header(codec.request_header_type, frame)
+                else:
+                    check_frame(codec.request_type, codec.request_header_type, frame)
         except InvalidRequestError as e:
             raise InvalidRequestError(f"{ApiKey(api_key).name} v{api_version}: {e}") from e
-        # kio's readers take read-only buffers; a frame is a bytearray (read in place).
-        readable = frame if isinstance(frame, bytes) else memoryview(frame).toreadonly()
+        except UnicodeDecodeError as e:
+            raise InvalidRequestError(
+                f"malformed {ApiKey(api_key).name} v{api_version} request: {e}"
+            ) from e
         try:
-            header, used = codec.read_header(readable, 0)
+            if head is not None:
+                correlation_id, client_id, used = head
+            else:
+                # kio's readers take read-only buffers; a frame is a bytearray (read in place).
+                readable = frame if isinstance(frame, bytes) else memoryview(frame).toreadonly()
+                header, used = codec.read_header(readable, 0)
+                correlation_id, client_id = header.correlation_id, header.client_id
             if in_place:
                 # The records as views into the frame: patched and written to the log in
                 # place, no copy (kio would copy them into bytes).
@@ -165,14 +180,14 @@ class ProtocolCodec:
                 f"malformed {ApiKey(api_key).name} v{api_version} request: {e}"
             ) from e
         context = RequestContext(
-            api_key=api_key,
-            api_version=api_version,
-            correlation_id=header.correlation_id,
-            client_id=header.client_id,
-            listener=listener,
-            client_address=client_address,
-            principal=principal,
-            size=len(frame),
+            api_key,
+            api_version,
+            correlation_id,
+            client_id,
+            listener,
+            client_address,
+            principal,
+            len(frame),
         )
         return context, request
 
@@ -188,12 +203,14 @@ class ProtocolCodec:
         """The response frame, size prefix included: ``bytes``, or for a Fetch response
         whose records are segment file slices a ``ResponseFrame`` that keeps them as slices
         (sent with ``sendfile``, core.server.response_frame)."""
+        codec = self._codecs[(context.api_key, context.api_version)]
         if context.api_key == ApiKey.PRODUCE:
             # The most frequent answer under many small produce requests: hand-encoded.
             frame = encode_produce_response(context.correlation_id, context.api_version, response)
             if frame is not None:
                 return frame
-        codec = self._codecs[(context.api_key, context.api_version)]
+            if isinstance(response, ProduceAnswer):  # a leader hint: kio writes it
+                response = response.to_kio(codec.response_type)
         header = codec.response_header_type(correlation_id=context.correlation_id)
         if context.api_key == ApiKey.FETCH:
             # Only Fetch carries slices; other responses keep the plain BytesIO, whose

@@ -95,7 +95,8 @@ def _client(ctx: RequestContext) -> tuple[str, str]:
 
 def produce_throttle_ms(broker: BrokerServices, ctx: RequestContext) -> int:
     """Count a produce request against ``producer_byte_rate``: its throttle time, or 0."""
-    return broker.quotas.produce.record(*_client(ctx), ctx.size)
+    quota = broker.quotas.produce
+    return quota.record(*_client(ctx), ctx.size) if quota.enabled else 0
 
 
 def is_replica_fetch(request: Any) -> bool:

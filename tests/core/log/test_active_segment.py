@@ -265,7 +265,9 @@ def test_after_truncation_appends_continue_alike(twins) -> None:  # type: ignore
 
 
 @needs_compiled
-def test_a_failed_write_is_refused_alike_and_appends_nothing(twins) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("value_bytes", [20, 40_000])
+def test_a_failed_write_is_refused_alike_and_appends_nothing(twins, value_bytes) -> None:  # type: ignore[no-untyped-def]
+    """Writes up to 64 KiB keep the GIL, larger ones release it: both fail alike."""
     t = twins()
     t.append(_batch(2))
     t.append(_batch(2))
@@ -276,7 +278,7 @@ def test_a_failed_write_is_refused_alike_and_appends_nothing(twins) -> None:  # 
         read_only = os.open(file.path, os.O_RDONLY)
         os.dup2(read_only, file._fd)  # the same descriptor number, now refusing writes
         os.close(read_only)
-    outcome = t.append(_batch(3))
+    outcome = t.append(_batch(3, value_bytes=value_bytes))
     assert outcome[0] == "error" and outcome[1] == KafkaStorageError.__name__
     assert "failed: [Errno 9] Bad file descriptor" in outcome[2]
     for log, fd in saved.items():
@@ -284,6 +286,20 @@ def test_a_failed_write_is_refused_alike_and_appends_nothing(twins) -> None:  # 
         os.close(fd)
     outcome = t.append(_batch(2))
     assert outcome[0] == "appended" and outcome[1].first_offset == 4
+    t.close_and_compare_files()
+
+
+@needs_compiled
+def test_requests_beyond_64_kib_take_the_compiled_call_and_write_the_same_files(twins) -> None:  # type: ignore[no-untyped-def]
+    """Written with the GIL released (smaller ones keep it): the same files either way."""
+    t = twins(index_interval_bytes=1000)
+    t.append(_batch(1))  # the new leader epoch: the Python path
+    for i in range(6):
+        t.clock.now += 3
+        t.append(_batch(1 + i, timestamp=t.clock.now - 10, value_bytes=30_000 + 7 * i))
+    t.append(_batch(2))
+    assert t.python_appends == 1
+    assert t.a.log_end_offset == 1 + sum(range(1, 7)) + 2
     t.close_and_compare_files()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import struct
@@ -15,7 +16,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import i32, i64
 
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
-from core.server.produce_response import encode_produce_response
+from core.server.produce_response import PartitionAnswer, ProduceAnswer, encode_produce_response
 from core.server.protocol import ProtocolCodec, RequestContext
 
 CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
@@ -131,3 +132,93 @@ def test_a_leader_hint_goes_to_kio():
     assert encode_produce_response(1, 11, response) is None
     context = RequestContext(ApiKey.PRODUCE, 11, 1, None, "PLAINTEXT", "x")
     assert CODEC.encode_response(context, response) == _kio_frame(11, 1, response)
+
+
+# -- ProduceAnswer: what handle_produce builds ---------------------------------------------------
+_MS = st.integers(0, 2**41)  # millisecond timestamps up to the year 2039 and well beyond
+
+
+def _answer_strategy(version: int, tagged: bool) -> st.SearchStrategy[ProduceAnswer]:
+    """ProduceAnswers as the handler builds them: errors, messages, record errors, log append
+    times, throttle times, and with ``tagged`` (v10+) leader hints and node endpoints."""
+    m = _module(version)
+    leader = st.none()
+    endpoints: st.SearchStrategy[tuple[object, ...]] = st.just(())
+    if tagged:
+        leader = st.none() | st.builds(
+            m.LeaderIdAndEpoch,  # type: ignore[attr-defined]
+            leader_id=st.integers(-1, 5).map(i32),
+            leader_epoch=st.integers(-1, 5).map(i32),
+        )
+        endpoints = st.lists(
+            st.builds(
+                m.NodeEndpoint,  # type: ignore[attr-defined]
+                node_id=st.integers(0, 5).map(i32),
+                host=_TEXT,
+                port=st.integers(0, 65535).map(i32),
+                rack=st.none() | _TEXT,
+            ),
+            max_size=2,
+        ).map(tuple)
+    partition = st.builds(
+        PartitionAnswer,
+        index=st.integers(-(2**31), 2**31 - 1),
+        error_code=st.sampled_from(list(ErrorCode)),
+        base_offset=st.integers(-1, 2**63 - 1),
+        log_append_time_ms=st.just(-1) | _MS,
+        log_start_offset=st.integers(-1, 2**63 - 1),
+        record_errors=st.lists(
+            st.tuples(st.integers(0, 2**31 - 1), st.none() | _TEXT), max_size=3
+        ).map(tuple),
+        error_message=st.none() | _TEXT,
+        current_leader=leader,
+    )
+    topic = st.tuples(_TEXT, st.lists(partition, max_size=4).map(tuple))
+    return st.builds(
+        ProduceAnswer,
+        topics=st.lists(topic, max_size=3).map(tuple),
+        throttle_time=st.integers(0, 2**31 - 1).map(lambda ms: datetime.timedelta(milliseconds=ms)),
+        node_endpoints=endpoints,
+    )
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_an_answer_is_encoded_as_kio_encodes_it(version, data, correlation_id):
+    """The handler's answer, hand-encoded, is byte for byte kio's ProduceResponse of the
+    same fields; the throttle a quota sets (dataclasses.replace) included."""
+    answer = data.draw(_answer_strategy(version, tagged=False))
+    kio = answer.to_kio(load_response_schema(ApiKey.PRODUCE, version))
+    assert encode_produce_response(correlation_id, version, answer) == _kio_frame(
+        version, correlation_id, kio
+    )
+    throttled = dataclasses.replace(answer, throttle_time=datetime.timedelta(milliseconds=7))
+    context = RequestContext(ApiKey.PRODUCE, version, correlation_id, None, "PLAINTEXT", "x")
+    frame = CODEC.encode_response(context, throttled)
+    assert frame[-5 if version >= 9 else -4 :][:4] == struct.pack(">i", 7)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), correlation_id=st.integers(-(2**31), 2**31 - 1))
+def test_an_answer_with_leader_hints_is_kios(version, data, correlation_id):
+    """With a leader hint set (v10+), the codec hands the answer to kio's writer; the
+    frame is kio's whatever the version."""
+    answer = data.draw(_answer_strategy(version, tagged=version >= 10))
+    kio = answer.to_kio(load_response_schema(ApiKey.PRODUCE, version))
+    context = RequestContext(ApiKey.PRODUCE, version, correlation_id, None, "PLAINTEXT", "x")
+    assert CODEC.encode_response(context, answer) == _kio_frame(version, correlation_id, kio)
+
+
+@settings(max_examples=500, deadline=None)
+@given(ms=_MS)
+def test_a_log_append_time_is_answered_to_the_millisecond(ms):
+    """kio's datetime field goes through a float of seconds; the hand encoder writes the
+    milliseconds as they are, and both agree."""
+    answer = ProduceAnswer((("t", (PartitionAnswer(0, 0, 5, ms, 0),)),))
+    kio = answer.to_kio(load_response_schema(ApiKey.PRODUCE, 11))
+    frame = encode_produce_response(1, 11, answer)
+    assert frame == _kio_frame(11, 1, kio)
+    # size, correlation id, header tags, 1 topic, "t", 1 partition, index, error, base offset
+    assert struct.unpack_from(">q", frame, 4 + 4 + 1 + 1 + 2 + 1 + 4 + 2 + 8)[0] == ms
