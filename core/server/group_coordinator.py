@@ -171,7 +171,9 @@ class DelayedJoin(DelayedOperation):
     """Completes when every member has rejoined, or at the rebalance timeout."""
 
     def __init__(self, coordinator: GroupCoordinator, group: Group, delay_ms: int) -> None:
-        super().__init__(delay_ms)
+        # The rebalance timeout is the client's (JoinGroup v1+), unchecked like Kafka's: a
+        # negative one expires at once, as it does on Kafka's timer.
+        super().__init__(max(delay_ms, 0))
         self.coordinator = coordinator
         self.group = group
 

@@ -21,7 +21,12 @@ def coordinator(**kwargs) -> GroupCoordinator:
 
 
 async def join(
-    c: GroupCoordinator, member_id: str = "", *, session_ms: int = 10_000, protocols=None
+    c: GroupCoordinator,
+    member_id: str = "",
+    *,
+    session_ms: int = 10_000,
+    rebalance_ms: int = 2_000,
+    protocols=None,
 ):
     return await c.join(
         "g",
@@ -30,7 +35,7 @@ async def join(
         "client",
         "127.0.0.1",
         session_ms,
-        2_000,
+        rebalance_ms,
         "consumer",
         protocols or PROTOCOLS,
         require_known_member_id=False,
@@ -72,6 +77,26 @@ def test_join_sync_heartbeat_leave_and_session_expiry():
         await until(lambda: not c.groups["g"].members)
         assert c.groups["g"].state is GroupState.EMPTY
         assert c.delete("g") is GroupError.NONE and "g" not in c.groups
+        c.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_negative_rebalance_timeout_ends_the_rebalance_at_once():
+    # The protocol fuzz test found it: a JoinGroup with rebalance_timeout_ms -1 raised in the
+    # timer instead of being served. Kafka does not check the value; on its timer a negative
+    # delay has expired already, so the members that have not rejoined are dropped at once.
+    async def scenario() -> None:
+        c = coordinator()
+        first = await join(c, rebalance_ms=-1)
+        assert first.error is GroupError.NONE and first.generation == 1
+        await c.sync("g", 1, first.member_id, {first.member_id: b"A"})
+        # A second member with a negative timeout: the first has not rejoined when the
+        # rebalance ends, so the newcomer forms generation 2 alone.
+        second = await join(c, rebalance_ms=-1)
+        assert second.error is GroupError.NONE and second.generation == 2
+        assert [m[0] for m in second.members] == [second.member_id]
+        assert first.member_id not in c.groups["g"].members
         c.shutdown()
 
     asyncio.run(scenario())
