@@ -100,9 +100,9 @@ cdef int _write(int fd, unsigned char *data, Py_ssize_t end, int64_t at) noexcep
     takes a microsecond or two, and releasing the GIL for it let any other thread that
     wanted the GIL take it, the appending thread (the broker's event loop) then waiting
     to get it back, up to the 5 ms switch interval while that thread runs Python code:
-    with one busy Python thread beside it, a one-record append took 90-110 us of wall
-    time instead of 3 us (docs/BENCHMARKS.md, issue 19 session 7). Larger writes release
-    it, as os.pwrite does."""
+    with one busy Python thread beside it, a one-record append took 9-15 us of wall time
+    (once 59 us) instead of 5-6 us (``python -m bench.produce_requests --mode gil``;
+    docs/BENCHMARKS.md, issue 19 session 7). Larger writes release it, as os.pwrite does."""
     cdef Py_ssize_t done = 0
     cdef ssize_t written
     while done < end:

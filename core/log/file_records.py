@@ -76,31 +76,37 @@ class FileRecords:
         return position
 
     def read(self, position: int, size: int) -> bytes:
-        """Up to ``size`` bytes from ``position``; fewer only at the end of the file."""
-        self._check_open()
-        size = max(0, min(size, self._size - position))
-        try:
-            data = os.pread(self._fd, size, position)
-        except OSError as e:
-            raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
-        return data
+        """Up to ``size`` bytes from ``position``; fewer only at the end of the file.
+
+        Read under the lock ``close`` takes: a reader on another thread than the one closing
+        the segment (retention, a roll's replacement, a truncation) can never read a closed
+        descriptor, or its number already reused by another file.
+        """
+        with self._lock:
+            self._check_open()
+            size = max(0, min(size, self._size - position))
+            try:
+                return os.pread(self._fd, size, position)
+            except OSError as e:
+                raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
 
     def read_into(self, buf: bytearray, position: int, size: int) -> int:
         """Read up to ``size`` bytes from ``position`` into the start of ``buf`` (reused by
         scans: no new buffer per chunk); returns the bytes read, fewer only at the end."""
-        self._check_open()
-        size = max(0, min(size, self._size - position, len(buf)))
-        view = memoryview(buf)[:size]
-        done = 0
-        try:
-            while done < size:
-                n = os.preadv(self._fd, [view[done:]], position + done)
-                if n == 0:
-                    break
-                done += n
-        except OSError as e:
-            raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
-        return done
+        with self._lock:  # as ``read``: never a closed or reused descriptor
+            self._check_open()
+            size = max(0, min(size, self._size - position, len(buf)))
+            view = memoryview(buf)[:size]
+            done = 0
+            try:
+                while done < size:
+                    n = os.preadv(self._fd, [view[done:]], position + done)
+                    if n == 0:
+                        break
+                    done += n
+            except OSError as e:
+                raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
+            return done
 
     def flush(self) -> None:
         if self._closed:
@@ -135,20 +141,13 @@ class FileRecords:
             return os.dup(self._fd)
 
     def read_while_open(self, position: int, size: int) -> bytes:
-        """Up to ``size`` bytes from ``position`` (fewer only at the end of the file), read
-        under the lock ``close`` takes: another thread closing the segment meanwhile cannot
-        make this read a closed descriptor, or its number reused by another file. (A send
-        path that reads a small slice instead of duplicating the descriptor for it.)
+        """``read``, under the name the response writer reads a small slice by from any
+        records it sends (``RemoteLogFile`` has it too).
 
         Raises:
             KafkaStorageError: the file is closed, or the read failed.
         """
-        with self._lock:
-            self._check_open()
-            try:
-                return os.pread(self._fd, size, position)
-            except OSError as e:
-                raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
+        return self.read(position, size)
 
     def close(self) -> None:
         with self._lock:
