@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import io
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -41,6 +42,29 @@ def _module(version: int) -> object:
     return __import__(cls.__module__, fromlist=["x"])
 
 
+def _leaders(m: Any) -> st.SearchStrategy[object]:
+    """KIP-951 leader hints of the version whose kio module is ``m``."""
+    return st.builds(
+        m.LeaderIdAndEpoch,
+        leader_id=st.integers(-1, 5).map(i32),
+        leader_epoch=st.integers(-1, 5).map(i32),
+    )
+
+
+def _endpoints(m: Any) -> st.SearchStrategy[tuple[object, ...]]:
+    """Up to two KIP-951 node endpoints of the version whose kio module is ``m``."""
+    return st.lists(
+        st.builds(
+            m.NodeEndpoint,
+            node_id=st.integers(0, 5).map(i32),
+            host=_TEXT,
+            port=st.integers(0, 65535).map(i32),
+            rack=st.none() | _TEXT,
+        ),
+        max_size=2,
+    ).map(tuple)
+
+
 def _response_strategy(version: int, tagged: bool) -> st.SearchStrategy[object]:
     """ProduceResponses of ``version``; with ``tagged``, v10+ ones may set the tagged
     fields (current leader, node endpoints)."""
@@ -68,21 +92,8 @@ def _response_strategy(version: int, tagged: bool) -> st.SearchStrategy[object]:
         fields["error_message"] = st.none() | _TEXT
     top: dict[str, st.SearchStrategy[object]] = {}
     if version >= 10 and tagged:
-        fields["current_leader"] = st.builds(
-            m.LeaderIdAndEpoch,  # type: ignore[attr-defined]
-            leader_id=st.integers(-1, 5).map(i32),
-            leader_epoch=st.integers(-1, 5).map(i32),
-        )
-        top["node_endpoints"] = st.lists(
-            st.builds(
-                m.NodeEndpoint,  # type: ignore[attr-defined]
-                node_id=st.integers(0, 5).map(i32),
-                host=_TEXT,
-                port=st.integers(0, 65535).map(i32),
-                rack=st.none() | _TEXT,
-            ),
-            max_size=2,
-        ).map(tuple)
+        fields["current_leader"] = _leaders(m)
+        top["node_endpoints"] = _endpoints(m)
     partition = st.builds(m.PartitionProduceResponse, **fields)  # type: ignore[attr-defined]
     topic = st.builds(
         m.TopicProduceResponse,  # type: ignore[attr-defined]
@@ -145,21 +156,8 @@ def _answer_strategy(version: int, tagged: bool) -> st.SearchStrategy[ProduceAns
     leader = st.none()
     endpoints: st.SearchStrategy[tuple[object, ...]] = st.just(())
     if tagged:
-        leader = st.none() | st.builds(
-            m.LeaderIdAndEpoch,  # type: ignore[attr-defined]
-            leader_id=st.integers(-1, 5).map(i32),
-            leader_epoch=st.integers(-1, 5).map(i32),
-        )
-        endpoints = st.lists(
-            st.builds(
-                m.NodeEndpoint,  # type: ignore[attr-defined]
-                node_id=st.integers(0, 5).map(i32),
-                host=_TEXT,
-                port=st.integers(0, 65535).map(i32),
-                rack=st.none() | _TEXT,
-            ),
-            max_size=2,
-        ).map(tuple)
+        leader = st.none() | _leaders(m)
+        endpoints = _endpoints(m)
     partition = st.builds(
         PartitionAnswer,
         index=st.integers(-(2**31), 2**31 - 1),

@@ -287,33 +287,7 @@ def test_a_client_that_reads_none_of_the_records_is_closed_after_the_idle_time(
     big.append(os.urandom(3 * SENDFILE_CHUNK_BYTES))
     piece = FileSlice(big, 0, 3 * SENDFILE_CHUNK_BYTES)
 
-    async def scenario() -> None:
-        served = asyncio.get_running_loop().create_future()
-
-        async def handler(ctx: RequestContext, request: Any) -> Any:
-            served.set_result(None)
-            return fetch_response(ctx.api_version, [piece])
-
-        server = SocketServer(
-            CODEC, handler, lambda ctx: None, idle_timeout_s=0.3, send_buffer_bytes=4096
-        )
-        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
-        try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", bound.port))
-            _, writer = await asyncio.open_connection(sock=sock)
-            writer.write(fetch_request_frame())
-            async with asyncio.timeout(DEADLINE_S):
-                await served
-                while server.connection_count > 0:  # until the stalled send is given up
-                    await asyncio.sleep(0.01)
-            writer.close()
-        finally:
-            await server.stop()
-
-    asyncio.run(scenario())
+    asyncio.run(served_to_a_reader_that_reads_nothing([piece]))
 
 
 @pytest.fixture
@@ -488,33 +462,37 @@ def test_a_client_that_reads_none_of_many_small_slices_is_closed_after_the_idle_
     big.append(os.urandom(count * size))
     partitions = [FileSlice(big, i * size, size) for i in range(count)]
 
-    async def scenario() -> None:
-        served = asyncio.get_running_loop().create_future()
-
-        async def handler(ctx: RequestContext, request: Any) -> Any:
-            served.set_result(None)
-            return fetch_response(ctx.api_version, partitions)
-
-        server = SocketServer(
-            CODEC, handler, lambda ctx: None, idle_timeout_s=0.3, send_buffer_bytes=4096
-        )
-        (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
-        try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", bound.port))
-            _, writer = await asyncio.open_connection(sock=sock)
-            writer.write(fetch_request_frame())
-            async with asyncio.timeout(DEADLINE_S):
-                await served
-                while server.connection_count > 0:  # until the stalled send is given up
-                    await asyncio.sleep(0.01)
-            writer.close()
-        finally:
-            await server.stop()
-
     try:
-        asyncio.run(scenario())
+        asyncio.run(served_to_a_reader_that_reads_nothing(partitions))
     finally:
         big.close()
+
+
+async def served_to_a_reader_that_reads_nothing(parts: list[Any]) -> None:
+    """Answer a Fetch with ``parts`` to a client with a small receive buffer that reads
+    nothing; returns once the server has closed the connection (its stall timeout is 0.3 s),
+    or fails after DEADLINE_S."""
+    served = asyncio.get_running_loop().create_future()
+
+    async def handler(ctx: RequestContext, request: Any) -> Any:
+        served.set_result(None)
+        return fetch_response(ctx.api_version, parts)
+
+    server = SocketServer(
+        CODEC, handler, lambda ctx: None, idle_timeout_s=0.3, send_buffer_bytes=4096
+    )
+    (bound,) = await server.start([ListenerSpec("PLAINTEXT", "127.0.0.1", 0)])
+    try:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", bound.port))
+        _, writer = await asyncio.open_connection(sock=sock)
+        writer.write(fetch_request_frame())
+        async with asyncio.timeout(DEADLINE_S):
+            await served
+            while server.connection_count > 0:  # until the stalled send is given up
+                await asyncio.sleep(0.01)
+        writer.close()
+    finally:
+        await server.stop()
