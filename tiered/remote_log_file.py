@@ -30,7 +30,7 @@ FILE_POSITIONS_MAX_ENTRIES = 1024
 class RemoteLogFile:
     """The open descriptor of one ``.log`` object, in the shape that ``FileSlice`` and the
     response writer use of a segment's ``FileRecords`` (``path``, ``read``,
-    ``read_while_open``, ``duplicate_fd``). The descriptor is closed by ``close`` or when
+    ``duplicate_fd``). The descriptor is closed by ``close`` or when
     the last reference goes (the answer holding a slice of it was sent or dropped): the
     writer reads a small slice, or sends a large one from a duplicate, before it writes
     the answer."""
@@ -51,19 +51,15 @@ class RemoteLogFile:
         return f"remote segment {self._segment}"
 
     def read(self, position: int, size: int) -> bytes:
-        """Up to ``size`` bytes from ``position``; fewer only at the end of the file."""
+        """Up to ``size`` bytes from ``position``; fewer only at the end of the file. Read
+        under the lock ``close`` takes, as ``FileRecords.read``: never a closed descriptor,
+        or its number reused by another file."""
         size = max(0, min(size, self.size - position))
-        try:
-            return os.pread(self._checked_fd(), size, position)
-        except OSError as e:
-            raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
-
-    def read_while_open(self, position: int, size: int) -> bytes:
-        """Up to ``size`` bytes from ``position``, read under the lock ``close`` takes (no
-        read of a closed descriptor, or of its number reused by another file): how the
-        response writer reads a small slice instead of duplicating the descriptor."""
         with self._lock:
-            return self.read(position, size)
+            try:
+                return os.pread(self._checked_fd(), size, position)
+            except OSError as e:
+                raise KafkaStorageError(f"read of {self.path} failed: {e}") from e
 
     def duplicate_fd(self) -> int:
         """A new descriptor of the same open file, owned by the caller (for a ``sendfile``

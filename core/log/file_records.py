@@ -140,15 +140,6 @@ class FileRecords:
             self._check_open()
             return os.dup(self._fd)
 
-    def read_while_open(self, position: int, size: int) -> bytes:
-        """``read``, under the name the response writer reads a small slice by from any
-        records it sends (``RemoteLogFile`` has it too).
-
-        Raises:
-            KafkaStorageError: the file is closed, or the read failed.
-        """
-        return self.read(position, size)
-
     def close(self) -> None:
         with self._lock:
             if not self._closed:

@@ -263,9 +263,10 @@ def _open(part: FileSlice) -> io.FileIO:
 
 
 def _read_now(part: FileSlice) -> bytes:
-    """A small slice's bytes, read through the segment's own descriptor under its lock."""
+    """A small slice's bytes, read through the segment's own descriptor (``read`` holds the
+    lock its ``close`` takes)."""
     try:
-        data = part.records.read_while_open(part.position, part.size)
+        data = part.records.read(part.position, part.size)
     except CoreError as e:
         raise TruncatedRecordsError(f"records of a fetch response cannot be read: {e}") from e
     if len(data) != part.size:
