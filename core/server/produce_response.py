@@ -111,36 +111,6 @@ class ProduceAnswer:
             node_endpoints=self.node_endpoints,
         )
 
-    @classmethod
-    def from_kio(cls, response: Any) -> ProduceAnswer:
-        """A kio ProduceResponse of any version as a ``ProduceAnswer``."""
-        return cls(
-            topics=tuple(
-                (
-                    topic.name,
-                    tuple(
-                        PartitionAnswer(
-                            p.index,
-                            p.error_code,
-                            p.base_offset,
-                            _ms(p.log_append_time),
-                            getattr(p, "log_start_offset", -1),
-                            tuple(
-                                (e.batch_index, e.batch_index_error_message)
-                                for e in getattr(p, "record_errors", ())
-                            ),
-                            getattr(p, "error_message", None),
-                            getattr(p, "current_leader", None),
-                        )
-                        for p in topic.partition_responses
-                    ),
-                )
-                for topic in response.responses
-            ),
-            throttle_time=response.throttle_time,
-            node_endpoints=getattr(response, "node_endpoints", ()),
-        )
-
 
 def _varint(n: int) -> bytes:
     return _SMALL_VARINTS[n] if n < 128 else encode_unsigned_varint(n)
@@ -159,22 +129,19 @@ def _array_length(n: int, flexible: bool) -> bytes:
     return _varint(n + 1) if flexible else _I32.pack(n)
 
 
-def _ms(value: Any) -> int:
-    """A kio timestamp or duration in milliseconds, rounded as kio rounds it."""
-    if value is None:
-        return -1
-    if hasattr(value, "timestamp"):
-        return round(value.timestamp() * 1000)
+def _ms(value: datetime.timedelta) -> int:
+    """A duration in milliseconds, rounded as kio rounds it."""
     return round(value.total_seconds() * 1000)
 
 
-def encode_produce_response(correlation_id: int, version: int, response: Any) -> bytes | None:
-    """The whole response frame (size prefix, response header, body) of ``response`` (a
-    ``ProduceAnswer``, or kio's ``ProduceResponse``) at ``version``; None when it must go
-    through kio's writer (a version outside 3-11, or a tagged field set)."""
+def encode_produce_response(
+    correlation_id: int, version: int, answer: ProduceAnswer
+) -> bytes | None:
+    """The whole response frame (size prefix, response header, body) of ``answer`` at
+    ``version``; None when it must go through kio's writer (``ProduceAnswer.to_kio``: a
+    version outside 3-11, or a tagged field set)."""
     if not LOWEST_VERSION <= version <= HIGHEST_VERSION:
         return None
-    answer = response if isinstance(response, ProduceAnswer) else ProduceAnswer.from_kio(response)
     flexible = version >= _FIRST_FLEXIBLE
     tagged = version >= _FIRST_TAGGED
     if tagged and answer.node_endpoints:

@@ -204,13 +204,13 @@ class ProtocolCodec:
         whose records are segment file slices a ``ResponseFrame`` that keeps them as slices
         (sent with ``sendfile``, core.server.response_frame)."""
         codec = self._codecs[(context.api_key, context.api_version)]
-        if context.api_key == ApiKey.PRODUCE:
-            # The most frequent answer under many small produce requests: hand-encoded.
+        if isinstance(response, ProduceAnswer):
+            # The most frequent answer under many small produce requests: hand-encoded,
+            # unless it carries a leader hint (kio writes that).
             frame = encode_produce_response(context.correlation_id, context.api_version, response)
             if frame is not None:
                 return frame
-            if isinstance(response, ProduceAnswer):  # a leader hint: kio writes it
-                response = response.to_kio(codec.response_type)
+            response = response.to_kio(codec.response_type)
         header = codec.response_header_type(correlation_id=context.correlation_id)
         if context.api_key == ApiKey.FETCH:
             # Only Fetch carries slices; other responses keep the plain BytesIO, whose
