@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import io
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.static.primitive import Records, i16, i32
 
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
 from core.server.errors import InvalidRequestError
 from core.server.produce_request import decode_common_shape, decode_with_reader
 from core.server.protocol import ProtocolCodec
-from tests.core.server.test_protocol import frame
+from tests.core.server.test_protocol import frame, request_header
 
 CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
 LOW, HIGH = SUPPORTED_VERSIONS[ApiKey.PRODUCE]
@@ -89,26 +88,14 @@ def test_request_headers_read_in_place_are_kios(version, client_id):
     v2 headers with and without tagged fields) gives the context kio's reader gives."""
     cls = load_request_schema(ApiKey.PRODUCE, version)
     request = data_free_request(cls)
-    header_cls = cls.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_cls)(
-        out,
-        header_cls(
-            request_api_key=i16(ApiKey.PRODUCE),
-            request_api_version=i16(version),
-            correlation_id=i32(-7),
-            client_id=client_id,
-        ),
-    )
-    header = out.getvalue()
-    entity_writer(cls)(out, request)
-    raw = out.getvalue()
+    header = request_header(ApiKey.PRODUCE, version, -7, client_id)
+    raw = frame(ApiKey.PRODUCE, version, request, -7, client_id)
     kio_context, _ = CODEC.decode_request(bytes(raw), "PLAINTEXT", "x")
     context, decoded = CODEC.decode_request(bytearray(raw), "PLAINTEXT", "x")
     assert context == kio_context
     assert (context.correlation_id, context.client_id, context.size) == (-7, client_id, len(raw))
     assert _plain(decoded) == _plain(request)
-    if header_cls.__flexible__:
+    if cls.__header_schema__.__flexible__:
         # The same header with a tagged field (tag 9, 2 bytes): read by kio's reader (which
         # refuses a tag it does not know) whichever way the frame came.
         tagged = header[:-1] + b"\x01\x09\x02ab" + raw[len(header) :]

@@ -31,9 +31,11 @@ CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
 PAIRS = [(k, v) for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items()) for v in range(lo, hi + 1)]
 
 
-def frame(api_key: int, version: int, request: object, correlation_id: int = 42) -> bytes:
-    cls = load_request_schema(api_key, version)
-    header_cls = cls.__header_schema__
+def request_header(
+    api_key: int, version: int, correlation_id: int = 42, client_id: str | None = "test-client"
+) -> bytes:
+    """The request header of a frame of ``api_key`` at ``version``, as kio writes it."""
+    header_cls = load_request_schema(api_key, version).__header_schema__
     out = io.BytesIO()
     entity_writer(header_cls)(
         out,
@@ -41,10 +43,23 @@ def frame(api_key: int, version: int, request: object, correlation_id: int = 42)
             request_api_key=i16(api_key),
             request_api_version=i16(version),
             correlation_id=i32(correlation_id),
-            client_id="test-client",
+            client_id=client_id,
         ),
     )
-    entity_writer(cls)(out, request)
+    return out.getvalue()
+
+
+def frame(
+    api_key: int,
+    version: int,
+    request: object,
+    correlation_id: int = 42,
+    client_id: str | None = "test-client",
+) -> bytes:
+    """A request frame (no size prefix): ``request_header`` and the body."""
+    out = io.BytesIO()
+    out.write(request_header(api_key, version, correlation_id, client_id))
+    entity_writer(load_request_schema(api_key, version))(out, request)
     return out.getvalue()
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import io
 import os
 import socket
 import struct
@@ -15,8 +14,6 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
-from kio.static.primitive import i16, i32
 
 from core.log.file_records import FileRecords, FileSlice
 from core.server.api_keys import SUPPORTED_VERSIONS, ApiKey
@@ -31,6 +28,7 @@ from core.server.response_frame import (
     SENDFILE_CHUNK_BYTES,
     ResponseFrame,
 )
+from tests.core.server.test_protocol import frame as request_frame
 
 CODEC = ProtocolCodec(SUPPORTED_VERSIONS)
 LOW, HIGH = SUPPORTED_VERSIONS[ApiKey.FETCH]
@@ -115,19 +113,7 @@ def fetch_request_frame(version: int = 12, correlation_id: int = 9) -> bytes:
         forgotten_topics_data=(),
         rack_id="",
     )
-    header_cls = cls.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_cls)(
-        out,
-        header_cls(
-            request_api_key=i16(ApiKey.FETCH),
-            request_api_version=i16(version),
-            correlation_id=i32(correlation_id),
-            client_id="test",
-        ),
-    )
-    entity_writer(cls)(out, request)
-    body = out.getvalue()
+    body = request_frame(ApiKey.FETCH, version, request, correlation_id, "test")
     return SIZE.pack(len(body)) + body
 
 
