@@ -156,26 +156,10 @@ def test_fetch_records_are_sent_from_the_file_with_sendfile(segment: FileRecords
     piece = FileSlice(segment, 1000, 250_000)
     calls: list[tuple[int, int]] = []
 
-    async def scenario() -> bytes:
-        loop = asyncio.get_running_loop()
-        native = loop.sendfile
+    async def handler(ctx: RequestContext, request: Any) -> Any:
+        return fetch_response(ctx.api_version, [piece])
 
-        async def spy(
-            transport: Any, file: Any, offset: int = 0, count: int | None = None, **kw: Any
-        ) -> int:
-            calls.append((offset, count or 0))
-            return await native(transport, file, offset, count, **kw)
-
-        loop.sendfile = spy  # type: ignore[method-assign]
-        answered = asyncio.get_running_loop().create_future()
-
-        async def handler(ctx: RequestContext, request: Any) -> Any:
-            answered.set_result(None)
-            return fetch_response(ctx.api_version, [piece])
-
-        return await fetch_once(handler)
-
-    received = asyncio.run(scenario())
+    received = asyncio.run(fetch_once_spying_sendfile(handler, calls))
     expected = CODEC.encode_response(context(12), fetch_response(12, [piece.read_bytes()]))
     expected = expected[:4] + SIZE.pack(9) + expected[8:]  # the request's correlation id
     assert received == expected
