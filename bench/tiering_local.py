@@ -51,6 +51,7 @@ from typing import Any
 
 from bench._common import DEFAULT_DIR, LEADER_EPOCH, MiB, build_pool, describe_machine
 from bench.tiering import _segments
+from core.fs import fsync_dir
 from core.log.config import LogConfig
 from core.log.partition_log import PartitionLog
 from rsm_plugins.local import LocalDirRemoteStorageManager
@@ -158,24 +159,13 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
             for md, data in copies():
                 rsm.copy_log_segment_data(md, data)
 
-        def baseline() -> None:
+        def plain_copy(durable: bool) -> None:
+            # The six files of each segment; with ``durable``, each fsynced afterwards and
+            # the directory too, as tierlog's copy is before COPY_SEGMENT_FINISHED.
             out = work / "plain" / uuid.uuid4().hex[:8]
             out.mkdir(parents=True)
             manifest = b"{" + b"x" * 1200 + b"}"  # about a manifest's size
-            for seg, data in segments:
-                stem = out / f"{seg.base_offset:020d}"
-                shutil.copyfile(data.log_segment, f"{stem}.log")
-                shutil.copyfile(data.offset_index, f"{stem}.index")
-                shutil.copyfile(data.time_index, f"{stem}.timeindex")
-                shutil.copyfile(data.producer_snapshot_index, f"{stem}.snapshot")
-                Path(f"{stem}.leader-epoch-checkpoint").write_bytes(data.leader_epoch_index)
-                Path(f"{stem}.manifest.json").write_bytes(manifest)
-
-        def durable_baseline() -> None:
-            out = work / "plain" / uuid.uuid4().hex[:8]
-            out.mkdir(parents=True)
-            manifest = b"{" + b"x" * 1200 + b"}"
-            written = []
+            written: list[str] = []
             for seg, data in segments:
                 stem = out / f"{seg.base_offset:020d}"
                 for src, suffix in (
@@ -189,17 +179,15 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
                 Path(f"{stem}.leader-epoch-checkpoint").write_bytes(data.leader_epoch_index)
                 Path(f"{stem}.manifest.json").write_bytes(manifest)
                 written += [f"{stem}.leader-epoch-checkpoint", f"{stem}.manifest.json"]
+            if not durable:
+                return
             for name in written:
                 fd = os.open(name, os.O_RDONLY)
                 try:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-            fd = os.open(out, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(out)
 
         producer = Producer(work / "load-0", produce_mb)
         producer.start()
@@ -215,9 +203,9 @@ def run(base: Path, total_mb: int, rounds: int, produce_mb: float) -> dict[str, 
             for r in range(rounds):
                 order = [
                     ("tierlog", tierlog),
-                    ("copyfile", baseline),
+                    ("copyfile", lambda: plain_copy(durable=False)),
                     ("per segment", per_segment),
-                    ("copyfile+fsync", durable_baseline),
+                    ("copyfile+fsync", lambda: plain_copy(durable=True)),
                 ]
                 for name, fn in order if r % 2 == 0 else reversed(order):
                     start, start_cpu = time.perf_counter(), time.process_time()
